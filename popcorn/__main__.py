@@ -1,0 +1,3 @@
+from popcorn.cli import main
+
+main(prog_name="popkit")

@@ -1,0 +1,28 @@
+"""Plain-text tables for the terminal (no dependency beyond the standard library)."""
+from __future__ import annotations
+
+
+def fmt_us(value: float | None) -> str:
+    """Microseconds with sensible precision; '-' for missing."""
+    if value is None:
+        return "-"
+    if value >= 1000:
+        return f"{value:,.0f}"
+    if value >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def render_table(headers: list[str], rows: list[list], right_align: set[int] | None = None) -> str:
+    """Columns padded to their widest cell; numeric-looking columns can be right-aligned."""
+    right_align = right_align or set()
+    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+
+    def line(row):
+        return "  ".join(c.rjust(w) if i in right_align else c.ljust(w)
+                         for i, (c, w) in enumerate(zip(row, widths))).rstrip()
+
+    out = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    out += [line(r) for r in cells[1:]]
+    return "\n".join(out)
