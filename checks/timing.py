@@ -1,0 +1,183 @@
+"""Grader-style timing of one benchmark case, and the helpers a diff needs.
+
+The official harness (../shared/docs/problems.md, "How the official harness runs
+a submission"; its eval.py) times a case like this: with the inputs generated
+and each checked once, repeat { synchronize; clear L2 by writing 256 MiB;
+record an event; call custom_kernel on every input in turn; record an event;
+synchronize }, and take elapsed / len(inputs) as one sample (ns per call). The
+outputs of every repeat are re-checked. `time_case` is that loop, `StopRule`
+its stop rule, `CudaEventClock` its timed region; `PerfCounterClock` stands in
+for it on a CPU. All times are in nanoseconds unless a name says otherwise.
+"""
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from typing import Callable, Protocol, Sequence
+
+import torch
+
+L2_FLUSH_BYTES = 256 * 1024 * 1024
+MIN_REPEATS = 3
+# mode -> (max repeats, budget in seconds of mean * runs), as eval.py runs them.
+MODE_LIMITS = {"benchmark": (200, 10.0), "leaderboard": (1000, 30.0)}
+
+
+@dataclass(frozen=True)
+class Stats:
+    """What the harness reports for a case: runs and ns-per-call statistics."""
+
+    runs: int
+    mean: float
+    std: float
+    err: float
+    best: float
+    worst: float
+
+    @classmethod
+    def from_samples(cls, samples: Sequence[float]) -> Stats:
+        """eval.py's calculate_stats: sample std (n - 1), 0 for one run; err = std / sqrt(runs)."""
+        if not samples:
+            raise ValueError("no samples")
+        runs = len(samples)
+        mean = sum(samples) / runs
+        std = math.sqrt(sum((x - mean) ** 2 for x in samples) / (runs - 1)) if runs > 1 else 0.0
+        return cls(runs, mean, std, std / math.sqrt(runs), float(min(samples)), float(max(samples)))
+
+    def as_us_dict(self) -> dict:
+        """The timing keys of a performance.jsonl case record (design.md, "Evidence")."""
+        return {
+            "mean_us": self.mean / 1e3,
+            "err_us": self.err / 1e3,
+            "best_us": self.best / 1e3,
+            "worst_us": self.worst / 1e3,
+            "runs": self.runs,
+        }
+
+
+@dataclass
+class StopRule:
+    """When the repeat loop stops; max_repeats and budget_s default to the mode's.
+
+    As eval.py: stop at max_repeats; otherwise never before MIN_REPEATS samples
+    and min_time_s of wall time, then stop once err/mean < rel_err, or
+    mean * runs > budget_s, or wall time > wall_limit_s. (eval.py's 0.1 s floor
+    is wall time since the first repeat began, not summed sample time.)
+    """
+
+    mode: str = "benchmark"
+    max_repeats: int | None = None
+    budget_s: float | None = None
+    wall_limit_s: float = 120.0
+    min_time_s: float = 0.1
+    rel_err: float = 0.001
+
+    def __post_init__(self):
+        if self.mode not in MODE_LIMITS:
+            raise ValueError(f"unknown mode {self.mode!r} (known: {', '.join(MODE_LIMITS)})")
+        max_repeats, budget_s = MODE_LIMITS[self.mode]
+        if self.max_repeats is None:
+            self.max_repeats = max_repeats
+        if self.budget_s is None:
+            self.budget_s = budget_s
+
+    def done(self, samples_ns: Sequence[float], wall_elapsed_s: float) -> bool:
+        if len(samples_ns) >= self.max_repeats:
+            return True
+        if len(samples_ns) < MIN_REPEATS or wall_elapsed_s <= self.min_time_s:
+            return False
+        stats = Stats.from_samples(samples_ns)
+        return (
+            stats.err / stats.mean < self.rel_err
+            or stats.mean * stats.runs > self.budget_s * 1e9
+            or wall_elapsed_s > self.wall_limit_s
+        )
+
+
+class Clock(Protocol):
+    def measure(self, run: Callable[[], object]) -> tuple[float, object]:
+        """Time one call of run: (elapsed ns of the timed region, run's return value)."""
+
+
+class CudaEventClock:
+    """The official timed region: sync, L2 flush, event, run, event, sync."""
+
+    def __init__(self, device: str | torch.device = "cuda"):
+        self.device = torch.device(device)
+        self._flush = torch.empty(L2_FLUSH_BYTES // 8, dtype=torch.int64, device=self.device)
+        self._start = torch.cuda.Event(enable_timing=True)
+        self._end = torch.cuda.Event(enable_timing=True)
+
+    def measure(self, run: Callable[[], object]) -> tuple[float, object]:
+        with torch.cuda.device(self.device):
+            torch.cuda.synchronize()
+            self._flush.fill_(42)
+            self._start.record()
+            result = run()
+            self._end.record()
+            torch.cuda.synchronize()
+        return self._start.elapsed_time(self._end) * 1e6, result
+
+
+class PerfCounterClock:
+    """Host wall time around the run; for CPU runs, where nothing is asynchronous."""
+
+    def measure(self, run: Callable[[], object]) -> tuple[float, object]:
+        start = time.perf_counter_ns()
+        result = run()
+        return float(time.perf_counter_ns() - start), result
+
+
+def time_case(
+    custom_kernel: Callable[[object], object],
+    inputs: Sequence[object],
+    recheck: Callable[[list], None],
+    clock: Clock,
+    rule: StopRule,
+    progress: Callable[[int, Stats], None] | None = None,
+    wall: Callable[[], float] = time.monotonic,
+) -> Stats:
+    """Repeat timed passes over all inputs until rule is done; recheck raises on a wrong output.
+
+    The caller has already run and checked each input once (the warm-up).
+    progress, if given, gets the 0-based index of each finished repeat and the
+    statistics so far.
+    """
+    if not inputs:
+        raise ValueError("no inputs to time")
+    samples: list[float] = []
+    started = wall()
+    while True:
+        elapsed_ns, outputs = clock.measure(lambda: [custom_kernel(x) for x in inputs])
+        samples.append(elapsed_ns / len(inputs))
+        recheck(outputs)
+        if progress is not None:
+            progress(len(samples) - 1, Stats.from_samples(samples))
+        if rule.done(samples, wall() - started):
+            return Stats.from_samples(samples)
+
+
+def geomean(values: Sequence[float]) -> float:
+    """Geometric mean of positive values (how the leaderboard ranks a set of cases)."""
+    if not values:
+        raise ValueError("geomean of no values")
+    if any(v <= 0 for v in values):
+        raise ValueError(f"geomean needs positive values, got {min(values)}")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def alternate(candidates: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
+    """A/B rounds: each round measures every candidate once, reversing the order every other round.
+
+    Alternating (A B, B A, A B, ...) spreads drift (clocks, temperature) evenly
+    over the candidates. Returns each candidate's samples, in round order.
+    """
+    if rounds < MIN_REPEATS:
+        raise ValueError(f"need at least {MIN_REPEATS} rounds, got {rounds}")
+    names = list(candidates)
+    samples: dict[str, list[float]] = {name: [] for name in names}
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else reversed(names):
+            samples[name].append(candidates[name]())
+    return samples

@@ -1,0 +1,266 @@
+"""checks.timing on the CPU: statistics, the stop rule, the repeat loop (fake clocks), helpers."""
+from __future__ import annotations
+
+import contextlib
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from checks import timing
+from checks.timing import (
+    CudaEventClock,
+    PerfCounterClock,
+    Stats,
+    StopRule,
+    alternate,
+    geomean,
+    time_case,
+)
+
+
+# --- Stats -------------------------------------------------------------------
+
+def test_stats_from_known_samples():
+    stats = Stats.from_samples([2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0])
+    assert stats.runs == 8
+    assert stats.mean == 5.0
+    assert stats.std == pytest.approx(math.sqrt(32 / 7))  # sample std, n - 1
+    assert stats.err == pytest.approx(math.sqrt(32 / 7) / math.sqrt(8))
+    assert (stats.best, stats.worst) == (2.0, 9.0)
+
+
+def test_stats_of_one_run_has_zero_std():
+    assert Stats.from_samples([3.0]) == Stats(1, 3.0, 0.0, 0.0, 3.0, 3.0)
+
+
+def test_stats_of_no_samples_raises():
+    with pytest.raises(ValueError):
+        Stats.from_samples([])
+
+
+def test_stats_as_us_dict():
+    stats = Stats(runs=5, mean=1_234_500.0, std=9.0, err=1_200.0, best=1_220_000.0, worst=1_300_000.0)
+    assert stats.as_us_dict() == {
+        "mean_us": 1234.5, "err_us": 1.2, "best_us": 1220.0, "worst_us": 1300.0, "runs": 5,
+    }
+
+
+# --- StopRule ----------------------------------------------------------------
+
+STEADY = [1000.0, 1000.5, 999.5]  # err/mean ~ 3e-4, under 0.001
+NOISY = [1000.0, 2000.0, 3000.0]  # err/mean ~ 0.29
+
+
+def test_mode_defaults():
+    assert (StopRule("benchmark").max_repeats, StopRule("benchmark").budget_s) == (200, 10.0)
+    assert (StopRule("leaderboard").max_repeats, StopRule("leaderboard").budget_s) == (1000, 30.0)
+    rule = StopRule("leaderboard", budget_s=0.5)
+    assert (rule.max_repeats, rule.budget_s, rule.wall_limit_s) == (1000, 0.5, 120.0)
+    with pytest.raises(ValueError):
+        StopRule("test")
+
+
+def test_stops_on_relative_error_after_three_repeats_and_min_time():
+    rule = StopRule("benchmark")
+    assert rule.done(STEADY, wall_elapsed_s=0.2)
+    assert not rule.done(STEADY[:2], wall_elapsed_s=0.2)  # only 2 repeats
+    assert not rule.done(STEADY, wall_elapsed_s=0.1)  # not past 0.1 s
+    assert not rule.done(NOISY, wall_elapsed_s=0.2)  # error too large
+
+
+def test_stops_when_budget_exceeded():
+    rule = StopRule("benchmark")
+    assert not rule.done([3e9, 4e9, 2e9], wall_elapsed_s=0.2)  # mean * runs = 9 s
+    assert rule.done([3e9, 4e9, 4e9], wall_elapsed_s=0.2)  # 11 s > 10 s
+    assert not StopRule("leaderboard").done([3e9, 4e9, 4e9], wall_elapsed_s=0.2)  # 11 s < 30 s
+
+
+def test_stops_at_wall_limit():
+    rule = StopRule("benchmark")
+    assert not rule.done(NOISY, wall_elapsed_s=120.0)
+    assert rule.done(NOISY, wall_elapsed_s=120.001)
+
+
+@pytest.mark.parametrize("mode, limit", [("benchmark", 200), ("leaderboard", 1000)])
+def test_stops_at_max_repeats(mode, limit):
+    rule = StopRule(mode)
+    noisy = [1000.0, 3000.0] * limit
+    assert not rule.done(noisy[: limit - 1], wall_elapsed_s=1.0)
+    assert rule.done(noisy[:limit], wall_elapsed_s=1.0)
+
+
+def test_never_stops_before_three_repeats():
+    rule = StopRule("benchmark")
+    for samples in ([], [5e9], [1e12, 1e12]):  # the last two are far over budget
+        assert not rule.done(samples, wall_elapsed_s=1000.0)
+
+
+# --- time_case ---------------------------------------------------------------
+
+class ScriptedClock:
+    """Returns scripted region times, calls run like a real clock, counts calls."""
+
+    def __init__(self, times_ns):
+        self.times_ns = list(times_ns)
+        self.calls = 0
+
+    def measure(self, run):
+        self.calls += 1
+        return self.times_ns.pop(0), run()
+
+
+class FakeWall:
+    """A wall clock that advances by step seconds each time it is read."""
+
+    def __init__(self, step):
+        self.now, self.step = 0.0, step
+
+    def __call__(self):
+        self.now += self.step
+        return self.now
+
+
+def test_time_case_samples_are_per_call_and_recheck_runs_every_repeat():
+    inputs = ["a", "b", "c", "d"]
+    calls, rechecked, progress = [], [], []
+
+    def kernel(x):
+        calls.append(x)
+        return x.upper()
+
+    clock = ScriptedClock([4000.0, 4004.0, 3996.0, 4000.0])
+    stats = time_case(
+        kernel, inputs, rechecked.append, clock, StopRule("benchmark"),
+        progress=lambda i, s: progress.append((i, s.runs)), wall=FakeWall(0.1),
+    )
+    # Wall reads 0.1 at the start, then 0.2, 0.3, ...: repeat 3 is past 0.1 s and steady.
+    assert clock.calls == 3
+    assert stats == Stats.from_samples([1000.0, 1001.0, 999.0])
+    assert calls == inputs * 3
+    assert rechecked == [["A", "B", "C", "D"]] * 3
+    assert progress == [(0, 1), (1, 2), (2, 3)]
+
+
+def test_time_case_stops_at_wall_limit():
+    clock = ScriptedClock([1000.0, 3000.0] * 10)
+    stats = time_case(
+        lambda x: x, [0], lambda outputs: None, clock, StopRule("benchmark"), wall=FakeWall(30.0),
+    )
+    # Elapsed after repeat k is 30 k s; 150 s > 120 s at repeat 5.
+    assert stats.runs == clock.calls == 5
+
+
+def test_time_case_stops_at_max_repeats():
+    clock = ScriptedClock([1000.0, 3000.0] * 10)
+    rule = StopRule("benchmark", max_repeats=7)
+    stats = time_case(lambda x: x, [0], lambda outputs: None, clock, rule, wall=FakeWall(0.0))
+    assert stats.runs == clock.calls == 7
+
+
+def test_time_case_failing_recheck_propagates():
+    def recheck(outputs):
+        if clock.calls == 2:
+            raise AssertionError("wrong output in repeat 2")
+
+    clock = ScriptedClock([1000.0] * 5)
+    with pytest.raises(AssertionError, match="repeat 2"):
+        time_case(lambda x: x, [0], recheck, clock, StopRule("benchmark"), wall=FakeWall(1.0))
+    assert clock.calls == 2
+
+
+def test_time_case_needs_inputs():
+    with pytest.raises(ValueError):
+        time_case(lambda x: x, [], lambda o: None, ScriptedClock([]), StopRule("benchmark"))
+
+
+# --- clocks ------------------------------------------------------------------
+
+def test_perf_counter_clock_times_the_run():
+    elapsed_ns, result = PerfCounterClock().measure(lambda: sum(range(10_000)))
+    assert result == sum(range(10_000))
+    assert 0 < elapsed_ns < 1e9
+
+
+def test_time_case_with_perf_counter_clock():
+    stats = time_case(
+        lambda x: x * 2, [1, 2, 3], lambda outputs: None, PerfCounterClock(),
+        StopRule("benchmark", max_repeats=5, min_time_s=0.0),
+    )
+    assert 3 <= stats.runs <= 5 and stats.best > 0
+
+
+def fake_torch(log):
+    """Just enough of torch for CudaEventClock, logging each call."""
+
+    names = iter(["start", "end"])
+
+    class Event:
+        def __init__(self, enable_timing):
+            assert enable_timing
+            self.name = next(names)
+            log.append(f"event {self.name}")
+
+        def record(self):
+            log.append(f"record {self.name}")
+
+        def elapsed_time(self, other):
+            return 2.5  # ms
+
+    class Buffer:
+        def fill_(self, value):
+            log.append("flush")
+
+    def empty(numel, dtype, device):
+        log.append(f"empty {numel * 8} bytes")
+        return Buffer()
+
+    cuda = SimpleNamespace(
+        Event=Event,
+        device=lambda device: contextlib.nullcontext(),
+        synchronize=lambda: log.append("sync"),
+    )
+    return SimpleNamespace(device=torch.device, empty=empty, int64=torch.int64, cuda=cuda)
+
+
+def test_cuda_event_clock_follows_the_official_order(monkeypatch):
+    log = []
+    monkeypatch.setattr(timing, "torch", fake_torch(log))
+    clock = CudaEventClock("cuda")
+    assert log == [f"empty {256 * 1024 * 1024} bytes", "event start", "event end"]
+    log.clear()
+    for _ in range(2):  # the flush buffer is allocated once, written every time
+        elapsed_ns, result = clock.measure(lambda: log.append("run") or "out")
+        assert (elapsed_ns, result) == (2.5e6, "out")
+    assert log == ["sync", "flush", "record start", "run", "record end", "sync"] * 2
+
+
+# --- geomean and alternate ---------------------------------------------------
+
+def test_geomean():
+    assert geomean([1.0, 100.0]) == pytest.approx(10.0)
+    assert geomean([2.0, 8.0, 4.0]) == pytest.approx(4.0)
+    assert geomean([5.0]) == pytest.approx(5.0)
+
+
+@pytest.mark.parametrize("values", [[], [1.0, 0.0], [2.0, -1.0]])
+def test_geomean_rejects_empty_and_non_positive(values):
+    with pytest.raises(ValueError):
+        geomean(values)
+
+
+def test_alternate_reverses_order_each_round():
+    order = []
+
+    def measure(name, value):
+        return lambda: order.append(name) or value
+
+    samples = alternate({"A": measure("A", 1.0), "B": measure("B", 2.0)}, rounds=4)
+    assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert samples == {"A": [1.0] * 4, "B": [2.0] * 4}
+
+
+def test_alternate_needs_three_rounds():
+    with pytest.raises(ValueError):
+        alternate({"A": lambda: 1.0, "B": lambda: 2.0}, rounds=2)
