@@ -41,7 +41,8 @@ def test_stats_of_no_samples_raises():
 
 
 def test_stats_as_us_dict():
-    stats = Stats(runs=5, mean=1_234_500.0, std=9.0, err=1_200.0, best=1_220_000.0, worst=1_300_000.0)
+    stats = Stats(runs=5, mean=1_234_500.0, std=9.0, err=1_200.0, best=1_220_000.0,
+                  worst=1_300_000.0)
     assert stats.as_us_dict() == {
         "mean_us": 1234.5, "err_us": 1.2, "best_us": 1220.0, "worst_us": 1300.0, "runs": 5,
     }
