@@ -1,0 +1,183 @@
+"""The builder: parts + template -> one self-contained submission file.
+
+build(problem) reads parts/PROBLEM/manifest.yml, inlines the CUDA parts into
+one translation unit and the Python parts into one module, renders
+templates/submission.py.j2, checks the result (preflight rules, imports limited
+to torch and the standard library) and writes it atomically. Same parts in,
+same bytes out: the provenance names the last commit that touched the
+builder's inputs, not the current HEAD.
+"""
+from __future__ import annotations
+
+import ast
+import hashlib
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from popcorn.errors import PopkitError
+from popcorn.preflight import BANNED, PreflightReport, preflight_bytes
+
+ROOT = Path(__file__).resolve().parent
+PARTS = ROOT / "parts"
+TEMPLATES = ROOT / "templates"
+TEMPLATE = "submission.py.j2"
+INLINE_MARK = "# popkit: inline"
+LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+ALLOWED_IMPORTS = {"torch"} | set(sys.stdlib_module_names)
+
+
+@dataclass(frozen=True)
+class Part:
+    path: str          # relative to parts/
+    text: str
+    sha256: str
+
+
+@dataclass
+class BuildResult:
+    problem: str
+    text: str
+    parts: list[Part]
+    preflight: PreflightReport
+    output: Path | None = None
+
+
+def read_part(rel: str) -> Part:
+    path = PARTS / rel
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PopkitError(f"{path}: cannot read part ({exc.strerror})") from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise PopkitError(f"{path}: part is not UTF-8") from None
+    match = BANNED.search(data)
+    if match:
+        line = data.count(b"\n", 0, match.start()) + 1
+        raise PopkitError(f"{path}:{line}: part contains the banned word 'stream' (any case)")
+    return Part(rel, text, hashlib.sha256(data).hexdigest())
+
+
+def load_manifest(problem: str) -> dict:
+    path = PARTS / problem / "manifest.yml"
+    if not path.is_file():
+        known = sorted(p.parent.name for p in PARTS.glob("*/manifest.yml"))
+        raise PopkitError(f"unknown problem {problem!r}: no {path.relative_to(ROOT)} (known: {', '.join(known)})")
+    try:
+        manifest = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        raise PopkitError(f"{path}: not valid YAML ({exc})") from None
+    for key in ("problem", "title", "cuda", "python"):
+        if key not in manifest:
+            raise PopkitError(f"{path}: missing key {key!r}")
+    return manifest
+
+
+def assemble_cuda(parts: list[Part]) -> str:
+    """One translation unit: parts in manifest order, their includes of each other dropped."""
+    names = {Path(p.path).name for p in parts}
+    chunks = []
+    for part in parts:
+        lines = []
+        for line in part.text.splitlines():
+            include = LOCAL_INCLUDE.match(line)
+            if include and Path(include.group(1)).name in names:
+                continue
+            if line.strip() == "#pragma once":
+                continue
+            lines.append(line)
+        chunks.append(f"// ---- part {part.path} ----\n" + "\n".join(lines).strip("\n"))
+    source = "\n\n".join(chunks)
+    if "'''" in source:
+        raise PopkitError("CUDA parts contain ''' which would end the embedded string")
+    return source
+
+
+def python_part_text(part: Part) -> str:
+    """A Python part without its cross-part imports (all parts share one namespace once built)."""
+    kept = [line for line in part.text.splitlines()
+            if not line.rstrip().endswith(INLINE_MARK) and not line.startswith("from __future__")]
+    return "\n".join(kept).strip("\n")
+
+
+def inputs_commit() -> str:
+    """The last commit that touched parts/, templates/ or the builder ('uncommitted' outside git)."""
+    try:
+        out = subprocess.run(["git", "log", "-1", "--format=%H", "--", "parts", "templates", "build.py"],
+                             cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        out = ""
+    return out or "uncommitted"
+
+
+def check_imports(text: str) -> None:
+    """The built file may import only torch and the standard library."""
+    tree = ast.parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            names = [node.module or ""]
+        else:
+            continue
+        for name in names:
+            if name.split(".")[0] not in ALLOWED_IMPORTS:
+                raise PopkitError(f"built file imports {name!r} (line {node.lineno}); only torch and the "
+                                  "standard library are allowed: mark cross-part imports with '# popkit: inline'")
+
+
+def render(problem: str, leaderboard: str | None = None, gpu: str = "B200") -> BuildResult:
+    """Render the submission text for a problem (no file is written)."""
+    manifest = load_manifest(problem)
+    cuda_parts = [read_part(rel) for rel in manifest["cuda"]]
+    python_parts = [read_part(rel) for rel in manifest["python"]]
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
+                             keep_trailing_newline=True, autoescape=False)
+    try:
+        template = env.get_template(TEMPLATE)
+        text = template.render(
+            problem=problem, title=manifest["title"], leaderboard=leaderboard or problem, gpu=gpu,
+            commit=inputs_commit(), parts=cuda_parts + python_parts,
+            cuda_source=assemble_cuda(cuda_parts),
+            python_parts=[{"path": p.path, "text": python_part_text(p)} for p in python_parts])
+    except jinja2.TemplateError as exc:
+        where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"
+        raise PopkitError(f"{where}: template error: {exc}") from None
+    try:
+        check_imports(text)
+    except SyntaxError as exc:
+        raise PopkitError(f"built file is not valid Python: line {exc.lineno}: {exc.msg}") from None
+    report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard or problem)
+    return BuildResult(problem, text, cuda_parts + python_parts, report)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write via a temporary file in the same folder and os.replace: readers see old or new, never half."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:
+    """Render, preflight and write; a failing preflight leaves any previous output untouched."""
+    result = render(problem, **kwargs)
+    if not result.preflight.ok:
+        raise PopkitError("; ".join(result.preflight.errors))
+    result.output = Path(output)
+    write_atomic(result.output, result.text)
+    return result

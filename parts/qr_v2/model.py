@@ -1,0 +1,83 @@
+"""Torch models of the qr_v2 kernels: the executable specification.
+
+Same algorithm, same blocking and the same float32 arithmetic choices as the
+CUDA parts, vectorized over the batch; CPU tests check them against the gates,
+and the built submission uses them on CPU tensors.
+
+- `reflector`: LAPACK slarfg with a norm scaled by the largest entry.
+- `householder_qr_model`: unblocked QR (householder_small.cu).
+- `factor_panel_model`: one panel plus its compact-WY factor T (householder_panel.cu).
+- `blocked_qr`: the blocked algorithm; the panel factorization is a parameter,
+  so the GPU route runs this very driver with the CUDA panel kernel.
+"""
+import torch
+
+
+def reflector(alpha: torch.Tensor, x: torch.Tensor):
+    """slarfg per matrix: alpha (b,), x (b, m) -> tau (b,), beta (b,), scale (b,) with v_tail = x * scale."""
+    amax = x.abs().amax(dim=1) if x.shape[1] else torch.zeros_like(alpha)
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+    xnorm = amax * torch.linalg.vector_norm(x / safe[:, None], dim=1)
+    beta = -torch.copysign(torch.hypot(alpha, xnorm), alpha)
+    zero = xnorm == 0
+    tau = torch.where(zero, torch.zeros_like(alpha), (beta - alpha) / beta)
+    scale = torch.where(zero, torch.zeros_like(alpha), 1.0 / (alpha - beta))
+    beta = torch.where(zero, alpha, beta)
+    return tau, beta, scale
+
+
+def _reflect_column(M: torch.Tensor, tau: torch.Tensor, c: int, tau_index: int) -> None:
+    """Make the reflector for column c of M (rows c..), store it in place and apply it to columns c+1.."""
+    t, beta, scale = reflector(M[:, c, c], M[:, c + 1:, c])
+    M[:, c + 1:, c] *= scale[:, None]
+    M[:, c, c] = beta
+    tau[:, tau_index] = t
+    if c + 1 < M.shape[2]:
+        v = torch.cat([torch.ones_like(t)[:, None], M[:, c + 1:, c]], dim=1)  # (b, m - c)
+        w = torch.einsum("bi,bij->bj", v, M[:, c:, c + 1:]) * t[:, None]
+        M[:, c:, c + 1:] -= v[:, :, None] * w[:, None, :]
+
+
+def householder_qr_model(A: torch.Tensor):
+    """Unblocked Householder QR in geqrf form: returns (H, tau)."""
+    H = A.clone()
+    b, n, _ = H.shape
+    tau = torch.zeros(b, n, dtype=H.dtype, device=H.device)
+    for k in range(n):
+        _reflect_column(H[:, k:, k:], tau, 0, k)
+    return H, tau
+
+
+def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
+    """Factor H[:, k0:, k0:k0+w] in place (R and tails), fill tau; return Vt (b, w, m) and T (b, w, w)."""
+    P = H[:, k0:, k0:k0 + w]
+    panel = P.clone()
+    panel_tau = torch.zeros(H.shape[0], w, dtype=H.dtype, device=H.device)
+    for c in range(w):
+        _reflect_column(panel[:, c:, c:], panel_tau, 0, c)
+    P.copy_(panel)
+    tau[:, k0:k0 + w] = panel_tau
+    V = torch.tril(panel, diagonal=-1)
+    V.diagonal(dim1=1, dim2=2).fill_(1.0)
+    G = V.mT @ V                                   # v_a . v_b
+    T = torch.zeros(H.shape[0], w, w, dtype=H.dtype, device=H.device)
+    for c in range(w):
+        T[:, c, c] = panel_tau[:, c]
+        if c:
+            T[:, :c, c] = -panel_tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    return V.mT.contiguous(), T
+
+
+def blocked_qr(A: torch.Tensor, nb: int, factor_panel=factor_panel_model):
+    """Blocked Householder QR: per panel, factor it, then C -= V (T^T (V^T C)) on the trailing columns."""
+    H = A.clone()
+    b, n, _ = H.shape
+    tau = torch.zeros(b, n, dtype=H.dtype, device=H.device)
+    for k0 in range(0, n, nb):
+        w = min(nb, n - k0)
+        Vt, T = factor_panel(H, tau, k0, w)
+        if k0 + w < n:
+            C = H[:, k0:, k0 + w:]
+            W = torch.bmm(T.mT, torch.bmm(Vt, C))
+            C.baddbmm_(Vt.mT, W, alpha=-1.0)
+    return H, tau

@@ -1,0 +1,50 @@
+"""qr_v2 routes: which algorithm factors a batch, by n and by device.
+
+| n            | CUDA route                                              | CPU (model)          |
+|--------------|---------------------------------------------------------|----------------------|
+| <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
+| <= 1536      | blocked_qr: householder_panel.cu + cuBLAS compact-WY     | blocked_qr (model)   |
+| larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
+
+Every route is Householder QR with geqrf's reflector convention, so each
+matrix is factored on its own merits: rank-deficient, clustered or
+near-collinear columns need no detection (a zero column gives tau = 0).
+"""
+import torch
+
+from parts.common.cuda_loader import CUDA  # popkit: inline
+from parts.qr_v2.model import blocked_qr, householder_qr_model  # popkit: inline
+
+SMALL_MAX_N = 64
+PANEL_WIDTH = 32
+BLOCKED_MAX_N = 1536
+
+
+def qr_small_cuda(A: torch.Tensor):
+    b, n, _ = A.shape
+    H = torch.empty_like(A)
+    tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
+    CUDA.call("qr_small", A, H, tau, b, n)
+    return H, tau
+
+
+def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
+    """The CUDA panel kernel, with the signature of model.factor_panel_model."""
+    b, n, _ = H.shape
+    Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
+    T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w)
+    return Vt, T
+
+
+def custom_kernel(data: torch.Tensor):
+    """Compact-Householder QR of a batch: returns (H, tau) as torch.geqrf does."""
+    A = data.contiguous()
+    n = A.shape[-1]
+    if not A.is_cuda:
+        return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, PANEL_WIDTH)
+    if n <= SMALL_MAX_N:
+        return qr_small_cuda(A)
+    if n <= BLOCKED_MAX_N:
+        return blocked_qr(A, PANEL_WIDTH, factor_panel_cuda)
+    return torch.geqrf(A)
