@@ -1,5 +1,29 @@
-"""The `report` verb: see issue 4."""
+"""The `report` verb: a static HTML dashboard of the evidence log (see popcorn/report.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from popcorn.logs import DEFAULT_LOG
 
 
 def register(main):
     """Add this module's verbs to the `popkit` group."""
+    from popcorn.cli import fail_cleanly  # here, not at import: popcorn.cli imports this module
+
+    @main.command("report")
+    @click.argument("problem", required=False)
+    @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
+                  help="Folder for index.html and its PNG charts.  [default: report/]")
+    @click.option("--log", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_LOG,
+                  show_default="logs/performance.jsonl", help="Evidence log to read.")
+    @fail_cleanly
+    def report(problem, out_dir, log):
+        """Write a dashboard of the evidence log (all problems, or PROBLEM) and print its summary."""
+        from popcorn.report import DEFAULT_OUT, build_report, summary  # matplotlib: this verb only
+
+        result = build_report(log, out_dir or DEFAULT_OUT, problem)
+        for line in result.evidence.notes:
+            click.echo(f"warning: {line}", err=True)
+        click.echo(summary(result))

@@ -1,0 +1,113 @@
+"""`popkit report`: the evidence log as one static HTML page with PNG charts, and a terminal summary.
+
+load (report_data) -> draw each section that has data (report_charts) -> render (report_html).
+A section without data gets a note in place of its chart; so does a chart that fails to draw,
+so a strange log never stops the rest of the page.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from popcorn import report_charts as draw
+from popcorn.logs import DEFAULT_LOG, ROOT
+from popcorn.report_data import Evidence, ProblemEvidence, load_evidence
+from popcorn.report_html import fmt_number, fmt_time, write_page
+from popcorn.tables import fmt_us, render_table
+
+DEFAULT_OUT = ROOT / "report"
+
+
+@dataclass
+class Report:
+    page: Path
+    evidence: Evidence
+    charts: dict[str, dict[str, str]]  # problem -> section -> PNG file name
+    notes: dict[str, dict[str, str]]   # problem -> section -> why there is no chart
+
+
+def build_report(log: Path | str = DEFAULT_LOG, out_dir: Path | str = DEFAULT_OUT,
+                 problem: str | None = None) -> Report:
+    """Write OUT_DIR/index.html and one PNG per drawable section; PROBLEM limits it to one problem."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    evidence = load_evidence(log, problem)
+    charts, notes = {}, {}
+    for ev in evidence.problems:
+        charts[ev.name], notes[ev.name] = {}, ev.notes()
+        for section, chart in _chart_makers(ev).items():
+            if section in notes[ev.name]:
+                continue
+            name = f"{ev.name}-{section}.png"
+            try:
+                chart(out_dir / name)
+            except Exception as exc:  # a log we did not foresee must not cost the whole page
+                notes[ev.name][section] = f"The {section} chart failed: {type(exc).__name__}: {exc}"
+                continue
+            charts[ev.name][section] = name
+    page = write_page(evidence, charts, notes, out_dir / "index.html")
+    return Report(page, evidence, charts, notes)
+
+
+def _chart_makers(ev: ProblemEvidence) -> dict:
+    """section -> function(path) that draws it (called only for sections with data)."""
+    name = ev.name
+    return {
+        "cases": lambda path: draw.cases_chart(
+            ev.bench, f"{name}: benchmark cases on {ev.bench.gpu} ({ev.bench.runs} bench runs)", path),
+        "frontier": lambda path: draw.frontier_chart(
+            ev.frontier, f"{name}: best-so-far geomean", path),
+        "diff": lambda path: draw.diff_chart(
+            ev.diff, f"{name}: newest diff ({fmt_time(ev.diff.time)})", path),
+        "check": lambda path: draw.check_chart(
+            ev.check, f"{name}: newest check ({fmt_time(ev.check.time)})", path),
+    }
+
+
+def summary(report: Report) -> str:
+    """The page's headline numbers as plain text for the terminal."""
+    out = []
+    for ev in report.evidence.problems:
+        counts = ", ".join(f"{mode} {n}" for mode, n in sorted(ev.counts.items())) or "no records"
+        out.append(f"== {ev.name} ({counts})")
+        if ev.bench:
+            out.append(f"bench on {ev.bench.gpu}: {ev.bench.runs} run(s), newest geomean "
+                       f"{_us(ev.bench.geomean_us)} (baseline {_us(ev.bench.baseline_geomean_us)})")
+            rows = [[c.label, fmt_us(c.first_us), fmt_us(c.best_us), fmt_time(c.best_time),
+                     fmt_us(c.newest_us), fmt_us(c.baseline_us)] for c in ev.bench.cases]
+            out.append(render_table(["case", "first us", "best us", "best since", "newest us",
+                                     "baseline us"], rows, right_align={1, 2, 4, 5}))
+        for line in ev.frontier:
+            out.append(f"frontier {line.gpu}: best geomean {_us(line.best_us[-1])} "
+                       f"since {fmt_time(line.since)}")
+        if ev.diff:
+            verdicts = [c.verdict or "no verdict" for c in ev.diff.cases]
+            tally = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))
+            outcome = {True: "passed", False: "did not pass", None: "no verdict"}[ev.diff.passed]
+            out.append(f"newest diff {fmt_time(ev.diff.time)}: {outcome} ({tally or 'no cases'})")
+        if ev.check:
+            out.append(f"newest check {fmt_time(ev.check.time)}: {_check_line(ev)}")
+        if ev.submissions:
+            s = ev.submissions[0]
+            out.append(f"newest submission {s.submission_id} ({s.run_mode}, {s.gpu}) "
+                       f"{fmt_time(s.time)}: public {_us(s.public_us)}, secret {_us(s.secret_us)}")
+        out += [f"note: {text}" for text in report.notes[ev.name].values()]
+    if not report.evidence.problems:
+        out.append(f"no records in {report.evidence.log}")
+    out.append(f"report: {report.page}")
+    return "\n".join(out)
+
+
+def _us(value: float | None) -> str:
+    return "-" if value is None else f"{fmt_us(value)} us"
+
+
+def _check_line(ev: ProblemEvidence) -> str:
+    """How many cases passed, and the case and gate closest to its limit."""
+    cases = ev.check.cases
+    passed = sum(c.status == "pass" for c in cases)
+    closest = max(((f, g, c.label) for c in cases for g, f in c.fractions.items() if f is not None),
+                  default=None)
+    tightest = (f", tightest: {closest[1]} at {fmt_number(closest[0])} of its limit on {closest[2]}"
+                if closest else "")
+    return f"{passed}/{len(cases)} cases pass{tightest}"

@@ -1,0 +1,353 @@
+"""What the report shows, aggregated per problem from logs/performance.jsonl.
+
+Reading is tolerant by design: a missing key, a null, a failing case or an unknown mode
+leaves a gap (None, an empty list) that the page turns into a note, never an exception.
+"Newest" means last in the file: the log is append-only, so file order is time order.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from checks.problems import ProblemError, known_problems, load_problem, short_spec
+from popcorn.errors import PopkitError
+from popcorn.logs import read_records
+
+SECTIONS = ("cases", "frontier", "diff", "check", "submissions")
+VERDICTS = ("faster", "slower", "within noise")
+NEWEST_SUBMISSIONS = 10
+
+
+@dataclass
+class CaseTimes:
+    """One benchmark case across the bench runs on one GPU."""
+    label: str
+    first_us: float | None = None
+    best_us: float | None = None
+    best_time: str | None = None
+    newest_us: float | None = None
+    baseline_us: float | None = None
+
+
+@dataclass
+class Bench:
+    """The bench runs on the GPU of the newest one, case by case, and that run's geomeans."""
+    gpu: str | None
+    runs: int
+    cases: list[CaseTimes]
+    geomean_us: float | None
+    baseline_geomean_us: float | None
+    baseline: str | None
+
+
+@dataclass
+class FrontierLine:
+    """Best-so-far geomean on one GPU: one point per run that counts."""
+    gpu: str
+    times: list[dt.datetime] = field(default_factory=list)
+    best_us: list[float] = field(default_factory=list)
+
+    @property
+    def since(self) -> dt.datetime:
+        """When the current best was first reached."""
+        return self.times[self.best_us.index(self.best_us[-1])]
+
+
+@dataclass
+class DiffCase:
+    label: str
+    status: str | None
+    candidate_us: float | None
+    incumbent_us: float | None
+    ratio: float | None
+    verdict: str | None
+    margin: float | None
+    incumbent_margin: float | None
+
+
+@dataclass
+class Diff:
+    """The newest diff: candidate against incumbent, case by case."""
+    time: str | None
+    commit: str | None
+    candidate_sha: str | None
+    incumbent_sha: str | None
+    passed: bool | None
+    changed_parts: list[str]
+    cases: list[DiffCase]
+
+
+@dataclass
+class CheckCase:
+    label: str
+    status: str | None
+    error: str | None
+    fractions: dict[str, float | None]
+
+
+@dataclass
+class Check:
+    """The newest check: each gate's scaled residual as a fraction of its limit, per case."""
+    time: str | None
+    commit: str | None
+    gpu: str | None
+    gates: list[str]
+    cases: list[CheckCase]
+
+
+@dataclass
+class Submission:
+    time: str | None
+    submission_id: object
+    run_mode: str | None
+    gpu: str | None
+    public_us: float | None
+    secret_us: float | None
+    raw_result: Path | None
+
+
+@dataclass
+class ProblemEvidence:
+    name: str
+    counts: Counter
+    bench: Bench | None
+    frontier: list[FrontierLine]
+    diff: Diff | None
+    check: Check | None
+    submissions: list[Submission]
+
+    def notes(self) -> dict[str, str]:
+        """Why a section has nothing to draw, keyed by section; absent sections are drawable."""
+        name, notes = self.name, {}
+        if self.bench is None:
+            notes["cases"] = f"No bench records for {name} yet: run `popkit bench {name}`."
+        elif not any(c.newest_us for c in self.bench.cases):
+            notes["cases"] = f"The bench records for {name} hold no passing, timed case."
+        if not self.frontier:
+            notes["frontier"] = ("No geomean yet: it needs a bench run whose cases all pass, "
+                                 "or a scored leaderboard run.")
+        if self.diff is None:
+            notes["diff"] = f"No diff records for {name} yet: run `popkit diff {name}`."
+        elif not any(c.ratio for c in self.diff.cases):
+            notes["diff"] = "The newest diff record holds no case ratios."
+        if self.check is None:
+            notes["check"] = f"No check records for {name} yet: run `popkit check {name}`."
+        elif not self.check.gates:
+            notes["check"] = "The newest check record holds no gate residuals."
+        if not self.submissions:
+            notes["submissions"] = f"No leaderboard submissions for {name} logged yet."
+        return notes
+
+
+@dataclass
+class Evidence:
+    log: Path
+    problems: list[ProblemEvidence]
+    notes: list[str]
+
+
+def load_evidence(log: Path | str, problem: str | None = None) -> Evidence:
+    """Read the log and aggregate it per problem (only PROBLEM when given)."""
+    log = Path(log)
+    records, notes = read_records(log)
+    if not log.is_file():
+        notes.append(f"No log at {log}: check, bench and diff runs write it.")
+    by_problem: dict[str, list[dict]] = {}
+    for record in records:
+        by_problem.setdefault(str(record.get("problem") or "?"), []).append(record)
+    if problem and problem not in by_problem and problem not in known_problems():
+        raise PopkitError(f"no records for problem {problem!r} in {log}, and popkit does not know it")
+    names = [problem] if problem else sorted(by_problem)
+    root = log.resolve().parent.parent
+    return Evidence(log, [problem_evidence(n, by_problem.get(n, []), root) for n in names], notes)
+
+
+def problem_evidence(name: str, records: list[dict], root: Path) -> ProblemEvidence:
+    """Everything the report shows for one problem; raw_result paths resolve against root."""
+    modes = {mode: [r for r in records if r.get("mode") == mode]
+             for mode in ("check", "bench", "diff", "leaderboard")}
+    return ProblemEvidence(
+        name=name,
+        counts=Counter(str(r.get("mode")) for r in records),
+        bench=bench_cases(modes["bench"], _official_benchmarks(name)),
+        frontier=frontier(modes["bench"] + modes["leaderboard"]),
+        diff=newest_diff(modes["diff"]),
+        check=newest_check(modes["check"]),
+        submissions=newest_submissions(modes["leaderboard"], root),
+    )
+
+
+def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
+    """First, best and newest passing time per case, over the bench runs on the newest run's GPU.
+
+    Cases follow the official benchmark list, then any other logged case in first-seen order.
+    """
+    if not records:
+        return None
+    gpu = records[-1].get("gpu")
+    runs = [r for r in records if r.get("gpu") == gpu]
+    specs, times, baselines = list(official), {}, {}
+    seen = {_key(s) for s in specs}
+    for record in runs:
+        for case in _cases(record):
+            key = _key(case["spec"])
+            if key not in seen:
+                seen.add(key)
+                specs.append(case["spec"])
+            mean = _num(case.get("mean_us"))
+            if mean is not None and case.get("status") != "fail":
+                times.setdefault(key, []).append((record.get("time"), mean))
+            if _num(case.get("baseline_us")) is not None:
+                baselines[key] = _num(case.get("baseline_us"))
+    rows = []
+    for spec, label in zip(specs, _labels(specs)):
+        row = CaseTimes(label, baseline_us=baselines.get(_key(spec)))
+        points = times.get(_key(spec))
+        if points:
+            row.best_time, row.best_us = min(points, key=lambda p: p[1])
+            row.first_us, row.newest_us = points[0][1], points[-1][1]
+        rows.append(row)
+    newest = runs[-1]
+    return Bench(gpu, len(runs), rows, _num(newest.get("geomean_us")),
+                 _num(newest.get("baseline_geomean_us")), newest.get("baseline"))
+
+
+def frontier(records: list[dict]) -> list[FrontierLine]:
+    """Best-so-far geomean over time, one line per GPU.
+
+    A run counts when it has a time and a geomean and none of its cases failed; a leaderboard
+    run without geomean_us counts with its public score (a geomean in seconds).
+    """
+    points = []
+    for record in records:
+        when, value = _parse_time(record.get("time")), _num(record.get("geomean_us"))
+        if value is None and record.get("mode") == "leaderboard":
+            value = _seconds_to_us(record.get("public_score_s"))
+        failed = any(c.get("status") == "fail" for c in _cases(record))
+        if when and value and not failed:
+            points.append((when, str(record.get("gpu") or "?"), value))
+    lines: dict[str, FrontierLine] = {}
+    for when, gpu, value in sorted(points, key=lambda p: p[0]):
+        line = lines.setdefault(gpu, FrontierLine(gpu))
+        line.times.append(when)
+        line.best_us.append(min(value, line.best_us[-1]) if line.best_us else value)
+    return list(lines.values())
+
+
+def newest_diff(records: list[dict]) -> Diff | None:
+    if not records:
+        return None
+    record = records[-1]
+    cases = _cases(record)
+    rows = [DiffCase(label, case.get("status"), _num(case.get("mean_us")),
+                     _num(case.get("incumbent_us")), _num(case.get("ratio")),
+                     case.get("verdict") if case.get("verdict") in VERDICTS else None,
+                     _worst(case.get("residuals")), _worst(case.get("incumbent_residuals")))
+            for case, label in zip(cases, _labels([c["spec"] for c in cases]))]
+    passed = record.get("passed")
+    return Diff(record.get("time"), record.get("commit"), record.get("submission_sha256"),
+                record.get("incumbent_sha256"), passed if isinstance(passed, bool) else None,
+                [str(p) for p in record.get("changed_parts") or []], rows)
+
+
+def newest_check(records: list[dict]) -> Check | None:
+    if not records:
+        return None
+    record = records[-1]
+    cases = _cases(record)
+    gates = list(dict.fromkeys(g for c in cases for g in _residuals(c.get("residuals"))))
+    rows = [CheckCase(label, case.get("status"), case.get("error"),
+                      {g: _fraction(_residuals(case.get("residuals")).get(g)) for g in gates})
+            for case, label in zip(cases, _labels([c["spec"] for c in cases]))]
+    return Check(record.get("time"), record.get("commit"), record.get("gpu"), gates, rows)
+
+
+def newest_submissions(records: list[dict], root: Path) -> list[Submission]:
+    """The newest leaderboard records, newest first."""
+    rows = []
+    for record in reversed(records[-NEWEST_SUBMISSIONS:]):
+        raw = record.get("raw_result")
+        rows.append(Submission(
+            record.get("time"), record.get("submission_id"), record.get("run_mode"),
+            record.get("gpu"), _seconds_to_us(record.get("public_score_s")),
+            _seconds_to_us(record.get("secret_score_s")),
+            root / raw if isinstance(raw, str) and raw else None))
+    return rows
+
+
+def case_label(spec: dict) -> str:
+    """short_spec's label, or the spec itself where it lacks a key."""
+    try:
+        return short_spec(spec)
+    except KeyError:
+        return json.dumps(spec, sort_keys=True)
+
+
+def _labels(specs: list[dict]) -> list[str]:
+    """Labels for a list of specs; labels shared by different specs get their seed added."""
+    labels = [case_label(s) for s in specs]
+    shared = {label for label, n in Counter(labels).items() if n > 1}
+    return [f"{label} s{spec.get('seed')}" if label in shared else label
+            for label, spec in zip(labels, specs)]
+
+
+def _official_benchmarks(name: str) -> list[dict]:
+    try:
+        return load_problem(name).benchmarks
+    except ProblemError:
+        return []
+
+
+def _cases(record: dict) -> list[dict]:
+    """A record's case entries that are objects with a spec object."""
+    cases = record.get("cases")
+    return [c for c in cases if isinstance(c, dict) and isinstance(c.get("spec"), dict)] \
+        if isinstance(cases, list) else []
+
+
+def _key(spec: dict) -> str:
+    return json.dumps(spec, sort_keys=True)
+
+
+def _num(value) -> float | None:
+    """A finite number as float; None for anything else (null, strings, booleans, NaN)."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+        return float(value)
+    return None
+
+
+def _seconds_to_us(value) -> float | None:
+    seconds = _num(value)
+    return None if seconds is None else seconds * 1e6
+
+
+def _residuals(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def _fraction(pair) -> float | None:
+    """A gate's [scaled value, limit] as value / limit."""
+    if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+        return None
+    value, limit = _num(pair[0]), _num(pair[1])
+    return value / limit if value is not None and limit else None
+
+
+def _worst(residuals) -> float | None:
+    """The largest fraction of its limit over a case's gates: the tightest margin."""
+    fractions = [f for f in map(_fraction, _residuals(residuals).values()) if f is not None]
+    return max(fractions, default=None)
+
+
+def _parse_time(value) -> dt.datetime | None:
+    if not isinstance(value, str):
+        return None
+    try:
+        when = dt.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return when if when.tzinfo else when.replace(tzinfo=dt.timezone.utc)
