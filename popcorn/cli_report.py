@@ -17,7 +17,7 @@ def register(main):
     @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
                   help="Folder for index.html and its PNG charts.  [default: report/]")
     @click.option("--log", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_LOG,
-                  show_default="logs/performance.jsonl", help="Evidence log to read.")
+                  help="Evidence log to read.  [default: logs/performance.jsonl]")
     @fail_cleanly
     def report(problem, out_dir, log):
         """Write a dashboard of the evidence log (all problems, or PROBLEM) and print its summary."""

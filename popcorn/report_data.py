@@ -17,7 +17,6 @@ from checks.problems import ProblemError, known_problems, load_problem, short_sp
 from popcorn.errors import PopkitError
 from popcorn.logs import read_records
 
-SECTIONS = ("cases", "frontier", "diff", "check", "submissions")
 VERDICTS = ("faster", "slower", "within noise")
 NEWEST_SUBMISSIONS = 10
 
@@ -182,13 +181,15 @@ def problem_evidence(name: str, records: list[dict], root: Path) -> ProblemEvide
 
 
 def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
-    """First, best and newest passing time per case, over the bench runs on the newest run's GPU.
+    """First, best and newest passing time per case, over the bench runs on one GPU: that of the
+    newest run with a passing timed case (so a broken newest record hides nothing).
 
     Cases follow the official benchmark list, then any other logged case in first-seen order.
     """
     if not records:
         return None
-    gpu = records[-1].get("gpu")
+    timed = [r for r in records if any(_passing_time(c) is not None for c in _cases(r))]
+    gpu = (timed or records)[-1].get("gpu")
     runs = [r for r in records if r.get("gpu") == gpu]
     specs, times, baselines = list(official), {}, {}
     seen = {_key(s) for s in specs}
@@ -198,11 +199,10 @@ def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
             if key not in seen:
                 seen.add(key)
                 specs.append(case["spec"])
-            mean = _num(case.get("mean_us"))
-            if mean is not None and case.get("status") != "fail":
+            if (mean := _passing_time(case)) is not None:
                 times.setdefault(key, []).append((record.get("time"), mean))
-            if _num(case.get("baseline_us")) is not None:
-                baselines[key] = _num(case.get("baseline_us"))
+            if (baseline := _num(case.get("baseline_us"))) is not None:
+                baselines[key] = baseline
     rows = []
     for spec, label in zip(specs, _labels(specs)):
         row = CaseTimes(label, baseline_us=baselines.get(_key(spec)))
@@ -307,6 +307,11 @@ def _cases(record: dict) -> list[dict]:
     cases = record.get("cases")
     return [c for c in cases if isinstance(c, dict) and isinstance(c.get("spec"), dict)] \
         if isinstance(cases, list) else []
+
+
+def _passing_time(case: dict) -> float | None:
+    """A case's mean time, unless it failed."""
+    return None if case.get("status") == "fail" else _num(case.get("mean_us"))
 
 
 def _key(spec: dict) -> str:

@@ -220,6 +220,7 @@ def test_partial_records_are_tolerated(tmp_path):
     log.parent.mkdir()
     records = [
         _check(),
+        _bench("2026-12-01T10:00:00Z", 1.0),
         {"problem": "qr_v2", "mode": "bench"},  # no time, gpu, cases or geomean
         {"problem": "qr_v2", "mode": "diff", "cases": [{"spec": SPECS[0], "ratio": None}, "junk"]},
         {"mode": "check", "cases": None},     # no problem: shown under "?"
@@ -228,12 +229,24 @@ def test_partial_records_are_tolerated(tmp_path):
     log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     report = build_report(log, tmp_path / "out")
     assert [ev.name for ev in report.evidence.problems] == ["?", "qr_v2"]
-    assert report.charts["qr_v2"] == {"check": "qr_v2-check.png"}
-    notes = report.notes["qr_v2"]
-    assert notes["cases"] == "The bench records for qr_v2 hold no passing, timed case."
-    assert notes["diff"] == "The newest diff record holds no case ratios."
+    assert set(report.charts["qr_v2"]) == {"cases", "frontier", "check"}
+    assert report.evidence.problems[1].bench.runs == 1  # the empty newest bench hides nothing
+    assert report.notes["qr_v2"] == {
+        "diff": "The newest diff record holds no case ratios.",
+        "submissions": "No leaderboard submissions for qr_v2 logged yet."}
     assert report.notes["?"]["check"] == "The newest check record holds no gate residuals."
-    assert report.evidence.notes == [f"{log}:5: not a JSON object"]
+    assert report.evidence.notes == [f"{log}:6: not a JSON object"]
+
+
+def test_failing_bench_counts_for_no_time_and_no_frontier(tmp_path):
+    log = tmp_path / "performance.jsonl"
+    failed = _record("bench", "2026-12-01T10:00:00Z", [_case(SPECS[0], 10.0, status="fail")],
+                     geomean_us=10.0)
+    log.write_text(json.dumps(failed) + "\n")
+    report = build_report(log, tmp_path / "out")
+    assert report.charts["qr_v2"] == {}
+    assert report.notes["qr_v2"]["cases"] == "The bench records for qr_v2 hold no passing, timed case."
+    assert report.notes["qr_v2"]["frontier"].startswith("No geomean yet")
 
 
 def test_cli_prints_summary_and_writes_page(tmp_path):
