@@ -1,0 +1,372 @@
+"""Leaderboard results: the server's flat result dicts as per-case records, tables and logs.
+
+A run's `result` is the flat dict of strings the grader's eval.py writes
+(`test.i.status`, `benchmark.i.mean` in ns, ...). Cases come out in the shape of
+the evidence log's `cases` (times in µs); ranked scores stay in seconds, as the
+server gives them. Raw replies are saved before they are parsed.
+"""
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import math
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from checks.problems import ProblemError, parse_spec, short_spec
+from popcorn.errors import PopkitError
+from popcorn.logs import DEFAULT_LOG, append_record, new_record
+from popcorn.tables import fmt_us, render_table
+
+NS_PER_US = 1000.0
+TIMINGS = (("mean_us", "mean"), ("err_us", "err"), ("best_us", "best"), ("worst_us", "worst"))
+CASE_HEADERS = ["#", "case", "status", "mean µs", "± err µs", "best µs", "worst µs", "runs", "error"]
+
+
+# -- cases -----------------------------------------------------------------------------------
+
+def number(value) -> float | None:
+    """A finite float from a string or number; None otherwise."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
+
+
+def spec_of(text: str) -> dict:
+    try:
+        return parse_spec(text)
+    except ProblemError:
+        return {"raw": text}
+
+
+def parse_cases(result: dict, kind: str) -> list[dict]:
+    """The 'test' or 'benchmark' cases of one run's result dict, as evidence-log cases."""
+    count = int(number(result.get(f"{kind}-count")) or 0)
+    cases = []
+    for i in range(count):
+        def get(key, i=i):
+            return result.get(f"{kind}.{i}.{key}")
+        timings = {name: _us(get(key)) for name, key in TIMINGS}
+        reported = get("status") or ("pass" if timings["mean_us"] is not None else None)
+        status = "pass" if reported == "pass" else "fail"
+        error = get("error") or (None if reported else "no result reported")
+        runs = number(get("runs"))
+        cases.append({"spec": spec_of(get("spec") or ""), "status": status,
+                      "error": None if status == "pass" else error, **timings,
+                      "runs": None if runs is None else int(runs), "baseline_us": None, "residuals": {}})
+    return cases
+
+
+def _us(ns) -> float | None:
+    value = number(ns)
+    return None if value is None else value / NS_PER_US
+
+
+def geomean_us(cases: list[dict]) -> float | None:
+    """Geometric mean of the cases' means; None unless every case has a positive mean."""
+    means = [case["mean_us"] for case in cases]
+    if not means or any(m is None or m <= 0 for m in means):
+        return None
+    return math.exp(sum(math.log(m) for m in means) / len(means))
+
+
+def case_label(spec: dict) -> str:
+    return spec["raw"] if "raw" in spec else short_spec(spec)
+
+
+def render_cases(cases: list[dict]) -> str:
+    """The per-case table: status and timings (µs) of every case."""
+    rows = [[i, case_label(c["spec"]), c["status"], fmt_us(c["mean_us"]), fmt_us(c["err_us"]),
+             fmt_us(c["best_us"]), fmt_us(c["worst_us"]), c["runs"], _clip(c["error"])]
+            for i, c in enumerate(cases)]
+    return render_table(CASE_HEADERS, rows, right_align={0, 3, 4, 5, 6, 7})
+
+
+def _clip(text: str | None, width: int = 70) -> str | None:
+    if text is None:
+        return None
+    text = " ".join(str(text).split())
+    return text if len(text) <= width else text[:width - 3] + "..."
+
+
+# -- a submission ----------------------------------------------------------------------------
+
+@dataclass
+class Run:
+    mode: str
+    secret: bool
+    gpu: str
+    passed: bool
+    score_s: float | None
+    tests: list[dict] = field(default_factory=list)
+    benchmarks: list[dict] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return run_label(self.mode, self.secret)
+
+
+def run_label(mode: str, secret: bool) -> str:
+    return f"{mode} (secret)" if secret else mode
+
+
+@dataclass
+class Outcome:
+    """A finished submission as `GET /user/submissions/{id}` describes it."""
+    submission_id: int | None
+    leaderboard: str
+    file_name: str
+    code: str
+    job_status: str | None
+    job_error: str | None
+    runs: list[Run]
+
+    @property
+    def gpu(self) -> str | None:
+        return self.runs[0].gpu if self.runs else None
+
+    @property
+    def run_mode(self) -> str | None:
+        """The mode it was submitted in, as far as its runs tell."""
+        modes = [run.mode for run in self.runs]
+        return "leaderboard" if "leaderboard" in modes else (modes[0] if modes else None)
+
+    def score_s(self, secret: bool) -> float | None:
+        return next((run.score_s for run in self.runs
+                     if run.mode == "leaderboard" and run.secret == secret and run.score_s is not None), None)
+
+    @property
+    def cases(self) -> list[dict]:
+        """The cases worth logging: the benchmark cases when there are any, else the tests."""
+        for kind in ("benchmarks", "tests"):
+            for run in self.runs:
+                if getattr(run, kind):
+                    return getattr(run, kind)
+        return []
+
+    def failures(self, mode: str) -> list[str]:
+        """Why the requested runs did not all pass; empty when they did."""
+        problems = []
+        if self.job_status not in (None, "succeeded"):
+            problems.append(f"job {self.job_status}" + (f": {self.job_error}" if self.job_error else ""))
+        if not self.runs:
+            problems.append("no runs were stored (the runner itself failed)")
+        problems += [f"{run.label} run on {run.gpu} did not pass" for run in self.runs if not run.passed]
+        required = {(mode, False), (mode, True)} if mode == "leaderboard" else {(mode, False)}
+        stored = {(run.mode, run.secret) for run in self.runs}
+        if self.runs:
+            problems += [f"no {run_label(m, s)} run was stored" for m, s in sorted(required - stored)]
+        return problems
+
+
+def parse_submission(data: dict) -> Outcome:
+    runs = []
+    for raw in data.get("runs") or []:
+        result = raw.get("result") if isinstance(raw.get("result"), dict) else {}
+        runs.append(Run(mode=str(raw.get("mode")), secret=bool(raw.get("secret")),
+                        gpu=str(raw.get("runner") or "?"), passed=bool(raw.get("passed")),
+                        score_s=number(raw.get("score")),
+                        tests=parse_cases(result, "test"), benchmarks=parse_cases(result, "benchmark")))
+    job = data.get("job") or {}
+    return Outcome(submission_id=data.get("id"), leaderboard=str(data.get("leaderboard_name") or "?"),
+                   file_name=str(data.get("file_name") or "?"), code=str(data.get("code") or ""),
+                   job_status=job.get("status"), job_error=job.get("error"), runs=runs)
+
+
+def format_score(score_s: float | None) -> str:
+    return "-" if score_s is None else f"{score_s * 1e6:.3f} µs ({score_s:.9f} s)"
+
+
+def render_outcome(outcome: Outcome) -> str:
+    """Runs, the per-case table of each run with results, geomean and ranked scores."""
+    title = f"submission {outcome.submission_id}: {outcome.leaderboard}, {outcome.file_name}"
+    lines = [f"{title}, job {outcome.job_status or 'done'}"
+             + (f" ({outcome.job_error})" if outcome.job_error else "")]
+    if outcome.runs:
+        lines += ["", render_table(["run", "gpu", "passed", "score µs"],
+                                   [[r.label, r.gpu, "yes" if r.passed else "no",
+                                     None if r.score_s is None else fmt_us(r.score_s * 1e6)]
+                                    for r in outcome.runs], right_align={3})]
+    for run in outcome.runs:
+        for kind, cases in (("tests", run.tests), ("benchmarks", run.benchmarks)):
+            if cases:
+                passed = sum(c["status"] == "pass" for c in cases)
+                lines += ["", f"{run.label} on {run.gpu}: {passed}/{len(cases)} {kind} passed",
+                          render_cases(cases)]
+                if kind == "benchmarks":
+                    lines.append(f"geomean: {fmt_us(geomean_us(cases))} µs")
+    for secret in (False, True):
+        score = outcome.score_s(secret)
+        if score is not None:
+            lines.append(f"ranked score ({'secret' if secret else 'public'}): {format_score(score)}")
+    return "\n".join(lines)
+
+
+def describe_progress(submission: dict) -> str:
+    """'submission 7: pending; B200 queue: 3 queued, 2 runners available'."""
+    status = (submission.get("job") or {}).get("status") or ("done" if submission.get("done") else "waiting")
+    line = f"submission {submission.get('id')}: {status}"
+    queue = submission.get("runner_queue") or {}
+    parts = [f"{queue[key]} {label}" for key, label in
+             (("queued_jobs", "queued"), ("running_jobs", "running"), ("available_runners", "runners available"))
+             if queue.get(key) is not None]
+    return f"{line}; {queue.get('gpu') or 'runner'} queue: {', '.join(parts)}" if parts else line
+
+
+# -- listings --------------------------------------------------------------------------------
+
+def _us_from_s(score) -> str | None:
+    seconds = number(score)
+    return None if seconds is None else fmt_us(seconds * 1e6)
+
+
+def render_leaderboards(boards: list[dict]) -> str:
+    rows = [[b.get("name"), ", ".join(b.get("gpu_types") or []), str(b.get("deadline") or "")[:10] or None,
+             _clip(str(b.get("description") or "").strip().split("\n")[0], 60)]
+            for b in sorted(boards, key=lambda b: str(b.get("name")))]
+    return render_table(["leaderboard", "gpus", "deadline", "description"], rows)
+
+
+def render_submission_list(submissions: list[dict]) -> str:
+    """One row per submission, with its best ranked score (µs) where it has one."""
+    rows = []
+    for sub in submissions:
+        scored = [run for run in sub.get("runs") or [] if number(run.get("score")) is not None]
+        best = min(scored, key=lambda run: number(run["score"]), default={})
+        rows.append([sub.get("id"), sub.get("leaderboard_name"), sub.get("file_name"),
+                     str(sub.get("submission_time") or "")[:19] or None,
+                     "done" if sub.get("done") else "running", best.get("gpu_type"), _us_from_s(best.get("score"))])
+    return render_table(["id", "leaderboard", "file", "submitted", "status", "gpu", "best µs"], rows,
+                        right_align={0, 6})
+
+
+def render_ranking(entries: list[dict], me: str | None = None, limit: int = 20) -> str:
+    """The top of the ranking (µs), the user's row wherever it is, rank and gap to first."""
+    entries = sorted(entries, key=lambda e: (number(e.get("rank")) or math.inf, number(e.get("submission_score")) or math.inf))
+    mine = next((e for e in entries if me is not None and str(e.get("user_id")) == me), None)
+    shown = entries[:limit] + ([mine] if mine is not None and mine not in entries[:limit] else [])
+    rows = [[e.get("rank"), e.get("user_name"), _us_from_s(e.get("submission_score")), e.get("submission_id"),
+             str(e.get("submission_time") or "")[:19] or None, "<- you" if e is mine else ""] for e in shown]
+    lines = [render_table(["rank", "user", "score µs", "submission", "submitted", ""], rows, right_align={0, 2, 3})]
+    if len(entries) > len(shown):
+        lines.append(f"({len(entries) - len(shown)} more not shown)")
+    if me is not None:
+        lines.append(_my_standing(entries, mine))
+    return "\n".join(lines)
+
+
+def _my_standing(entries: list[dict], mine: dict | None) -> str:
+    if mine is None:
+        return "you: not on this ranking"
+    score, first = number(mine.get("submission_score")), number(entries[0].get("submission_score"))
+    where = f"you: rank {mine.get('rank')} of {len(entries)}, {_us_from_s(score)} µs"
+    if mine is entries[0]:
+        runner_up = number(entries[1].get("submission_score")) if len(entries) > 1 else None
+        return where + ("" if runner_up is None else f", {fmt_us((runner_up - score) * 1e6)} µs ahead of second")
+    if score is None or first is None:
+        return where
+    return where + f", {fmt_us((score - first) * 1e6)} µs behind first ({(score / first - 1) * 100:+.1f}%)"
+
+
+# -- evidence on disk ------------------------------------------------------------------------
+
+def log_dir() -> Path:
+    """logs/ of the toolkit, or POPKIT_LOG_DIR when set."""
+    return Path(os.environ.get("POPKIT_LOG_DIR") or DEFAULT_LOG.parent)
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path
+
+
+def save_raw(raw: bytes, name: str, directory: Path | None = None) -> Path:
+    """The server's reply as it came, under logs/leaderboard/ unless told otherwise."""
+    return write_atomic((directory or log_dir() / "leaderboard") / name, raw)
+
+
+def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path | None = None) -> dict:
+    """Append the submission's per-case numbers to the evidence log; the record."""
+    log_path = Path(log_path or log_dir() / "performance.jsonl")
+    cases = outcome.cases
+    record = new_record(
+        outcome.leaderboard, "leaderboard", gpu=outcome.gpu, cases=cases, geomean_us=geomean_us(cases),
+        submission_sha256=hashlib.sha256(outcome.code.encode()).hexdigest() if outcome.code else None,
+        submission_id=outcome.submission_id, run_mode=run_mode, job_status=outcome.job_status,
+        public_score_s=outcome.score_s(False), secret_score_s=outcome.score_s(True),
+        raw_result=os.path.relpath(raw_path, log_path.parent.parent))
+    append_record(record, log_path)
+    return record
+
+
+# -- profile runs (event stream) -------------------------------------------------------------
+
+@dataclass
+class ProfileRun:
+    label: str
+    passed: bool
+    cases: list[dict]
+    files: list[Path]
+
+
+def save_profile(raw: str, directory: Path) -> list[ProfileRun]:
+    """Save a profile result (raw JSON first), its reports and trace archives; one entry per run."""
+    write_atomic(directory / "result.json", raw.encode())
+    try:
+        data = json.loads(raw)
+    except ValueError:
+        raise PopkitError(f"the profile result is not JSON (saved as {directory / 'result.json'})") from None
+    for i, report in enumerate(data.get("reports") or []):
+        write_atomic(directory / f"report{i}.md", str(report).encode())
+    runs = []
+    for i, full in enumerate(data.get("results") or []):
+        for key, entry in (full.get("runs") or {}).items():
+            if key.startswith("profile"):
+                runs.append(_save_profile_run(f"result{i}_{key}", full, entry, directory))
+    return runs
+
+
+def _save_profile_run(name: str, full: dict, entry: dict, directory: Path) -> ProfileRun:
+    run = entry.get("run") or {}
+    result = run.get("result") or {}
+    files = []
+    reports = [value for key, value in sorted(result.items()) if key.endswith(".report")]
+    if reports:
+        files.append(write_atomic(directory / f"{name}_report.txt",
+                                  "\n".join(_b64_text(r) for r in reports).encode()))
+    trace = (entry.get("profile") or {}).get("trace")
+    if trace:
+        try:
+            archive = base64.b64decode(trace)
+        except binascii.Error:
+            raise PopkitError(f"{name}: the trace archive is not base64 "
+                              f"(the raw result is in {directory / 'result.json'})") from None
+        files.append(write_atomic(directory / f"{name}.zip", archive))
+    passed = bool(full.get("success")) and bool(run.get("passed"))
+    return ProfileRun(name, passed, parse_cases(result, "benchmark"), files)
+
+
+def _b64_text(value: str) -> str:
+    try:
+        return base64.b64decode(value).decode("utf-8", errors="replace")
+    except (binascii.Error, ValueError):
+        return value
+
+
+def render_profile(runs: list[ProfileRun]) -> str:
+    if not runs:
+        return "no profile runs in the result"
+    lines = []
+    for run in runs:
+        lines += [f"{run.label}: {'passed' if run.passed else 'FAILED'}", render_cases(run.cases)]
+        lines += [f"saved {path}" for path in run.files]
+        lines.append("")
+    return "\n".join(lines).rstrip()

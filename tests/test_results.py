@@ -1,0 +1,187 @@
+"""popcorn.results: flat result dicts -> per-case records, tables, verdicts and evidence logs."""
+import base64
+import json
+import math
+
+import pytest
+
+from popcorn import results
+from popcorn.errors import PopkitError
+from popcorn.logs import read_records
+
+BENCH = {
+    "benchmark-count": "2",
+    "benchmark.0.spec": "batch: 20; n: 32; cond: 1; seed: 43214",
+    "benchmark.0.runs": "200", "benchmark.0.mean": "48211.7", "benchmark.0.std": "903.1",
+    "benchmark.0.err": "63.9", "benchmark.0.best": "47105.0", "benchmark.0.worst": "55012.0",
+    "benchmark.1.spec": "batch: 640; n: 512; cond: 2; seed: 1029; case: mixed",
+    "benchmark.1.runs": "57", "benchmark.1.mean": "1234500", "benchmark.1.err": "1200",
+    "benchmark.1.best": "1220000", "benchmark.1.worst": "1300000",
+    "check": "pass",
+}
+TESTS_ONE_FAILING = {
+    "test-count": "3",
+    "test.0.spec": "batch: 2; n: 8; cond: 1; seed: 1", "test.0.status": "pass",
+    "test.1.spec": "batch: 2; n: 64; cond: 3; seed: 2", "test.1.status": "fail",
+    "test.1.error": "orthogonality residual 310.2 > 100",
+    "test.2.spec": "size: weird", "test.2.status": "pass",
+    "check": "fail",
+}
+
+
+def run(mode, passed=True, secret=False, score=None, result=None, runner="B200"):
+    return {"mode": mode, "secret": secret, "runner": runner, "passed": passed, "score": score,
+            "result": result}
+
+
+def submission(runs, status="succeeded", error=None, code="import torch\n"):
+    return {"id": 7, "leaderboard_name": "qr_v2", "file_name": "submission.py", "user_id": "42",
+            "done": True, "code": code, "runs": runs, "job": {"status": status, "error": error}}
+
+
+def test_benchmark_cases_are_in_microseconds_with_parsed_specs():
+    cases = results.parse_cases(BENCH, "benchmark")
+    assert [c["status"] for c in cases] == ["pass", "pass"]
+    first = cases[0]
+    assert first["spec"] == {"batch": 20, "n": 32, "cond": 1, "seed": 43214, "case": "dense"}
+    assert first["mean_us"] == pytest.approx(48.2117)
+    assert (first["err_us"], first["best_us"], first["worst_us"]) == pytest.approx((0.0639, 47.105, 55.012))
+    assert first["runs"] == 200 and first["error"] is None
+    assert first["baseline_us"] is None and first["residuals"] == {}
+    assert cases[1]["spec"]["case"] == "mixed" and cases[1]["mean_us"] == pytest.approx(1234.5)
+
+
+def test_test_cases_keep_failures_and_unparseable_specs():
+    cases = results.parse_cases(TESTS_ONE_FAILING, "test")
+    assert [c["status"] for c in cases] == ["pass", "fail", "pass"]
+    assert cases[1]["error"] == "orthogonality residual 310.2 > 100"
+    assert cases[2]["spec"] == {"raw": "size: weird"}
+    assert all(c["mean_us"] is None for c in cases)
+
+
+def test_cases_the_harness_never_reported_count_as_failures():
+    # leaderboard mode stops at the first failing benchmark: later cases have no lines
+    result = {"benchmark-count": "3", "benchmark.0.spec": "batch: 1; n: 8; cond: 1; seed: 1",
+              "benchmark.0.mean": "1000", "benchmark.1.spec": "batch: 1; n: 9; cond: 1; seed: 1",
+              "benchmark.1.status": "fail", "benchmark.1.error": "mismatch", "check": "fail"}
+    cases = results.parse_cases(result, "benchmark")
+    assert [(c["status"], c["error"]) for c in cases] == [
+        ("pass", None), ("fail", "mismatch"), ("fail", "no result reported")]
+    assert results.geomean_us(cases) is None
+
+
+def test_geomean():
+    assert results.geomean_us(results.parse_cases(BENCH, "benchmark")) == pytest.approx(
+        math.sqrt(48.2117 * 1234.5))
+    assert results.geomean_us([]) is None
+
+
+def test_render_cases_shows_every_case():
+    table = results.render_cases(results.parse_cases(BENCH, "benchmark") + results.parse_cases(
+        TESTS_ONE_FAILING, "test"))
+    assert "20x32 dense c1" in table and "640x512 mixed c2" in table
+    assert "48.2" in table and "1,234" in table and "orthogonality residual" in table
+    assert "mean µs" in table.splitlines()[0]
+
+
+def test_scores_come_from_the_leaderboard_runs_as_numbers():
+    outcome = results.parse_submission(submission([
+        run("test"), run("benchmark", result=BENCH), run("leaderboard", score="0.000144590"),
+        run("test", secret=True), run("benchmark", secret=True),
+        run("leaderboard", secret=True, score=0.00015)]))
+    assert outcome.score_s(False) == pytest.approx(0.00014459)
+    assert outcome.score_s(True) == pytest.approx(0.00015)
+    assert outcome.run_mode == "leaderboard" and outcome.gpu == "B200"
+    assert outcome.cases[0]["mean_us"] == pytest.approx(48.2117)
+    assert outcome.failures("leaderboard") == []
+    text = results.render_outcome(outcome)
+    assert "ranked score (public): 144.590 µs" in text and "ranked score (secret): 150.000 µs" in text
+    assert "geomean: " in text
+
+
+@pytest.mark.parametrize("runs, status, error, mode, expected", [
+    ([run("test", passed=False, result=TESTS_ONE_FAILING)], "succeeded", None, "test",
+     ["test run on B200 did not pass"]),
+    ([run("test"), run("benchmark"), run("leaderboard", score="1e-4")], "failed",
+     "secret validation failed on B200", "leaderboard",
+     ["job failed: secret validation failed on B200", "no leaderboard (secret) run was stored"]),
+    ([], "succeeded", None, "benchmark", ["no runs were stored (the runner itself failed)"]),
+    ([run("test")], "succeeded", None, "benchmark", ["no benchmark run was stored"]),
+    ([run("benchmark", result=BENCH)], "hacked", None, "benchmark", ["job hacked"]),
+    ([], "timed_out", None, "test", ["job timed_out", "no runs were stored (the runner itself failed)"]),
+])
+def test_failures_name_every_reason(runs, status, error, mode, expected):
+    assert results.parse_submission(submission(runs, status, error)).failures(mode) == expected
+
+
+def test_logged_record_follows_the_evidence_contract(tmp_path):
+    outcome = results.parse_submission(submission([run("benchmark", result=BENCH)]))
+    raw_path = results.save_raw(b'{"id": 7}', "7.json", tmp_path / "logs" / "leaderboard")
+    log = tmp_path / "logs" / "performance.jsonl"
+    results.log_outcome(outcome, "benchmark", raw_path, log)
+    [record], problems = read_records(log)
+    assert problems == []
+    assert record["problem"] == "qr_v2" and record["mode"] == "leaderboard" and record["gpu"] == "B200"
+    assert record["run_mode"] == "benchmark" and record["submission_id"] == 7
+    assert record["raw_result"] == "logs/leaderboard/7.json"
+    assert record["public_score_s"] is None and record["secret_score_s"] is None
+    assert record["geomean_us"] == pytest.approx(math.sqrt(48.2117 * 1234.5))
+    assert len(record["submission_sha256"]) == 64
+    assert [c["spec"]["n"] for c in record["cases"]] == [32, 512]
+
+
+def test_save_raw_replaces_atomically(tmp_path):
+    path = results.save_raw(b"old", "7.json", tmp_path)
+    results.save_raw(b"new", "7.json", tmp_path)
+    assert path.read_bytes() == b"new" and [p.name for p in tmp_path.iterdir()] == ["7.json"]
+
+
+def test_progress_line_shows_status_and_queue():
+    line = results.describe_progress({"id": 7, "job": {"status": "pending"}, "runner_queue": {
+        "gpu": "B200", "queued_jobs": 3, "running_jobs": None, "available_runners": 2}})
+    assert line == "submission 7: pending; B200 queue: 3 queued, 2 runners available"
+
+
+RANKING = [
+    {"rank": 1, "user_name": "ada", "user_id": "1", "submission_id": 11, "submission_score": 0.0001},
+    {"rank": 2, "user_name": "me", "user_id": "42", "submission_id": 12, "submission_score": 0.000125},
+    {"rank": 3, "user_name": "bob", "user_id": "3", "submission_id": 13, "submission_score": 0.0002},
+]
+
+
+def test_ranking_shows_my_rank_and_gap_to_first():
+    text = results.render_ranking(RANKING, me="42")
+    assert "you: rank 2 of 3, 125.0 µs, 25.0 µs behind first (+25.0%)" in text
+    assert "<- you" in [line for line in text.splitlines() if "me" in line.split()][0]
+
+
+def test_ranking_beyond_the_limit_still_shows_my_row():
+    text = results.render_ranking(RANKING, me="3", limit=1)
+    assert "ada" in text and "bob" in text and "me " not in text
+    assert "(1 more not shown)" in text and "you: rank 3 of 3" in text
+
+
+def test_ranking_first_place_shows_the_lead():
+    assert "you: rank 1 of 3, 100.0 µs, 25.0 µs ahead of second" in results.render_ranking(RANKING, me="1")
+    assert "you: not on this ranking" in results.render_ranking(RANKING, me="99")
+
+
+def test_profile_result_saves_report_and_trace(tmp_path):
+    report = base64.b64encode(b"ncu: 12 kernels").decode()
+    raw = json.dumps({"status": "success", "reports": ["**B200 on Modal**"], "results": [{
+        "success": True, "runs": {"profile.0": {
+            "run": {"passed": True, "result": {**BENCH, "benchmark-count": "1", "benchmark.0.report": report}},
+            "profile": {"profiler": "Nsight-Compute", "trace": base64.b64encode(b"PK zip").decode()}}}}]})
+    [profile] = results.save_profile(raw, tmp_path / "p")
+    assert profile.passed and profile.label == "result0_profile.0" and len(profile.cases) == 1
+    assert (tmp_path / "p" / "result.json").read_text() == raw
+    assert (tmp_path / "p" / "result0_profile.0.zip").read_bytes() == b"PK zip"
+    assert (tmp_path / "p" / "result0_profile.0_report.txt").read_text() == "ncu: 12 kernels"
+    assert (tmp_path / "p" / "report0.md").read_text() == "**B200 on Modal**"
+    assert "saved" in results.render_profile([profile])
+
+
+def test_profile_result_that_is_not_json_is_kept(tmp_path):
+    with pytest.raises(PopkitError, match="not JSON"):
+        results.save_profile("{oops", tmp_path)
+    assert (tmp_path / "result.json").read_text() == "{oops"
