@@ -1,0 +1,362 @@
+"""The KernelBot leaderboard API over HTTP (protocol: ../shared/docs/popcorn-api.md).
+
+Configuration follows the official popcorn CLI: the server comes from
+POPCORN_API_URL, the user's id (`cli_id`) from ~/.popcorn.yaml, and the id goes
+out as the X-Popcorn-Cli-Id header on every call. Every failure becomes one
+PopkitError line, and no message ever contains the id. Idempotent GETs retry
+with backoff; a submission POST is never retried.
+"""
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from pathlib import Path
+from time import monotonic, sleep
+from typing import Any, Callable
+from urllib.parse import quote, urlencode
+
+import requests
+import yaml
+
+from popcorn import sse
+from popcorn.errors import PopkitError
+
+DEFAULT_API_URL = "https://site--bot--dxfjds728w5v.code.run"
+ID_HEADER = "X-Popcorn-Cli-Id"
+MODES = ("test", "benchmark", "leaderboard", "profile")
+TERMINAL_JOB_STATES = ("succeeded", "failed", "timed_out", "hacked")
+RETRY_STATUSES = (502, 503, 504)
+REGISTER_HINT = "run `popkit register discord` (or `github`) and finish the login in the browser"
+
+# The official CLI's OAuth apps; both redirect to the hosted server, which marks the id valid.
+OAUTH = {
+    "discord": ("https://discord.com/oauth2/authorize",
+                {"client_id": "1361364685491802243", "response_type": "code", "scope": "identify"}),
+    "github": ("https://github.com/login/oauth/authorize", {"client_id": "Ov23lieFd2onYk4OnKIR"}),
+}
+
+# Labels of the HTTP errors a user can meet; 401 and 5xx are handled apart.
+ERROR_LABELS = {
+    400: "rejected by the server",
+    403: "not allowed",
+    404: "not found",
+    413: "file too large for the server",
+    422: "the server could not read the request",
+    429: "rate limited",
+}
+WRAPPED = re.compile(r"failed to prepare submission request: (\d{3}): (.*)", re.DOTALL)
+RETRY_IN = re.compile(r"try again in (\d+)\s*s", re.IGNORECASE)
+ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+
+
+class NetworkError(PopkitError):
+    """No usable reply: the server was unreachable, too slow, or the connection broke."""
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+def api_url() -> str:
+    return (os.environ.get("POPCORN_API_URL") or DEFAULT_API_URL).rstrip("/")
+
+
+def config_path() -> Path:
+    return Path.home() / ".popcorn.yaml"
+
+
+def read_config(path: Path) -> dict:
+    """The YAML config as a dict; {} when the file is missing."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise PopkitError(f"cannot read {path}: {exc.strerror}") from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        # The parser's own message quotes the line, which would show the id.
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark else ""
+        raise PopkitError(f"{path} is not valid YAML{where}: fix it or {REGISTER_HINT}") from None
+    return config if isinstance(config, dict) else {}
+
+
+def load_cli_id(path: Path | None = None) -> str:
+    path = path or config_path()
+    cli_id = read_config(path).get("cli_id")
+    if not cli_id:
+        raise PopkitError(f"no cli_id in {path}: {REGISTER_HINT}")
+    return str(cli_id)
+
+
+def save_cli_id(cli_id: str, path: Path | None = None) -> Path:
+    """Store the id (other keys kept), readable by the owner only, replaced atomically."""
+    path = path or config_path()
+    try:
+        config = read_config(path)
+    except PopkitError:
+        config = {}
+    config["cli_id"] = cli_id
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        yaml.safe_dump(config, handle)
+    os.chmod(tmp, 0o600)
+    os.replace(tmp, path)
+    return path
+
+
+def authorize_url(provider: str, cli_id: str, reset: bool = False) -> str:
+    """The provider's login page; its state carries the id for the server's callback."""
+    state = json.dumps({"cli_id": cli_id, "is_reset": reset}, separators=(",", ":"))
+    base, params = OAUTH[provider]
+    params = {**params, "redirect_uri": f"{DEFAULT_API_URL}/auth/cli/{provider}",
+              "state": base64.urlsafe_b64encode(state.encode()).decode().rstrip("=")}
+    return f"{base}?{urlencode(params)}"
+
+
+# -- error replies ---------------------------------------------------------------------------
+
+def error_detail(response: requests.Response) -> str:
+    """The server's explanation: `detail` (a string or a validation list), `message`, or the text."""
+    try:
+        body = response.json()
+    except ValueError:
+        body = None
+    if isinstance(body, dict):
+        detail = body.get("detail", body.get("message"))
+        if isinstance(detail, list):
+            return "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}"
+                             for item in detail if isinstance(item, dict))
+        if detail is not None:
+            return str(detail)
+    text = " ".join(response.text.split())
+    return text[:300] or response.reason or "no details"
+
+
+def format_wait(seconds: int) -> str:
+    minutes, seconds = divmod(seconds, 60)
+    hours, minutes = divmod(minutes, 60)
+    parts = [f"{hours} h" if hours else "", f"{minutes} min" if minutes else "",
+             f"{seconds} s" if seconds or not (hours or minutes) else ""]
+    return " ".join(p for p in parts if p)
+
+
+def error_message(response: requests.Response) -> str:
+    """One line for an HTTP error reply, naming the status and what to do where it is clear."""
+    status, detail = response.status_code, error_detail(response)
+    if status == 401:
+        return f"the server does not accept your cli_id (401: {detail}): {REGISTER_HINT}"
+    label = ERROR_LABELS.get(status) or ("server error" if status >= 500 else "unexpected reply")
+    wrapped = WRAPPED.match(detail) if status == 400 else None
+    if wrapped:
+        return f"{label} (400, inner {wrapped[1]}): {wrapped[2]}"
+    message = f"{label} ({status}): {detail}"
+    wait_s = retry_after_s(response, detail) if status == 429 else None
+    return message if wait_s is None else f"{message} (wait {format_wait(wait_s)})"
+
+
+def retry_after_s(response: requests.Response, detail: str) -> int | None:
+    """The wait a 429 asks for: 'Try again in 3541s' in the detail, else a Retry-After header."""
+    found = RETRY_IN.search(detail)
+    if found:
+        return int(found[1])
+    header = response.headers.get("Retry-After", "")
+    return int(header) if header.isdigit() else None
+
+
+def network_reason(exc: requests.RequestException) -> str:
+    """'Connection refused' rather than urllib3's nested repr."""
+    found = ERRNO.search(str(exc))
+    return found[1].strip() if found else type(exc).__name__
+
+
+def decode_json(response: requests.Response, what: str, expect: type = object) -> Any:
+    try:
+        value = response.json()
+    except ValueError:
+        snippet = " ".join(response.text.split())[:80]
+        raise PopkitError(f"the reply to {what} is not JSON: {snippet!r}") from None
+    if not isinstance(value, expect):
+        raise PopkitError(f"the reply to {what} is not a JSON {expect.__name__}")
+    return value
+
+
+# -- submissions' progress -------------------------------------------------------------------
+
+def job_status(submission: dict) -> str | None:
+    return (submission.get("job") or {}).get("status")
+
+
+def is_finished(submission: dict) -> bool:
+    """A terminal job status; `done` alone is set before the final status is written."""
+    status = job_status(submission)
+    return status in TERMINAL_JOB_STATES if status else bool(submission.get("done"))
+
+
+# -- the client ------------------------------------------------------------------------------
+
+class Client:
+    """Calls on one server as one user; per-call timeouts follow the official CLI."""
+
+    def __init__(self, base_url: str | None = None, cli_id: str | None = None, *,
+                 retries: int = 3, backoff_s: float = 1.0, timeout_s: float | None = None):
+        self.base_url = (base_url or api_url()).rstrip("/")
+        self.session = requests.Session()
+        if cli_id:
+            self.session.headers[ID_HEADER] = cli_id
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.timeout_s = timeout_s  # overrides every per-call timeout when set
+
+    @classmethod
+    def from_config(cls, require_id: bool = True, **kwargs) -> "Client":
+        """A client for POPCORN_API_URL; the id is optional for the public listings."""
+        if require_id:
+            cli_id = load_cli_id()
+        else:
+            try:
+                cli_id = load_cli_id()
+            except PopkitError:
+                cli_id = None
+        return cls(cli_id=cli_id, **kwargs)
+
+    @property
+    def has_id(self) -> bool:
+        return ID_HEADER in self.session.headers
+
+    def _send(self, method: str, path: str, *, timeout: float, retry: bool = False,
+              **kwargs) -> requests.Response:
+        """One request (GETs: several, with backoff); an error reply raises PopkitError."""
+        timeout = self.timeout_s or timeout
+        attempts = 1 + (self.retries if retry else 0)
+        for attempt in range(attempts):
+            if attempt:
+                sleep(self.backoff_s * 2 ** (attempt - 1))
+            try:
+                response = self.session.request(method, self.base_url + path, timeout=timeout, **kwargs)
+            except requests.Timeout:
+                failure = NetworkError(f"no reply from {self.base_url} within {timeout:g} s ({method} {path})")
+                continue
+            except requests.RequestException as exc:
+                failure = NetworkError(f"cannot reach {self.base_url} ({method} {path}): {network_reason(exc)}")
+                continue
+            if response.ok:
+                return response
+            failure = PopkitError(error_message(response))
+            if response.status_code not in RETRY_STATUSES:
+                break
+        raise failure
+
+    def _get(self, path: str, timeout: float, expect: type = object, **params) -> Any:
+        response = self._send("GET", path, timeout=timeout, retry=True, params=params or None)
+        return decode_json(response, f"GET {path}", expect)
+
+    # listings
+
+    def leaderboards(self) -> list[dict]:
+        return self._get("/leaderboards", 30, list)
+
+    def gpus(self, leaderboard: str) -> list[str]:
+        return self._get(f"/gpus/{quote(leaderboard, safe='')}", 120, list)
+
+    def ranking(self, leaderboard: str, gpu: str) -> list[dict]:
+        """Each user's best public score on that GPU (scores in seconds), best first."""
+        return self._get(f"/submissions/{quote(leaderboard, safe='')}/{quote(gpu, safe='')}", 30, list)
+
+    # the user's submissions
+
+    def user_submissions(self, leaderboard: str | None = None, limit: int = 50, offset: int = 0) -> list[dict]:
+        params = {"limit": limit, "offset": offset}
+        if leaderboard:
+            params["leaderboard"] = leaderboard
+        return self._get("/user/submissions", 30, list, **params)
+
+    def submission(self, submission_id: int) -> dict:
+        return self._get(f"/user/submissions/{int(submission_id)}", 30, dict)
+
+    def delete_submission(self, submission_id: int) -> dict:
+        path = f"/user/submissions/{int(submission_id)}"
+        return decode_json(self._send("DELETE", path, timeout=30), f"DELETE {path}", dict)
+
+    def wait(self, submission_id: int, *, interval_s: float = 5.0, limit_s: float = 3600.0,
+             on_poll: Callable[[float, dict], None] | None = None) -> tuple[dict, bytes]:
+        """Poll until the job is terminal; the last reply, parsed and as raw bytes."""
+        path = f"/user/submissions/{int(submission_id)}"
+        start = monotonic()
+        while True:
+            response = self._send("GET", path, timeout=30, retry=True)
+            submission = decode_json(response, f"GET {path}", dict)
+            elapsed = monotonic() - start
+            if on_poll:
+                on_poll(elapsed, submission)
+            if is_finished(submission):
+                return submission, response.content
+            if elapsed >= limit_s:
+                raise PopkitError(f"submission {submission_id} is not finished after {limit_s / 60:g} min")
+            sleep(interval_s)
+
+    # uploads
+
+    def submit(self, leaderboard: str, gpu: str, mode: str, path: Path) -> dict:
+        """Upload for a background run (never retried); the 202 reply with details.id."""
+        url_path = f"/submission/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/{mode.lower()}"
+        try:
+            response = self._send("POST", url_path, timeout=60, files=self._file_part(path))
+        except NetworkError as exc:
+            raise NetworkError(f"{exc}; the upload may still have been accepted: "
+                               f"see `popkit submissions list --leaderboard {leaderboard}`") from None
+        accepted = decode_json(response, f"POST {url_path}", dict)
+        if not isinstance((accepted.get("details") or {}).get("id"), int):
+            raise PopkitError(f"the reply to POST {url_path} has no submission id")
+        return accepted
+
+    def submit_profile(self, leaderboard: str, gpu: str, path: Path,
+                       on_status: Callable[[dict], None] | None = None) -> str:
+        """Profile over the event stream; the raw JSON text of its `result` event."""
+        url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
+        response = self._send("POST", url_path, timeout=120, stream=True, files=self._file_part(path))
+        with response:
+            try:
+                for event in sse.iter_events(response.iter_content(chunk_size=None)):
+                    if event.name == "result":
+                        return event.data
+                    if event.name == "error":
+                        raise PopkitError(f"profile run failed: {stream_error(event.data)}")
+                    if event.name == "status" and on_status:
+                        on_status(loads_or_text(event.data))
+            except requests.RequestException as exc:
+                raise NetworkError(f"the event stream from {self.base_url} broke off: "
+                                   f"{network_reason(exc)}") from None
+        raise PopkitError("the event stream ended without a result")
+
+    @staticmethod
+    def _file_part(path: Path) -> dict:
+        return {"file": (path.name, path.read_bytes())}
+
+    # registration
+
+    def auth_init(self, provider: str) -> str:
+        """A fresh id from the server, valid once the user logs in at the provider."""
+        state = self._get("/auth/init", 30, dict, provider=provider).get("state")
+        if not state:
+            raise PopkitError("the reply to GET /auth/init has no state")
+        return str(state)
+
+
+def loads_or_text(data: str) -> dict:
+    """An event's JSON object, or {'status': text} when it is not one."""
+    try:
+        value = json.loads(data)
+    except ValueError:
+        return {"status": data}
+    return value if isinstance(value, dict) else {"status": data}
+
+
+def stream_error(data: str) -> str:
+    """'(400) why' from an `error` event's data."""
+    error = loads_or_text(data)
+    detail = error.get("detail") or error.get("status")
+    return f"({error['status_code']}) {detail}" if error.get("status_code") else str(detail)

@@ -1,0 +1,314 @@
+"""popcorn.api and popcorn.sse against a local server (pytest-httpserver on 127.0.0.1)."""
+import base64
+import json
+import os
+import stat
+import time
+
+import pytest
+from werkzeug import Response
+
+from popcorn import api, sse
+from popcorn.errors import PopkitError
+
+CLI_ID = "c0ffee00-1d-never-print-me"
+
+
+@pytest.fixture(scope="session")
+def httpserver_listen_address():
+    return ("127.0.0.1", 0)
+
+
+@pytest.fixture
+def client(httpserver):
+    return api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.0)
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """Record the client's pauses (backoff, polling) instead of sleeping."""
+    pauses = []
+    monkeypatch.setattr(api, "sleep", pauses.append)
+    return pauses
+
+
+def replies(*bodies):
+    """A handler answering each (status, body) in turn, then the last one again."""
+    queue = list(bodies)
+
+    def handler(request):
+        status, body = queue.pop(0) if len(queue) > 1 else queue[0]
+        text = body if isinstance(body, str) else json.dumps(body)
+        return Response(text, status=status, content_type="application/json")
+    return handler
+
+
+# -- configuration ---------------------------------------------------------------------------
+
+def test_missing_config_says_how_to_register(tmp_path):
+    with pytest.raises(PopkitError, match=r"no cli_id in .*\.popcorn\.yaml: run `popkit register discord`"):
+        api.load_cli_id(tmp_path / ".popcorn.yaml")
+
+
+def test_broken_yaml_is_reported_without_its_content(tmp_path):
+    path = tmp_path / ".popcorn.yaml"
+    path.write_text(f"cli_id: [{CLI_ID}\n")
+    with pytest.raises(PopkitError) as info:
+        api.load_cli_id(path)
+    assert "not valid YAML" in str(info.value) and CLI_ID not in str(info.value)
+
+
+def test_saved_id_is_private_and_keeps_other_keys(tmp_path):
+    path = tmp_path / ".popcorn.yaml"
+    path.write_text("cli_id: old\ntheme: dark\n")
+    api.save_cli_id(CLI_ID, path)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert api.read_config(path) == {"cli_id": CLI_ID, "theme": "dark"}
+    assert api.load_cli_id(path) == CLI_ID
+    assert [p.name for p in tmp_path.iterdir()] == [".popcorn.yaml"]
+
+
+def test_base_url_from_environment(monkeypatch):
+    monkeypatch.delenv("POPCORN_API_URL", raising=False)
+    assert api.api_url() == api.DEFAULT_API_URL
+    monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9/")
+    assert api.api_url() == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize("provider, host", [("discord", "discord.com"), ("github", "github.com")])
+def test_authorize_url_carries_the_id_in_its_state(provider, host):
+    url = api.authorize_url(provider, CLI_ID, reset=True)
+    assert url.startswith(f"https://{host}/") and "auth%2Fcli%2F" + provider in url
+    state = url.split("state=")[1].split("&")[0]
+    decoded = json.loads(base64.urlsafe_b64decode(state + "=" * (-len(state) % 4)))
+    assert decoded == {"cli_id": CLI_ID, "is_reset": True}
+
+
+# -- requests and replies --------------------------------------------------------------------
+
+def test_every_call_sends_the_id_header(httpserver, client):
+    httpserver.expect_request("/leaderboards", headers={api.ID_HEADER: CLI_ID}).respond_with_json([{"name": "qr_v2"}])
+    httpserver.expect_request("/gpus/qr_v2", headers={api.ID_HEADER: CLI_ID}).respond_with_json(["B200"])
+    assert client.leaderboards() == [{"name": "qr_v2"}]
+    assert client.gpus("qr_v2") == ["B200"]
+
+
+def test_list_submissions_passes_its_query(httpserver, client):
+    httpserver.expect_request("/user/submissions", query_string="limit=5&offset=0&leaderboard=qr_v2",
+                              ).respond_with_json([{"id": 3}])
+    assert client.user_submissions("qr_v2", limit=5) == [{"id": 3}]
+
+
+def test_submit_uploads_one_file_part_in_lowercase_path(httpserver, client, tmp_path):
+    source = tmp_path / "submission.py"
+    source.write_text("#!POPCORN leaderboard qr_v2\nprint(1)\n")
+    seen = {}
+
+    def accept(request):
+        seen["files"] = {k: (f.filename, f.read()) for k, f in request.files.items()}
+        seen["form"] = dict(request.form)
+        return Response(json.dumps({"details": {"id": 7, "job_status_id": 7}, "status": "accepted"}),
+                        status=202, content_type="application/json")
+    httpserver.expect_request("/submission/qr_v2/B200/benchmark", method="POST").respond_with_handler(accept)
+    assert client.submit("QR_V2", "B200", "Benchmark", source)["details"]["id"] == 7
+    assert seen == {"files": {"file": ("submission.py", source.read_bytes())}, "form": {}}
+
+
+@pytest.mark.parametrize("status, body, expected", [
+    (400, {"detail": "failed to prepare submission request: 413: Submission file is too large"},
+     "rejected by the server (400, inner 413): Submission file is too large"),
+    (400, {"detail": "Invalid submission mode value: 'x'"}, "rejected by the server (400): Invalid submission mode"),
+    (401, {"detail": "Invalid or unauthorized auth header"},
+     "does not accept your cli_id (401: Invalid or unauthorized auth header): run `popkit register discord`"),
+    (403, {"detail": "Leaderboard is closed"}, "not allowed (403): Leaderboard is closed"),
+    (404, {"detail": "Submission 9 not found"}, "not found (404): Submission 9 not found"),
+    (413, {"detail": "too big"}, "file too large for the server (413): too big"),
+    (422, {"detail": [{"loc": ["body", "file"], "msg": "Field required", "type": "missing"}]},
+     "could not read the request (422): body.file: Field required"),
+    (429, {"detail": "Rate limit exceeded: 3/2 test submissions per hour. Try again in 3541s."},
+     "rate limited (429): Rate limit exceeded: 3/2 test submissions per hour. Try again in 3541s. "
+     "(wait 59 min 1 s)"),
+    (500, {"message": "KernelBotError: boom"}, "server error (500): KernelBotError: boom"),
+    (503, "<html><body>Service   Unavailable</body></html>",
+     "server error (503): <html><body>Service Unavailable</body></html>"),
+])
+def test_error_replies_become_one_clear_line(httpserver, client, tmp_path, status, body, expected):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_handler(replies((status, body)))
+    with pytest.raises(PopkitError) as info:
+        client.submit("qr_v2", "B200", "test", source)
+    message = str(info.value)
+    assert expected in message and "\n" not in message and CLI_ID not in message
+    assert len(httpserver.log) == 1  # a submission is never retried
+
+
+def test_rate_limit_wait_can_come_from_retry_after(httpserver, client):
+    httpserver.expect_request("/leaderboards").respond_with_json({"detail": "slow down"}, status=429,
+                                                                  headers={"Retry-After": "90"})
+    with pytest.raises(PopkitError, match=r"rate limited \(429\): slow down \(wait 1 min 30 s\)"):
+        client.leaderboards()
+
+
+def test_gets_retry_gateway_errors_with_backoff(httpserver, sleeps):
+    client = api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.5)
+    httpserver.expect_request("/gpus/qr_v2").respond_with_handler(
+        replies((502, "bad gateway"), (503, {"detail": "busy"}), (200, ["B200"])))
+    assert client.gpus("qr_v2") == ["B200"]
+    assert sleeps == [0.5, 1.0] and len(httpserver.log) == 3
+
+
+def test_gets_give_up_after_their_retries(httpserver, client, sleeps):
+    httpserver.expect_request("/leaderboards").respond_with_handler(replies((504, {"detail": "gateway"})))
+    with pytest.raises(PopkitError, match=r"server error \(504\): gateway"):
+        client.leaderboards()
+    assert len(httpserver.log) == 1 + client.retries
+
+
+def test_deterministic_server_errors_are_not_retried(httpserver, client):
+    httpserver.expect_request("/gpus/nope").respond_with_json(
+        {"detail": "Error fetching GPU data: Leaderboard `nope` does not exist."}, status=500)
+    with pytest.raises(PopkitError, match="server error \\(500\\): Error fetching GPU data"):
+        client.gpus("nope")
+    assert len(httpserver.log) == 1
+
+
+def test_malformed_json_is_a_clear_error(httpserver, client):
+    httpserver.expect_request("/leaderboards").respond_with_data("{not json", content_type="application/json")
+    with pytest.raises(PopkitError, match=r"reply to GET /leaderboards is not JSON: '\{not json'"):
+        client.leaderboards()
+
+
+def test_wrong_json_shape_is_a_clear_error(httpserver, client):
+    httpserver.expect_request("/leaderboards").respond_with_json({"oops": 1})
+    with pytest.raises(PopkitError, match="not a JSON list"):
+        client.leaderboards()
+
+
+def test_slow_reply_within_the_timeout_is_fine(httpserver):
+    def slow(request):
+        time.sleep(0.3)
+        return Response('["B200"]', content_type="application/json")
+    httpserver.expect_request("/gpus/qr_v2").respond_with_handler(slow)
+    assert api.Client(httpserver.url_for("/"), timeout_s=5).gpus("qr_v2") == ["B200"]
+
+
+def test_reply_slower_than_the_timeout_fails_after_retries(httpserver, sleeps):
+    def slow(request):
+        time.sleep(0.5)
+        return Response("[]", content_type="application/json")
+    httpserver.expect_request("/leaderboards").respond_with_handler(slow)
+    client = api.Client(httpserver.url_for("/"), retries=1, timeout_s=0.1)
+    with pytest.raises(api.NetworkError, match=r"no reply from http://127\.0\.0\.1:\d+ within 0\.1 s"):
+        client.leaderboards()
+    assert sleeps == [1.0]
+
+
+def test_unreachable_server(sleeps):
+    client = api.Client("http://127.0.0.1:9", CLI_ID, retries=2)
+    with pytest.raises(api.NetworkError, match=r"cannot reach http://127\.0\.0\.1:9 \(GET /leaderboards\): "
+                                                 r"Connection refused"):
+        client.leaderboards()
+    assert len(sleeps) == 2
+
+
+def test_submit_cut_off_by_the_network_says_it_may_have_landed(tmp_path, sleeps):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    with pytest.raises(api.NetworkError, match="may still have been accepted: see `popkit submissions list "
+                                                "--leaderboard qr_v2`"):
+        api.Client("http://127.0.0.1:9", CLI_ID).submit("qr_v2", "B200", "test", source)
+    assert sleeps == []
+
+
+# -- following a submission ------------------------------------------------------------------
+
+def state(status, done=False):
+    return {"id": 7, "done": done, "runs": [], "job": {"status": status, "error": None}}
+
+
+def test_wait_polls_until_a_terminal_job_status(httpserver, client, sleeps):
+    # `done` turns true before the final job status is written: keep polling through it
+    polls = [state("pending"), state("running"), state("running", done=True), state("succeeded", done=True)]
+    httpserver.expect_request("/user/submissions/7").respond_with_handler(replies(*[(200, p) for p in polls]))
+    seen = []
+    data, raw = client.wait(7, interval_s=2.5, on_poll=lambda elapsed, s: seen.append(s["job"]["status"]))
+    assert seen == ["pending", "running", "running", "succeeded"]
+    assert data == polls[-1] and json.loads(raw) == polls[-1]
+    assert sleeps == [2.5, 2.5, 2.5]
+
+
+@pytest.mark.parametrize("terminal", ["failed", "timed_out", "hacked"])
+def test_wait_stops_at_every_terminal_status(httpserver, client, sleeps, terminal):
+    httpserver.expect_request("/user/submissions/7").respond_with_json(state(terminal, done=True))
+    assert client.wait(7)[0]["job"]["status"] == terminal
+
+
+def test_wait_without_a_job_row_trusts_done(httpserver, client, sleeps):
+    httpserver.expect_request("/user/submissions/7").respond_with_handler(
+        replies((200, {"id": 7, "done": False}), (200, {"id": 7, "done": True})))
+    assert client.wait(7)[0]["done"] is True
+
+
+def test_wait_gives_up_after_its_limit(httpserver, client, sleeps):
+    httpserver.expect_request("/user/submissions/7").respond_with_json(state("running"))
+    with pytest.raises(PopkitError, match="submission 7 is not finished after 0 min"):
+        client.wait(7, limit_s=0)
+
+
+# -- the event stream (profile) --------------------------------------------------------------
+
+def event_stream(*frames, delay_s=0.0):
+    def handler(request):
+        def chunks():
+            for frame in frames:
+                time.sleep(delay_s)
+                yield frame.encode()
+        return Response(chunks(), content_type="text/event-stream")
+    return handler
+
+
+def test_profile_streams_status_then_returns_the_raw_result(httpserver, client, tmp_path):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    result = json.dumps({"status": "success", "results": [], "reports": []})
+    httpserver.expect_request("/qr_v2/B200/profile", method="POST").respond_with_handler(event_stream(
+        'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
+        ': keep-alive\n\nevent: status\ndata: {"status":"processing",',
+        '"elapsed_time":15.0}\n\n',
+        f"event: result\ndata: {result}\n\n", delay_s=0.05))
+    statuses = []
+    assert client.submit_profile("qr_v2", "B200", source, on_status=statuses.append) == result
+    assert [s["elapsed_time"] for s in statuses] == [0.0, 15.0]
+    assert "file" in httpserver.log[0][0].files
+
+
+@pytest.mark.parametrize("frame, expected", [
+    ('event: error\ndata: {"status":"error","detail":"Leaderboard deadline passed","status_code":400}\n\n',
+     r"profile run failed: \(400\) Leaderboard deadline passed"),
+    ('event: error\ndata: {"status":"error","detail":"An unexpected error occurred: KeyError"}\n\n',
+     "profile run failed: An unexpected error occurred: KeyError"),
+    ('event: status\ndata: {"status":"processing"}\n\n', "the event stream ended without a result"),
+])
+def test_profile_error_events_and_truncated_streams(httpserver, client, tmp_path, frame, expected):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(frame))
+    with pytest.raises(PopkitError, match=expected):
+        client.submit_profile("qr_v2", "B200", source)
+
+
+def test_profile_validation_errors_are_plain_http_errors(httpserver, client, tmp_path):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_json(
+        {"detail": "Your code contains work on another stream"}, status=500)
+    with pytest.raises(PopkitError, match=r"server error \(500\): Your code contains work on another stream"):
+        client.submit_profile("qr_v2", "B200", source)
+
+
+def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline_data():
+    chunks = [b"event: st", b"atus\r\ndata: a\r\n\r\n: comment\n", b"data: line1\ndata:line2\n\n",
+              b"event: result\ndata: {\"x\": \"\xc3", b"\xa9\"}"]
+    assert list(sse.iter_events(chunks)) == [
+        sse.Event("status", "a"), sse.Event("message", "line1\nline2"), sse.Event("result", '{"x": "é"}')]
