@@ -1,5 +1,142 @@
 """The core loop's verbs: build, check, bench, diff, promote."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from popcorn import logs
+from popcorn.errors import PopkitError
+
+ROOT = logs.ROOT
+DEFAULT_SUBMISSION = ROOT / "submission.py"
+
+
+def _progress(text: str) -> None:
+    click.echo(f"  .. {text}", err=True)
+
+
+def _print_outcome(outcome, label: str) -> None:
+    for note in outcome.notes:
+        click.echo(f"note: {note}")
+    rec = outcome.record
+    click.echo(f"{label} on {rec.get('gpu')} (torch {rec.get('torch')}, import+compile {rec.get('compile_s') or 0:.1f} s)")
+    click.echo(outcome.table)
+    if rec.get("geomean_us") is not None:
+        line = f"geomean {rec['geomean_us']:,.1f} us"
+        if rec.get("baseline_geomean_us"):
+            line += (f"; {rec['baseline']} {rec['baseline_geomean_us']:,.1f} us"
+                     f" ({rec['baseline_geomean_us'] / rec['geomean_us']:.1f}x)")
+        if rec.get("incumbent_geomean_us"):
+            line += f"; incumbent {rec['incumbent_geomean_us']:,.1f} us"
+        click.echo(line)
+    click.echo("PASS" if outcome.passed else "FAIL")
 
 
 def register(main):
     """Add this module's verbs to the `popkit` group."""
+    from popcorn.cli import fail_cleanly
+
+    @main.command("build")
+    @click.argument("problem", required=False)
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_SUBMISSION,
+                  show_default=True, help="where to write the single file")
+    @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path),
+                  help="only run the preflight on FILE (any file), build nothing")
+    @fail_cleanly
+    def build_cmd(problem, output, check_file):
+        """Build PROBLEM's parts into one submission file (and preflight it)."""
+        import build as builder
+        from popcorn.preflight import preflight_file
+        if check_file:
+            report = preflight_file(check_file, expect_leaderboard=problem)
+        elif not problem:
+            raise PopkitError("name a problem (popkit build qr_v2) or a file to check (--check FILE)")
+        else:
+            result = builder.build(problem, output)
+            report = result.preflight
+            click.echo(f"built {output} ({len(result.text.encode()):,} bytes, {len(result.parts)} parts)")
+        for line in report.notes + [f"warning: {w}" for w in report.warnings]:
+            click.echo(line)
+        if not report.ok:
+            raise PopkitError("; ".join(report.errors))
+        click.echo("preflight: ok")
+
+    submission_opt = click.option("--submission", type=click.Path(dir_okay=False, path_type=Path),
+                                  default=DEFAULT_SUBMISSION, show_default=True)
+    case_opt = click.option("--case", "cases", multiple=True,
+                            help="a case spec instead of the official list, e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: mixed'")
+    device_opt = click.option("--device", help="cuda or cpu (default: cuda when available)")
+    log_opt = click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
+                           default=logs.DEFAULT_LOG, show_default=True)
+
+    @main.command("check")
+    @click.argument("problem")
+    @submission_opt
+    @click.option("--seeds", default=0, show_default=True, help="repeat every case with K more seeds")
+    @case_opt
+    @device_opt
+    @click.option("--official", type=click.Path(file_okay=False, exists=True, path_type=Path),
+                  help="also run the official eval.py from this reference-kernels problem folder")
+    @log_opt
+    @fail_cleanly
+    def check_cmd(problem, submission, seeds, cases, device, official, log_path):
+        """Run every official test case through the gates, the way the grader does."""
+        from checks import runner
+        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path)
+        if official:
+            from checks import official as official_mod
+            outcome = official_mod.merge(outcome, official_mod.run_official(official, submission, outcome.record,
+                                                                            progress=_progress))
+        _print_outcome(outcome, f"check {problem}")
+        raise SystemExit(0 if outcome.passed else 1)
+
+    @main.command("bench")
+    @click.argument("problem")
+    @submission_opt
+    @click.option("--baseline", is_flag=True, help="also time the torch reference in the same run")
+    @case_opt
+    @device_opt
+    @log_opt
+    @fail_cleanly
+    def bench_cmd(problem, submission, baseline, cases, device, log_path):
+        """Grader-style timing of every benchmark case; prints the geomean."""
+        from checks import runner
+        outcome = runner.bench(problem, submission, baseline, list(cases), device, _progress, log_path)
+        _print_outcome(outcome, f"bench {problem}")
+        raise SystemExit(0 if outcome.passed else 1)
+
+    @main.command("diff")
+    @click.argument("problem")
+    @submission_opt
+    @click.option("--incumbent", type=click.Path(dir_okay=False, path_type=Path),
+                  help="the file to beat (default: logs/incumbents/PROBLEM.py)")
+    @click.option("--rounds", default=3, show_default=True, help="alternating A/B rounds per case (>= 3)")
+    @case_opt
+    @device_opt
+    @log_opt
+    @fail_cleanly
+    def diff_cmd(problem, submission, incumbent, rounds, cases, device, log_path):
+        """Candidate against incumbent, case by case; fails on any regression."""
+        from checks import runner
+        from popcorn.promote import incumbent_path
+        from popcorn.provenance import changed_parts
+        incumbent = incumbent or incumbent_path(problem)
+        outcome = runner.diff(problem, submission, incumbent, rounds, list(cases), device, _progress, None)
+        outcome.record["changed_parts"] = changed_parts(submission, incumbent)
+        logs.append_record(outcome.record, log_path)
+        _print_outcome(outcome, f"diff {problem}")
+        click.echo("changed parts: " + (", ".join(outcome.record["changed_parts"]) or "none"))
+        raise SystemExit(0 if outcome.passed else 1)
+
+    @main.command("promote")
+    @click.argument("problem")
+    @submission_opt
+    @click.option("--force", is_flag=True, help="promote without a passing diff")
+    @log_opt
+    @fail_cleanly
+    def promote_cmd(problem, submission, force, log_path):
+        """Make the candidate the incumbent that `diff` compares against."""
+        from popcorn.promote import promote
+        target = promote(problem, submission, log_path=log_path, force=force)
+        click.echo(f"promoted {submission} -> {target}")

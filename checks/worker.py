@@ -1,0 +1,156 @@
+"""The worker process: imports submission files once and runs cases the way the grader does.
+
+It runs in a freshly spawned process (multiprocessing 'spawn'), so a crash,
+a CUDA error or a leaked global cannot touch the caller. It sends one message
+per event through a pipe: ("start", info), ("progress", text), ("case", result),
+("done", None) or ("error", text). checks/runner.py is the other end.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import time
+import traceback
+
+import torch
+
+from checks import gates, generators, timing, verdicts
+from checks.problems import short_spec
+
+BASELINES = {
+    "qr_v2": ("torch.geqrf", lambda A: torch.geqrf(A)),
+    "eigh": ("torch.linalg.eigh", lambda A: tuple(reversed(torch.linalg.eigh(A)))),
+}
+
+
+def import_submission(path: str, module_name: str):
+    """Import a submission file as a module (the grader does `from submission import custom_kernel`)."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def environment(device: str) -> dict:
+    cuda = device.startswith("cuda")
+    return {"gpu": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
+            "cuda": torch.version.cuda if cuda else None}
+
+
+def sync(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def check_once(problem: str, kernel, A: torch.Tensor) -> gates.GateReport:
+    """Call the kernel on a copy of A (so an in-place change cannot fool the gates) and check it."""
+    output = kernel(A.clone())
+    return gates.check_output(problem, A, output)
+
+
+def run_check_case(problem, kernel, spec, device) -> dict:
+    A = generators.generate(problem, spec, device)
+    report = check_once(problem, kernel, A)
+    return {"status": "pass" if report.passed else "fail", "error": report.message,
+            "residuals": report.residuals, "info": report.info}
+
+
+def recheck_all(problem, inputs):
+    def recheck(outputs):
+        for A, out in zip(inputs, outputs):
+            report = gates.check_output(problem, A, out)
+            if not report.passed:
+                raise AssertionError(f"re-check failed: {report.message}")
+    return recheck
+
+
+def time_kernel(problem, kernel, inputs, device, rule, send, label):
+    """Grader-style timing on prepared inputs: run and check each input once, then the repeat loop.
+
+    Returns (the first input's gate report, Stats)."""
+    reports = [check_once(problem, kernel, A) for A in inputs]
+    failed = [r for r in reports if not r.passed]
+    if failed:
+        raise AssertionError(failed[0].message)
+    sync(device)
+    clock = timing.CudaEventClock(device) if device.startswith("cuda") else timing.PerfCounterClock()
+
+    def progress(i, stats):
+        if i % 10 == 0:
+            send(("progress", f"{label}: repeat {i + 1}, mean {stats.mean / 1e3:.1f} us"))
+    return reports[0], timing.time_case(kernel, inputs, recheck_all(problem, inputs), clock, rule, progress)
+
+
+def run_bench_case(problem, kernel, spec, device, baseline, send) -> dict:
+    inputs = generators.benchmark_inputs(problem, spec, device)
+    first, stats = time_kernel(problem, kernel, inputs, device, timing.StopRule("benchmark"), send, short_spec(spec))
+    result = {"status": "pass", "error": None, "residuals": first.residuals, **stats.as_us_dict(),
+              "baseline_us": None}
+    if baseline:
+        name, reference = BASELINES[problem]
+        _, base = time_kernel(problem, reference, inputs, device, timing.StopRule("benchmark"), send,
+                           f"{short_spec(spec)} {name}")
+        result["baseline_us"] = base.mean / 1e3
+    return result
+
+
+def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
+    """Candidate vs incumbent in alternating rounds of grader-style timing, on the same inputs."""
+    inputs = generators.benchmark_inputs(problem, spec, device)
+    reports, samples = {}, {name: [] for name in kernels}
+    rule = timing.StopRule("benchmark", budget_s=1.0, max_repeats=50)
+
+    def measure(name):
+        def run():
+            reports[name], stats = time_kernel(problem, kernels[name], inputs, device, rule, send,
+                                               f"{short_spec(spec)} {name}")
+            samples[name].append(stats.mean)
+            return stats.mean
+        return run
+    timing.alternate({name: measure(name) for name in kernels}, rounds)
+    cand = timing.Stats.from_samples(samples["candidate"])
+    inc = timing.Stats.from_samples(samples["incumbent"])
+    verdict = verdicts.case_verdict(cand, inc)
+    margins = verdicts.margin_regressions(reports["candidate"].residuals, reports["incumbent"].residuals)
+    passed = all(r.passed for r in reports.values())
+    return {"status": "pass" if passed and not margins and not verdict.regression else "fail",
+            "error": "; ".join([r.message for r in reports.values() if r.message] + margins) or None,
+            "residuals": reports["candidate"].residuals, "incumbent_residuals": reports["incumbent"].residuals,
+            **cand.as_us_dict(), "incumbent_us": inc.mean / 1e3, "ratio": verdict.ratio,
+            "verdict": verdict.verdict, "regression": verdict.regression, "margin_regressions": margins}
+
+
+def main(conn, job: dict) -> None:
+    """Entry point in the spawned process. job: mode, problem, device, submissions{name: path}, specs, options."""
+    send = conn.send
+    try:
+        problem, device, mode = job["problem"], job["device"], job["mode"]
+        start = time.perf_counter()
+        modules = {name: import_submission(path, f"popkit_{name}") for name, path in job["submissions"].items()}
+        sync(device)
+        compile_s = time.perf_counter() - start
+        send(("start", {**environment(device), "compile_s": compile_s}))
+        kernels = {name: m.custom_kernel for name, m in modules.items()}
+        for index, spec in enumerate(job["specs"]):
+            send(("progress", f"case {index + 1}/{len(job['specs'])}: {short_spec(spec)}"))
+            try:
+                if mode == "check":
+                    result = run_check_case(problem, kernels["candidate"], spec, device)
+                elif mode == "bench":
+                    result = run_bench_case(problem, kernels["candidate"], spec, device,
+                                            job.get("baseline", False), send)
+                else:
+                    result = run_diff_case(problem, kernels, spec, device, job.get("rounds", 3), send)
+            except Exception as exc:  # one case's failure is reported, the next case still runs
+                result = {"status": "fail", "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
+                          "residuals": {}}
+                if device.startswith("cuda") and "CUDA" in str(exc):
+                    send(("case", {"spec": spec, **result}))
+                    raise
+            send(("case", {"spec": spec, **result}))
+        send(("done", None))
+    except Exception:
+        send(("error", traceback.format_exc(limit=6)))
+    finally:
+        conn.close()

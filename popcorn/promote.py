@@ -1,0 +1,54 @@
+"""Incumbents: the submission a candidate must beat, kept with its evidence under logs/incumbents/.
+
+`promote` copies the built file to logs/incumbents/PROBLEM.py (the one `diff`
+compares against by default) and a dated copy beside it, and records which
+log record justified it, so nothing earlier is lost.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+from popcorn import logs
+from popcorn.errors import PopkitError
+
+INCUMBENTS = logs.ROOT / "logs" / "incumbents"
+
+
+def incumbent_path(problem: str, root: Path = INCUMBENTS) -> Path:
+    return root / f"{problem}.py"
+
+
+def last_diff_for(problem: str, sha: str, log_path: Path) -> dict | None:
+    records, _ = logs.read_records(log_path)
+    for record in reversed(records):
+        if record.get("problem") == problem and record.get("mode") == "diff" \
+                and record.get("submission_sha256") == sha:
+            return record
+    return None
+
+
+def promote(problem: str, submission: Path, root: Path = INCUMBENTS, log_path: Path = logs.DEFAULT_LOG,
+            force: bool = False) -> Path:
+    """Make the candidate the incumbent; without force it needs a passing diff of this exact file."""
+    if not submission.is_file():
+        raise PopkitError(f"{submission}: no such file")
+    sha = logs.file_sha256(submission)
+    target = incumbent_path(problem, root)
+    evidence = last_diff_for(problem, sha, log_path)
+    if target.exists() and not force:
+        if evidence is None:
+            raise PopkitError(f"no diff record for this file ({sha[:12]}): run `popkit diff {problem}` first, "
+                              "or pass --force")
+        if not evidence.get("passed"):
+            raise PopkitError(f"the last diff of this file failed (at {evidence.get('time')}); --force overrides")
+    root.mkdir(parents=True, exist_ok=True)
+    stamp = logs.utc_now().replace(":", "").replace("-", "")
+    shutil.copyfile(submission, root / f"{problem}-{stamp}-{sha[:12]}.py")
+    shutil.copyfile(submission, target)
+    with open(root / "history.jsonl", "a") as history:
+        history.write(json.dumps({"time": logs.utc_now(), "problem": problem, "sha256": sha,
+                                  "diff_time": evidence.get("time") if evidence else None,
+                                  "forced": force}) + "\n")
+    return target

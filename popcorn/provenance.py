@@ -1,0 +1,22 @@
+"""Read the provenance comment of a built file: which parts, with which sha256."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+PART_LINE = re.compile(r"^# part (\S+) sha256 ([0-9a-f]{64})$", re.MULTILINE)
+
+
+def part_hashes(path: Path) -> dict[str, str]:
+    """{part path: sha256} from a built file's header ({} for a file popkit did not build)."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    return dict(PART_LINE.findall(text))
+
+
+def changed_parts(candidate: Path, incumbent: Path) -> list[str]:
+    """Parts added, removed or changed between two built files."""
+    a, b = part_hashes(candidate), part_hashes(incumbent)
+    return sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))
