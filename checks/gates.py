@@ -59,8 +59,8 @@ def _l1(X: torch.Tensor) -> torch.Tensor:
 def _scaled(residual: torch.Tensor, unit: torch.Tensor) -> torch.Tensor:
     """residual / unit; a zero unit (the zero matrix) allows only an exactly zero residual."""
     ok = unit > 0
-    inside = torch.where(residual == 0, 0.0, math.inf)
-    return torch.where(ok, residual / torch.where(ok, unit, 1.0), inside)
+    exact = torch.where(residual == 0, 0.0, math.inf)
+    return torch.where(ok, residual / torch.where(ok, unit, 1.0), exact)
 
 
 def _orthogonality(Q: torch.Tensor) -> torch.Tensor:
@@ -173,7 +173,7 @@ def check_output(problem: str, A: torch.Tensor, output) -> GateReport:
             message = f"finite: {what} of matrix {start + index} has non-finite entries"
             return GateReport(False, _residuals(problem, worst), message)
         for name, v in values.items():
-            v = torch.nan_to_num(v, nan=math.inf)   # NaN is as bad as it gets
+            v = torch.where(v.isnan(), math.inf, v)   # NaN is as bad as it gets
             i = int(v.argmax())
             value = float(v[i])
             if name not in worst or value > worst[name][0]:
