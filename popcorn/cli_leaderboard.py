@@ -1,5 +1,263 @@
-"""Leaderboard verbs (submit, submissions, leaderboards, ranking, ...): see issue 3."""
+"""Leaderboard verbs: register, submit, submissions, leaderboards, gpus, ranking, fetch.
+
+Thin click commands over popcorn.api (the HTTP protocol), popcorn.results (tables
+and evidence logs) and the preflight. Flags match the official popcorn CLI where
+they overlap. Results go to stdout; progress and notes go to stderr.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import math
+import sys
+from pathlib import Path
+
+import click
+
+from popcorn import api, results
+from popcorn.errors import PopkitError
+from popcorn.preflight import preflight_file
+
+POLL_S = 5.0
+HEARTBEAT_S = 60.0  # a progress line at least this often, even when nothing changed
+
+_output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+                              help="Also write the printed result to this file.")
+_poll_option = click.option("--poll-interval", type=float, default=POLL_S, hidden=True)
 
 
 def register(main):
     """Add this module's verbs to the `popkit` group."""
+    from popcorn.cli import fail_cleanly  # here, not at import: popcorn.cli imports this module
+
+    for add in (_add_register, _add_submit, _add_submissions, _add_listings):
+        add(main, fail_cleanly)
+
+
+# -- verbs -----------------------------------------------------------------------------------
+
+def _add_register(main, fail_cleanly):
+    @main.command("register")
+    @click.argument("provider", type=click.Choice(sorted(api.OAUTH)))
+    @click.option("--reset", is_flag=True, help="Move your existing account to the new id (official: reregister).")
+    @fail_cleanly
+    def register_verb(provider, reset):
+        """Get a cli_id from the server and log in with PROVIDER to activate it."""
+        cli_id = api.Client().auth_init(provider)
+        path = api.save_cli_id(cli_id)
+        click.echo(f"saved a new cli_id to {path} (readable by you only)")
+        click.echo(f"to activate it, open this URL and log in with {provider} (it carries your id: keep it private):")
+        click.echo(api.authorize_url(provider, cli_id, reset))
+
+
+def _add_submit(main, fail_cleanly):
+    @main.command("submit")
+    @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+    @click.option("--leaderboard", help="Leaderboard name.  [default: the file's #!POPCORN leaderboard]")
+    @click.option("--gpu", help="GPU as the server lists it, e.g. B200.  [default: the file's #!POPCORN gpu]")
+    @click.option("--mode", type=click.Choice(api.MODES), default="test", show_default=True)
+    @_output_option
+    @_poll_option
+    @fail_cleanly
+    def submit(file, leaderboard, gpu, mode, output, poll_interval):
+        """Preflight FILE, upload it, follow the run and print its per-case table.
+
+        Exits 0 only when every requested run passed.
+        """
+        leaderboard, gpu = preflight_target(file, leaderboard, gpu)
+        client = api.Client.from_config()
+        if mode == "profile":
+            ok = profile(client, file, leaderboard, gpu, output)
+        else:
+            ok = follow(client, upload(client, file, leaderboard, gpu, mode), mode, poll_interval, output)
+        if not ok:
+            sys.exit(1)
+
+
+def _add_submissions(main, fail_cleanly):
+    @main.group("submissions")
+    def submissions():
+        """Your submissions: list, show, wait, delete."""
+
+    @submissions.command("list")
+    @click.option("--leaderboard", help="Only this leaderboard.")
+    @click.option("--limit", type=click.IntRange(1, 100), default=50, show_default=True)
+    @fail_cleanly
+    def list_verb(leaderboard, limit):
+        """Your latest submissions, newest first, with their best ranked score."""
+        found = api.Client.from_config().user_submissions(leaderboard, limit)
+        click.echo(results.render_submission_list(found) if found else "no submissions found")
+
+    @submissions.command("show")
+    @click.argument("submission_id", type=int)
+    @click.option("--code", is_flag=True, help="Also print the submitted code.")
+    @fail_cleanly
+    def show(submission_id, code):
+        """A submission's runs, per-case tables and scores."""
+        outcome = results.parse_submission(api.Client.from_config().submission(submission_id))
+        click.echo(results.render_outcome(outcome))
+        if code:
+            click.echo("\n" + outcome.code)
+
+    @submissions.command("wait")
+    @click.argument("submission_id", type=int)
+    @_output_option
+    @_poll_option
+    @fail_cleanly
+    def wait(submission_id, output, poll_interval):
+        """Follow a submission to its end (after Ctrl-C or a lost connection), then log it."""
+        if not follow(api.Client.from_config(), submission_id, None, poll_interval, output):
+            sys.exit(1)
+
+    @submissions.command("delete")
+    @click.argument("submission_id", type=int)
+    @click.option("--force", is_flag=True, help="Delete without asking.")
+    @fail_cleanly
+    def delete(submission_id, force):
+        """Delete one of your submissions (shown first; asks unless --force)."""
+        client = api.Client.from_config()
+        outcome = results.parse_submission(client.submission(submission_id))
+        click.echo(f"submission {submission_id}: {outcome.leaderboard}, {outcome.file_name}, "
+                   f"{len(outcome.code.splitlines())} lines, job {outcome.job_status or 'done'}")
+        if not force and not click.confirm("delete it?", default=False):
+            click.echo("not deleted")
+            return
+        client.delete_submission(submission_id)
+        click.echo(f"deleted submission {submission_id}")
+
+
+def _add_listings(main, fail_cleanly):
+    @main.command("leaderboards")
+    @fail_cleanly
+    def leaderboards():
+        """The server's leaderboards with their GPUs and deadlines."""
+        click.echo(results.render_leaderboards(api.Client.from_config(require_id=False).leaderboards()))
+
+    @main.command("gpus")
+    @click.argument("leaderboard")
+    @fail_cleanly
+    def gpus(leaderboard):
+        """The GPUs LEADERBOARD runs on, one per line."""
+        for name in api.Client.from_config(require_id=False).gpus(leaderboard):
+            click.echo(name)
+
+    @main.command("ranking")
+    @click.argument("leaderboard")
+    @click.argument("gpu")
+    @click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True, help="Rows shown.")
+    @fail_cleanly
+    def ranking(leaderboard, gpu, limit):
+        """The ranking on LEADERBOARD and GPU, with your rank and the gap to first place."""
+        client = api.Client.from_config(require_id=False)
+        entries = client.ranking(leaderboard, gpu)
+        me = my_user_id(client, leaderboard) if client.has_id else None
+        click.echo(results.render_ranking(entries, me, limit))
+
+    @main.command("fetch")
+    @click.argument("submission_id", type=int)
+    @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
+                  help="Where to save the code.  [default: submission_ID.<suffix> here]")
+    @click.option("--force", is_flag=True, help="Overwrite an existing file.")
+    @fail_cleanly
+    def fetch(submission_id, output, force):
+        """Save a past submission's code (e.g. as the incumbent for `diff`)."""
+        outcome = results.parse_submission(api.Client.from_config().submission(submission_id))
+        if not outcome.code:
+            raise PopkitError(f"the server sent no code for submission {submission_id}")
+        path = output or Path(f"submission_{submission_id}{Path(outcome.file_name).suffix or '.py'}")
+        if path.exists() and not force:
+            raise PopkitError(f"{path} exists: pass --force to overwrite it, or -o to choose another path")
+        results.write_atomic(path, outcome.code.encode())
+        click.echo(f"saved submission {submission_id} ({outcome.leaderboard}, {outcome.file_name}) to {path}")
+
+
+# -- the steps behind the verbs --------------------------------------------------------------
+
+def preflight_target(file: Path, leaderboard: str | None, gpu: str | None) -> tuple[str, str]:
+    """Run the preflight (refusing a file that breaks a rule); the leaderboard and GPU to use."""
+    leaderboard = leaderboard.lower() if leaderboard else None
+    report = preflight_file(file, expect_leaderboard=leaderboard)
+    for prefix, lines in (("note", report.notes), ("warning", report.warnings), ("preflight", report.errors)):
+        for line in lines:
+            click.echo(f"{prefix}: {line}", err=True)
+    if not report.ok:
+        raise PopkitError(f"{file.name} breaks {len(report.errors)} leaderboard rule(s): not uploaded")
+    return leaderboard or report.directives["leaderboard"], gpu or report.directives["gpu"]
+
+
+def upload(client: api.Client, file: Path, leaderboard: str, gpu: str, mode: str) -> int:
+    """Submit for a background run; the submission id."""
+    click.echo(f"submitting {file.name} to {leaderboard} on {gpu} (mode {mode})", err=True)
+    try:
+        accepted = client.submit(leaderboard, gpu, mode, file)
+    except KeyboardInterrupt:
+        raise PopkitError("interrupted during the upload; it may have been accepted: "
+                          f"see `popkit submissions list --leaderboard {leaderboard}`") from None
+    submission_id = accepted["details"]["id"]
+    click.echo(results.describe_progress({"id": submission_id, "job": {"status": accepted.get("status")},
+                                          "runner_queue": accepted.get("runner_queue")}), err=True)
+    return submission_id
+
+
+class Progress:
+    """Prints '[elapsed] status; queue' when it changes, and at least every HEARTBEAT_S."""
+
+    def __init__(self):
+        self.last_text, self.last_s = None, -math.inf
+
+    def __call__(self, elapsed_s: float, submission: dict) -> None:
+        text = results.describe_progress(submission)
+        if text != self.last_text or elapsed_s - self.last_s >= HEARTBEAT_S:
+            click.echo(f"[{elapsed_s:5.0f}s] {text}", err=True)
+            self.last_text, self.last_s = text, elapsed_s
+
+
+def follow(client: api.Client, submission_id: int, run_mode: str | None, interval_s: float,
+           output: Path | None) -> bool:
+    """Poll to the end, save the raw reply, log and print the result; True when all passed."""
+    resume = f"popkit submissions wait {submission_id}"
+    try:
+        data, raw = client.wait(submission_id, interval_s=interval_s, on_poll=Progress())
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; submission {submission_id} goes on on the server. Resume with: {resume}",
+                   err=True)
+        sys.exit(130)
+    except PopkitError as exc:
+        raise PopkitError(f"{exc}; resume with `{resume}`") from None
+    raw_path = results.save_raw(raw, f"{submission_id}.json")
+    outcome = results.parse_submission(data)
+    run_mode = run_mode or outcome.run_mode
+    results.log_outcome(outcome, run_mode, raw_path)
+    failures = outcome.failures(run_mode)
+    verdict = "FAILED: " + "; ".join(failures) if failures else "PASSED"
+    emit(f"{results.render_outcome(outcome)}\n\n{verdict}", output)
+    click.echo(f"raw result saved to {raw_path}", err=True)
+    return not failures
+
+
+def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: Path | None) -> bool:
+    """Profile over the event stream; save report and traces; True when every run passed."""
+    click.echo(f"profiling {file.name} on {leaderboard} on {gpu} (the connection stays open to the end)",
+               err=True)
+
+    def show_status(status: dict) -> None:
+        elapsed = results.number(status.get("elapsed_time")) or 0.0
+        click.echo(f"[{elapsed:5.0f}s] {status.get('status')}", err=True)
+
+    raw = client.submit_profile(leaderboard, gpu, file, on_status=show_status)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    runs = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}")
+    ok = bool(runs) and all(run.passed for run in runs)
+    emit(f"{results.render_profile(runs)}\n\n{'PASSED' if ok else 'FAILED'}", output)
+    return ok
+
+
+def my_user_id(client: api.Client, leaderboard: str) -> str | None:
+    """The user's id, read from their latest submission on the board (None without one)."""
+    latest = client.user_submissions(leaderboard, limit=1)
+    return str(client.submission(latest[0]["id"]).get("user_id")) if latest else None
+
+
+def emit(text: str, output: Path | None) -> None:
+    click.echo(text)
+    if output:
+        output.write_text(text + "\n")

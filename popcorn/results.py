@@ -157,11 +157,11 @@ class Outcome:
         if not self.runs:
             problems.append("no runs were stored (the runner itself failed)")
         problems += [f"{run.label} run on {run.gpu} did not pass" for run in self.runs if not run.passed]
+        if problems:
+            return problems
         required = {(mode, False), (mode, True)} if mode == "leaderboard" else {(mode, False)}
         stored = {(run.mode, run.secret) for run in self.runs}
-        if self.runs:
-            problems += [f"no {run_label(m, s)} run was stored" for m, s in sorted(required - stored)]
-        return problems
+        return [f"no {run_label(m, s)} run was stored" for m, s in sorted(required - stored)]
 
 
 def parse_submission(data: dict) -> Outcome:

@@ -1,0 +1,475 @@
+"""The leaderboard verbs end to end against a local fake KernelBot (pytest-httpserver, 127.0.0.1)."""
+import base64
+import json
+import os
+import stat
+
+import pytest
+from click.testing import CliRunner
+from werkzeug import Response
+
+from popcorn import api
+from popcorn.cli import main
+from popcorn.logs import read_records
+
+CLI_ID = "c0ffee00-1d-never-print-me"
+SOURCE = "#!POPCORN leaderboard qr_v2\n#!POPCORN gpu B200\nimport torch\n\n\ndef custom_kernel(data):\n    return data\n"
+QUEUE = {"runner": "Modal", "gpu": "B200", "queued_jobs": 3, "running_jobs": None,
+         "available_runners": 2, "status": "available", "error": None}
+TESTS = {"test-count": "2",
+         "test.0.spec": "batch: 2; n: 8; cond: 1; seed: 1", "test.0.status": "pass",
+         "test.1.spec": "batch: 2; n: 64; cond: 3; seed: 2", "test.1.status": "pass", "check": "pass"}
+FAILING_TESTS = {**TESTS, "test.1.status": "fail", "test.1.error": "factor residual 40.1 > 20", "check": "fail"}
+BENCH = {"benchmark-count": "2",
+         "benchmark.0.spec": "batch: 20; n: 32; cond: 1; seed: 43214", "benchmark.0.runs": "200",
+         "benchmark.0.mean": "48211.7", "benchmark.0.err": "63.9", "benchmark.0.best": "47105.0",
+         "benchmark.0.worst": "55012.0",
+         "benchmark.1.spec": "batch: 640; n: 512; cond: 2; seed: 1029; case: mixed", "benchmark.1.runs": "57",
+         "benchmark.1.mean": "1234500", "benchmark.1.err": "1200", "benchmark.1.best": "1220000",
+         "benchmark.1.worst": "1300000", "check": "pass"}
+
+
+@pytest.fixture(scope="session")
+def httpserver_listen_address():
+    return ("127.0.0.1", 0)
+
+
+@pytest.fixture
+def home(tmp_path, monkeypatch, httpserver):
+    """A registered user in tmp_path talking to the local server; logs go to tmp_path/logs."""
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / ".popcorn.yaml").write_text(f"cli_id: {CLI_ID}\n")
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("POPCORN_API_URL", httpserver.url_for("/"))
+    monkeypatch.setenv("POPKIT_LOG_DIR", str(tmp_path / "logs"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "submission.py").write_text(SOURCE)
+    return home
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    pauses = []
+    monkeypatch.setattr(api, "sleep", pauses.append)
+    return pauses
+
+
+def popkit(*args, input=None):
+    return CliRunner().invoke(main, [str(a) for a in args], input=input)
+
+
+def run(mode, passed=True, secret=False, score=None, result=None):
+    return {"start_time": "2026-06-20T10:00:05Z", "end_time": "2026-06-20T10:01:40Z", "mode": mode,
+            "secret": secret, "runner": "B200", "score": score, "passed": passed, "result": result}
+
+
+def submission(status, runs=(), done=None, error=None, sid=7):
+    return {"id": sid, "leaderboard_id": 3, "leaderboard_name": "qr_v2", "file_name": "submission.py",
+            "user_id": "42", "submission_time": "2026-06-20T10:00:01Z", "code": SOURCE,
+            "done": status in api.TERMINAL_JOB_STATES if done is None else done, "runs": list(runs),
+            "job": {"status": status, "error": error, "last_heartbeat": None}, "runner_queue": QUEUE}
+
+
+def serve_submission(httpserver, final, mode="test", sid=7):
+    """Accept one upload (202), then answer polls: pending, running, then `final`."""
+    accepted = {"details": {"id": sid, "job_status_id": sid}, "runner_queue": QUEUE, "status": "accepted"}
+    httpserver.expect_request(f"/submission/qr_v2/B200/{mode}", method="POST",
+                              headers={api.ID_HEADER: CLI_ID}).respond_with_json(accepted, status=202)
+    serve_polls(httpserver, submission("pending"), submission("running"), final, sid=sid)
+
+
+def serve_polls(httpserver, *states, sid=7):
+    queue = [json.dumps(s) for s in states]
+
+    def handler(request):
+        body = queue.pop(0) if len(queue) > 1 else queue[0]
+        return Response(body, content_type="application/json")
+    httpserver.expect_request(f"/user/submissions/{sid}", method="GET",
+                              headers={api.ID_HEADER: CLI_ID}).respond_with_handler(handler)
+    return queue
+
+
+def logged(tmp_path):
+    records, problems = read_records(tmp_path / "logs" / "performance.jsonl")
+    assert problems == []
+    return records
+
+
+def assert_id_never_shown(result, tmp_path):
+    assert CLI_ID not in result.output
+    for path in (tmp_path / "logs").rglob("*"):
+        if path.is_file():
+            assert CLI_ID not in path.read_text(errors="replace"), path
+
+
+# -- submit ----------------------------------------------------------------------------------
+
+def test_submit_test_mode_follows_the_job_and_logs_the_result(httpserver, home, tmp_path):
+    final = submission("succeeded", [run("test", result=TESTS)])
+    serve_submission(httpserver, final)
+    result = popkit("submit", "submission.py", "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert "submission 7: accepted; B200 queue: 3 queued, 2 runners available" in result.stderr
+    assert "] submission 7: pending; B200 queue" in result.stderr
+    assert "] submission 7: running;" in result.stderr and "] submission 7: succeeded;" in result.stderr
+    assert "2/2 tests passed" in result.stdout and "2x64 dense c3" in result.stdout
+    assert result.stdout.rstrip().endswith("PASSED")
+    upload = httpserver.log[0][0]
+    assert upload.files["file"].filename == "submission.py"
+    raw = tmp_path / "logs" / "leaderboard" / "7.json"
+    assert json.loads(raw.read_text()) == final
+    [record] = logged(tmp_path)
+    assert (record["problem"], record["mode"], record["run_mode"], record["gpu"]) == (
+        "qr_v2", "leaderboard", "test", "B200")
+    assert [c["status"] for c in record["cases"]] == ["pass", "pass"]
+    assert record["raw_result"] == "logs/leaderboard/7.json" and record["submission_id"] == 7
+    assert_id_never_shown(result, tmp_path)
+
+
+def test_submit_benchmark_prints_means_in_microseconds_and_geomean(httpserver, home, tmp_path):
+    serve_submission(httpserver, submission("succeeded", [run("benchmark", result=BENCH)]), mode="benchmark")
+    result = popkit("submit", "submission.py", "--mode", "benchmark", "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert "48.2" in result.stdout and "1,234" in result.stdout and "geomean: 244.0 µs" in result.stdout
+    [record] = logged(tmp_path)
+    assert record["cases"][0]["mean_us"] == pytest.approx(48.2117)
+    assert record["geomean_us"] == pytest.approx(243.96, rel=1e-4)
+
+
+def test_submit_leaderboard_shows_public_and_secret_scores(httpserver, home, tmp_path):
+    runs = [run("test"), run("benchmark", result=BENCH), run("leaderboard", score="0.000144590"),
+            run("test", secret=True), run("benchmark", secret=True), run("leaderboard", secret=True, score="0.00015")]
+    serve_submission(httpserver, submission("succeeded", runs), mode="leaderboard")
+    result = popkit("submit", "submission.py", "--mode", "leaderboard", "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert "ranked score (public): 144.590 µs" in result.stdout
+    assert "ranked score (secret): 150.000 µs" in result.stdout
+    [record] = logged(tmp_path)
+    assert record["public_score_s"] == pytest.approx(0.00014459)
+    assert record["secret_score_s"] == pytest.approx(0.00015)
+    assert record["run_mode"] == "leaderboard"
+
+
+@pytest.mark.parametrize("final, mode, reason", [
+    (submission("failed", [run("test"), run("benchmark", result=BENCH), run("leaderboard", passed=False)],
+                error="ranked validation failed on B200; submission will not appear on the leaderboard"),
+     "leaderboard", "job failed: ranked validation failed on B200"),
+    (submission("timed_out", [], error="Job exceeded 30 min"), "test", "job timed_out: Job exceeded 30 min"),
+    (submission("hacked", [run("benchmark", result=BENCH)]), "benchmark", "job hacked"),
+    (submission("succeeded", [run("test", passed=False, result=FAILING_TESTS)]), "test",
+     "test run on B200 did not pass"),
+    (submission("succeeded", []), "test", "no runs were stored"),
+])
+def test_submit_exits_non_zero_unless_every_requested_run_passed(httpserver, home, tmp_path, final, mode, reason):
+    serve_submission(httpserver, final, mode=mode)
+    result = popkit("submit", "submission.py", "--mode", mode, "--poll-interval", 0)
+    assert result.exit_code == 1, result.output
+    assert "FAILED: " in result.stdout and reason in result.stdout
+    assert (tmp_path / "logs" / "leaderboard" / "7.json").is_file()
+    assert len(logged(tmp_path)) == 1
+
+
+def test_failing_test_case_shows_its_error(httpserver, home):
+    serve_submission(httpserver, submission("succeeded", [run("test", passed=False, result=FAILING_TESTS)]))
+    result = popkit("submit", "submission.py", "--poll-interval", 0)
+    assert "1/2 tests passed" in result.stdout and "factor residual 40.1 > 20" in result.stdout
+
+
+def test_flags_override_the_directives(httpserver, home):
+    final = submission("succeeded", [run("test", result=TESTS)])
+    accepted = {"details": {"id": 7, "job_status_id": 7}, "status": "accepted"}
+    httpserver.expect_request("/submission/qr_v2/H100/test", method="POST").respond_with_json(accepted, status=202)
+    serve_polls(httpserver, final)
+    result = popkit("submit", "submission.py", "--leaderboard", "QR_V2", "--gpu", "H100", "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize("source, flags, complaint", [
+    (SOURCE + "# upstream\n", [], "banned word 'stream'"),
+    ("import torch\n", [], "missing '#!POPCORN leaderboard"),
+    (SOURCE, ["--leaderboard", "eigh"], "directive says leaderboard 'qr_v2', expected 'eigh'"),
+])
+def test_preflight_failures_are_never_uploaded(httpserver, home, tmp_path, source, flags, complaint):
+    (tmp_path / "submission.py").write_text(source)
+    result = popkit("submit", "submission.py", *flags)
+    assert result.exit_code == 1
+    assert complaint in result.stderr and "not uploaded" in result.stderr
+    assert httpserver.log == []
+
+
+def test_output_file_gets_the_printed_result(httpserver, home, tmp_path):
+    serve_submission(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submit", "submission.py", "-o", "result.txt", "--poll-interval", 0)
+    assert result.exit_code == 0
+    assert (tmp_path / "result.txt").read_text().strip() == result.stdout.strip()
+
+
+# -- errors ----------------------------------------------------------------------------------
+
+def test_missing_config_says_how_to_register(httpserver, home, tmp_path):
+    (home / ".popcorn.yaml").unlink()
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (f"error: no cli_id in {home / '.popcorn.yaml'}: run `popkit register "
+                                      "discord` (or `github`) and finish the login in the browser")
+    assert httpserver.log == []
+
+
+@pytest.mark.parametrize("status, body, headers, line", [
+    (400, {"detail": "failed to prepare submission request: 400: GPU type 'B200' is not supported"}, {},
+     "rejected by the server (400, inner 400): GPU type 'B200' is not supported"),
+    (401, {"detail": "Invalid or unauthorized auth header"}, {},
+     "does not accept your cli_id (401: Invalid or unauthorized auth header): run `popkit register discord`"),
+    (403, {"detail": "closed leaderboard"}, {}, "not allowed (403): closed leaderboard"),
+    (404, {"detail": "Not Found"}, {}, "not found (404): Not Found"),
+    (413, {"detail": "File too large"}, {}, "file too large for the server (413): File too large"),
+    (422, {"detail": [{"loc": ["body", "file"], "msg": "Field required"}]}, {},
+     "could not read the request (422): body.file: Field required"),
+    (429, {"detail": "Rate limit exceeded: 1/1 leaderboard submissions per hour. Try again in 120s."}, {},
+     "rate limited (429): Rate limit exceeded: 1/1 leaderboard submissions per hour. Try again in 120s. "
+     "(wait 2 min)"),
+    (500, {"message": "internal"}, {}, "server error (500): internal"),
+    (503, "upstream unavailable", {"Content-Type": "text/plain"}, "server error (503): upstream unavailable"),
+])
+def test_submit_errors_print_one_line_and_are_never_retried(httpserver, home, tmp_path, status, body, headers, line):
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_data(
+        body if isinstance(body, str) else json.dumps(body), status=status,
+        headers=headers, content_type=None if headers else "application/json")
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 1
+    [error] = [entry for entry in result.stderr.splitlines() if entry.startswith("error:")]
+    assert line in error
+    assert len(httpserver.log) == 1
+    assert_id_never_shown(result, tmp_path)
+
+
+def test_unreachable_server(home, monkeypatch, sleeps):
+    monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
+    result = popkit("leaderboards")
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("error: cannot reach http://127.0.0.1:9 (GET /leaderboards): "
+                                     "Connection refused")
+
+
+def test_upload_cut_off_points_to_the_submission_list(home, monkeypatch):
+    monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 1
+    assert "may still have been accepted: see `popkit submissions list --leaderboard qr_v2`" in result.stderr
+
+
+# -- interrupted and resumed -----------------------------------------------------------------
+
+def test_ctrl_c_while_polling_prints_the_resume_command(httpserver, home, monkeypatch):
+    serve_submission(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+
+    def interrupt(seconds):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(api, "sleep", interrupt)
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 130
+    assert "Resume with: popkit submissions wait 7" in result.stderr
+
+
+def test_wait_resumes_and_logs_like_submit(httpserver, home, tmp_path):
+    runs = [run("test"), run("benchmark", result=BENCH), run("leaderboard", score="0.0001"),
+            run("test", secret=True), run("benchmark", secret=True), run("leaderboard", secret=True, score="0.0001")]
+    serve_polls(httpserver, submission("running"), submission("succeeded", runs))
+    result = popkit("submissions", "wait", 7, "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert "PASSED" in result.stdout
+    [record] = logged(tmp_path)
+    assert record["run_mode"] == "leaderboard" and record["public_score_s"] == pytest.approx(0.0001)
+
+
+def test_polling_retries_gateway_errors(httpserver, home, tmp_path, sleeps):
+    final = json.dumps(submission("succeeded", [run("test", result=TESTS)]))
+    answers = [(502, "bad gateway"), (503, "busy"), (200, final)]
+
+    def flaky(request):
+        status, body = answers.pop(0)
+        return Response(body, status=status, content_type="application/json")
+    httpserver.expect_request("/user/submissions/7").respond_with_handler(flaky)
+    result = popkit("submissions", "wait", 7)
+    assert result.exit_code == 0, result.output
+    assert sleeps == [1.0, 2.0]
+
+
+@pytest.mark.parametrize("status, body, line", [
+    (500, '{"detail": "database down"}', "server error (500): database down"),
+    (200, "<html>proxy page</html>", "the reply to GET /user/submissions/7 is not JSON: '<html>proxy page</html>'"),
+    (403, '{"detail": "Not your submission"}', "not allowed (403): Not your submission"),
+])
+def test_polling_failures_say_how_to_resume(httpserver, home, tmp_path, status, body, line):
+    httpserver.expect_request("/user/submissions/7").respond_with_data(body, status=status,
+                                                                        content_type="application/json")
+    result = popkit("submissions", "wait", 7)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == f"error: {line}; resume with `popkit submissions wait 7`"
+    assert not (tmp_path / "logs" / "performance.jsonl").exists()
+
+
+# -- profile over the event stream -----------------------------------------------------------
+
+def profile_result(passed=True):
+    report = base64.b64encode(b"Nsight Compute: qr_kernel 12.3 us").decode()
+    return json.dumps({"status": "success", "reports": ["**B200 on Modal ✅ success**"], "results": [{
+        "success": True, "error": "", "system": {"gpu": "NVIDIA B200"},
+        "runs": {"profile.0": {"run": {"passed": passed, "result": {
+            "benchmark-count": "1", "benchmark.0.spec": "batch: 20; n: 32; cond: 1; seed: 43214",
+            "benchmark.0.mean": "48211.7", "benchmark.0.report": report, "check": "pass" if passed else "fail"}},
+            "profile": {"profiler": "Nsight-Compute", "trace": base64.b64encode(b"PK\x03\x04trace").decode(),
+                        "download_url": None}}}}]})
+
+
+def serve_stream(httpserver, *frames):
+    def handler(request):
+        return Response((f.encode() for f in frames), content_type="text/event-stream")
+    httpserver.expect_request("/qr_v2/B200/profile", method="POST",
+                              headers={api.ID_HEADER: CLI_ID}).respond_with_handler(handler)
+
+
+def test_profile_saves_report_and_trace(httpserver, home, tmp_path):
+    serve_stream(httpserver, 'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
+                 'event: status\ndata: {"status":"processing","elapsed_time":15.0}\n\n',
+                 f"event: result\ndata: {profile_result()}\n\n")
+    result = popkit("submit", "submission.py", "--mode", "profile")
+    assert result.exit_code == 0, result.output
+    assert "[   15s] processing" in result.stderr
+    [folder] = (tmp_path / "logs" / "leaderboard").iterdir()
+    assert folder.name.startswith("profile-")
+    assert (folder / "result0_profile.0.zip").read_bytes() == b"PK\x03\x04trace"
+    assert (folder / "result0_profile.0_report.txt").read_text() == "Nsight Compute: qr_kernel 12.3 us"
+    assert json.loads((folder / "result.json").read_text())["status"] == "success"
+    assert "result0_profile.0: passed" in result.stdout and "48.2" in result.stdout
+    assert_id_never_shown(result, tmp_path)
+
+
+def test_profile_failures(httpserver, home):
+    serve_stream(httpserver, f"event: result\ndata: {profile_result(passed=False)}\n\n")
+    result = popkit("submit", "submission.py", "--mode", "profile")
+    assert result.exit_code == 1 and "FAILED" in result.stdout
+
+
+def test_profile_error_event(httpserver, home):
+    serve_stream(httpserver, 'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
+                 'event: error\ndata: {"status":"error","detail":"Rate limit exceeded. Try again in 60s.",'
+                 '"status_code":400}\n\n')
+    result = popkit("submit", "submission.py", "--mode", "profile")
+    assert result.exit_code == 1
+    assert "error: profile run failed: (400) Rate limit exceeded. Try again in 60s." in result.stderr
+
+
+# -- registration ----------------------------------------------------------------------------
+
+def test_register_saves_the_new_id_privately_and_prints_the_login_url(httpserver, home):
+    (home / ".popcorn.yaml").unlink()
+    new_id = "9d2a4c1e-new-id"
+    httpserver.expect_request("/auth/init", query_string="provider=github").respond_with_json({"state": new_id})
+    result = popkit("register", "github")
+    assert result.exit_code == 0, result.output
+    path = home / ".popcorn.yaml"
+    assert api.load_cli_id(path) == new_id
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert "https://github.com/login/oauth/authorize?client_id=" in result.stdout
+    assert new_id not in result.output
+    assert api.ID_HEADER not in httpserver.log[0][0].headers
+
+
+def test_register_rejects_unknown_providers(home):
+    assert popkit("register", "gitlab").exit_code == 2
+
+
+# -- listings and past submissions -----------------------------------------------------------
+
+def test_leaderboards_and_gpus(httpserver, home):
+    httpserver.expect_request("/leaderboards").respond_with_json([
+        {"id": 1, "name": "qr_v2", "deadline": "2026-12-31T00:00:00", "gpu_types": ["B200"],
+         "description": "QR factorization\nof batches", "task": {}, "visibility": "public"}])
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json(["B200"])
+    result = popkit("leaderboards")
+    assert result.exit_code == 0
+    assert "qr_v2" in result.stdout and "2026-12-31" in result.stdout and "QR factorization" in result.stdout
+    assert popkit("gpus", "qr_v2").stdout == "B200\n"
+
+
+def test_gpus_of_an_unknown_leaderboard(httpserver, home):
+    httpserver.expect_request("/gpus/nope").respond_with_json(
+        {"detail": "Error fetching GPU data: Leaderboard `nope` does not exist."}, status=500)
+    result = popkit("gpus", "nope")
+    assert result.exit_code == 1
+    assert "server error (500): Error fetching GPU data: Leaderboard `nope` does not exist." in result.stderr
+
+
+def test_ranking_with_my_rank_and_gap(httpserver, home):
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json([
+        {"submission_id": 11, "rank": 1, "submission_score": 0.0001, "user_id": "1", "user_name": "ada",
+         "submission_time": "2026-06-01T00:00:00Z", "gpu_type": "B200", "leaderboard_name": "qr_v2"},
+        {"submission_id": 7, "rank": 2, "submission_score": 0.00012, "user_id": "42", "user_name": "me",
+         "submission_time": "2026-06-20T10:00:01Z", "gpu_type": "B200", "leaderboard_name": "qr_v2"}])
+    httpserver.expect_request("/user/submissions", query_string="limit=1&offset=0&leaderboard=qr_v2"
+                              ).respond_with_json([{"id": 7}])
+    serve_polls(httpserver, submission("succeeded"))
+    result = popkit("ranking", "qr_v2", "B200")
+    assert result.exit_code == 0, result.output
+    assert "you: rank 2 of 2, 120.0 µs, 20.0 µs behind first (+20.0%)" in result.stdout
+
+
+def test_ranking_without_an_id_shows_the_board_only(httpserver, home):
+    (home / ".popcorn.yaml").unlink()
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json([
+        {"submission_id": 11, "rank": 1, "submission_score": 0.0001, "user_id": "1", "user_name": "ada"}])
+    result = popkit("ranking", "qr_v2", "B200")
+    assert result.exit_code == 0 and "ada" in result.stdout and "you:" not in result.stdout
+
+
+def test_submissions_list_and_show(httpserver, home):
+    httpserver.expect_request("/user/submissions", query_string="limit=50&offset=0&leaderboard=qr_v2"
+                              ).respond_with_json([
+                                  {"id": 7, "leaderboard_name": "qr_v2", "file_name": "submission.py",
+                                   "submission_time": "2026-06-20T10:00:01.12Z", "done": True,
+                                   "runs": [{"gpu_type": "B200", "score": "0.000150"},
+                                            {"gpu_type": "B200", "score": "0.000144"}]}])
+    serve_polls(httpserver, submission("succeeded", [run("benchmark", result=BENCH)]))
+    listing = popkit("submissions", "list", "--leaderboard", "qr_v2")
+    assert listing.exit_code == 0
+    assert "2026-06-20T10:00:01" in listing.stdout and "144.0" in listing.stdout
+    shown = popkit("submissions", "show", 7, "--code")
+    assert shown.exit_code == 0
+    assert "2/2 benchmarks passed" in shown.stdout and "def custom_kernel" in shown.stdout
+
+
+def test_submissions_list_empty(httpserver, home):
+    httpserver.expect_request("/user/submissions").respond_with_json([])
+    assert popkit("submissions", "list").stdout == "no submissions found\n"
+
+
+def test_show_of_someone_elses_submission(httpserver, home):
+    httpserver.expect_request("/user/submissions/8").respond_with_json({"detail": "Not your submission"},
+                                                                        status=403)
+    result = popkit("submissions", "show", 8)
+    assert result.exit_code == 1 and result.stderr == "error: not allowed (403): Not your submission\n"
+
+
+def test_delete_asks_first(httpserver, home):
+    serve_polls(httpserver, submission("succeeded"))
+    httpserver.expect_request("/user/submissions/7", method="DELETE").respond_with_json(
+        {"status": "ok", "submission_id": 7})
+    kept = popkit("submissions", "delete", 7, input="n\n")
+    assert kept.exit_code == 0 and "not deleted" in kept.stdout
+    assert [entry[0].method for entry in httpserver.log] == ["GET"]
+    deleted = popkit("submissions", "delete", 7, "--force")
+    assert deleted.exit_code == 0 and "deleted submission 7" in deleted.stdout
+    assert [entry[0].method for entry in httpserver.log] == ["GET", "GET", "DELETE"]
+
+
+def test_fetch_saves_the_code_and_will_not_overwrite(httpserver, home, tmp_path):
+    serve_polls(httpserver, submission("succeeded"))
+    result = popkit("fetch", 7)
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "submission_7.py").read_text() == SOURCE
+    again = popkit("fetch", 7)
+    assert again.exit_code == 1 and "submission_7.py exists" in again.stderr
+    assert popkit("fetch", 7, "-o", "incumbent.py").exit_code == 0
+    assert (tmp_path / "incumbent.py").read_text() == SOURCE
