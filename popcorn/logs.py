@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import json
+import math
 import os
 import subprocess
 from pathlib import Path
@@ -51,11 +52,22 @@ def new_record(problem: str, mode: str, **fields) -> dict:
     return record
 
 
+def strict_json(value):
+    """The value with non-finite floats (a gate's inf on a failed case) as null: the log stays strict JSON."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value
+
+
 def append_record(record: dict, path: Path | str = DEFAULT_LOG) -> Path:
     """Append one record as one line. A single write of one line keeps concurrent appends whole."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, sort_keys=False, allow_nan=False) + "\n"
+    line = json.dumps(strict_json(record), sort_keys=False, allow_nan=False) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line.encode())
