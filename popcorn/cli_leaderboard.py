@@ -228,7 +228,7 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
     run_mode = run_mode or outcome.run_mode
     results.log_outcome(outcome, run_mode, raw_path)
     failures = outcome.failures(run_mode)
-    verdict = "FAILED: " + "; ".join(failures) if failures else "PASSED"
+    verdict = "FAIL: " + "; ".join(failures) if failures else "PASS"
     emit(f"{results.render_outcome(outcome)}\n\n{verdict}", output)
     click.echo(f"raw result saved to {raw_path}", err=True)
     return not failures
@@ -247,7 +247,7 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     runs = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}")
     ok = bool(runs) and all(run.passed for run in runs)
-    emit(f"{results.render_profile(runs)}\n\n{'PASSED' if ok else 'FAILED'}", output)
+    emit(f"{results.render_profile(runs)}\n\n{'PASS' if ok else 'FAIL'}", output)
     return ok
 
 

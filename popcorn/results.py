@@ -2,7 +2,7 @@
 
 A run's `result` is the flat dict of strings the grader's eval.py writes
 (`test.i.status`, `benchmark.i.mean` in ns, ...). Cases come out in the shape of
-the evidence log's `cases` (times in µs); ranked scores stay in seconds, as the
+the evidence log's `cases` (times in us); ranked scores stay in seconds, as the
 server gives them. Raw replies are saved before they are parsed.
 """
 from __future__ import annotations
@@ -23,7 +23,8 @@ from popcorn.tables import fmt_us, render_table
 
 NS_PER_US = 1000.0
 TIMINGS = (("mean_us", "mean"), ("err_us", "err"), ("best_us", "best"), ("worst_us", "worst"))
-CASE_HEADERS = ["#", "case", "status", "mean µs", "± err µs", "best µs", "worst µs", "runs", "error"]
+# The columns of check/bench tables (checks.runner.results_table), plus best and worst.
+CASE_HEADERS = ["case", "status", "mean us", "err us", "runs", "best us", "worst us", "error"]
 
 
 # -- cases -----------------------------------------------------------------------------------
@@ -80,14 +81,13 @@ def case_label(spec: dict) -> str:
 
 
 def render_cases(cases: list[dict]) -> str:
-    """The per-case table: status and timings (µs) of every case."""
-    rows = [[i, case_label(c["spec"]), c["status"], fmt_us(c["mean_us"]), fmt_us(c["err_us"]),
-             fmt_us(c["best_us"]), fmt_us(c["worst_us"]), c["runs"], _clip(c["error"])]
-            for i, c in enumerate(cases)]
-    return render_table(CASE_HEADERS, rows, right_align={0, 3, 4, 5, 6, 7})
+    """The per-case table: status and timings (us) of every case."""
+    rows = [[case_label(c["spec"]), c["status"], fmt_us(c["mean_us"]), fmt_us(c["err_us"]), c["runs"],
+             fmt_us(c["best_us"]), fmt_us(c["worst_us"]), _clip(c["error"])] for c in cases]
+    return render_table(CASE_HEADERS, rows, right_align={2, 3, 4, 5, 6})
 
 
-def _clip(text: str | None, width: int = 70) -> str | None:
+def _clip(text: str | None, width: int = 90) -> str | None:
     if text is None:
         return None
     text = " ".join(str(text).split())
@@ -179,7 +179,7 @@ def parse_submission(data: dict) -> Outcome:
 
 
 def format_score(score_s: float | None) -> str:
-    return "-" if score_s is None else f"{score_s * 1e6:.3f} µs ({score_s:.9f} s)"
+    return "-" if score_s is None else f"{score_s * 1e6:.3f} us ({score_s:.9f} s)"
 
 
 def render_outcome(outcome: Outcome) -> str:
@@ -188,7 +188,7 @@ def render_outcome(outcome: Outcome) -> str:
     lines = [f"{title}, job {outcome.job_status or 'done'}"
              + (f" ({outcome.job_error})" if outcome.job_error else "")]
     if outcome.runs:
-        lines += ["", render_table(["run", "gpu", "passed", "score µs"],
+        lines += ["", render_table(["run", "gpu", "passed", "score us"],
                                    [[r.label, r.gpu, "yes" if r.passed else "no",
                                      None if r.score_s is None else fmt_us(r.score_s * 1e6)]
                                     for r in outcome.runs], right_align={3})]
@@ -198,8 +198,9 @@ def render_outcome(outcome: Outcome) -> str:
                 passed = sum(c["status"] == "pass" for c in cases)
                 lines += ["", f"{run.label} on {run.gpu}: {passed}/{len(cases)} {kind} passed",
                           render_cases(cases)]
-                if kind == "benchmarks":
-                    lines.append(f"geomean: {fmt_us(geomean_us(cases))} µs")
+                geomean = geomean_us(cases) if kind == "benchmarks" else None
+                if geomean is not None:
+                    lines.append(f"geomean {geomean:,.1f} us")
     for secret in (False, True):
         score = outcome.score_s(secret)
         if score is not None:
@@ -233,7 +234,7 @@ def render_leaderboards(boards: list[dict]) -> str:
 
 
 def render_submission_list(submissions: list[dict]) -> str:
-    """One row per submission, with its best ranked score (µs) where it has one."""
+    """One row per submission, with its best ranked score (us) where it has one."""
     rows = []
     for sub in submissions:
         scored = [run for run in sub.get("runs") or [] if number(run.get("score")) is not None]
@@ -241,18 +242,18 @@ def render_submission_list(submissions: list[dict]) -> str:
         rows.append([sub.get("id"), sub.get("leaderboard_name"), sub.get("file_name"),
                      str(sub.get("submission_time") or "")[:19] or None,
                      "done" if sub.get("done") else "running", best.get("gpu_type"), _us_from_s(best.get("score"))])
-    return render_table(["id", "leaderboard", "file", "submitted", "status", "gpu", "best µs"], rows,
+    return render_table(["id", "leaderboard", "file", "submitted", "status", "gpu", "best us"], rows,
                         right_align={0, 6})
 
 
 def render_ranking(entries: list[dict], me: str | None = None, limit: int = 20) -> str:
-    """The top of the ranking (µs), the user's row wherever it is, rank and gap to first."""
+    """The top of the ranking (us), the user's row wherever it is, rank and gap to first."""
     entries = sorted(entries, key=lambda e: (number(e.get("rank")) or math.inf, number(e.get("submission_score")) or math.inf))
     mine = next((e for e in entries if me is not None and str(e.get("user_id")) == me), None)
     shown = entries[:limit] + ([mine] if mine is not None and mine not in entries[:limit] else [])
     rows = [[e.get("rank"), e.get("user_name"), _us_from_s(e.get("submission_score")), e.get("submission_id"),
              str(e.get("submission_time") or "")[:19] or None, "<- you" if e is mine else ""] for e in shown]
-    lines = [render_table(["rank", "user", "score µs", "submission", "submitted", ""], rows, right_align={0, 2, 3})]
+    lines = [render_table(["rank", "user", "score us", "submission", "submitted", ""], rows, right_align={0, 2, 3})]
     if len(entries) > len(shown):
         lines.append(f"({len(entries) - len(shown)} more not shown)")
     if me is not None:
@@ -264,13 +265,13 @@ def _my_standing(entries: list[dict], mine: dict | None) -> str:
     if mine is None:
         return "you: not on this ranking"
     score, first = number(mine.get("submission_score")), number(entries[0].get("submission_score"))
-    where = f"you: rank {mine.get('rank')} of {len(entries)}, {_us_from_s(score)} µs"
+    where = f"you: rank {mine.get('rank')} of {len(entries)}, {_us_from_s(score)} us"
     if mine is entries[0]:
         runner_up = number(entries[1].get("submission_score")) if len(entries) > 1 else None
-        return where + ("" if runner_up is None else f", {fmt_us((runner_up - score) * 1e6)} µs ahead of second")
+        return where + ("" if runner_up is None else f", {fmt_us((runner_up - score) * 1e6)} us ahead of second")
     if score is None or first is None:
         return where
-    return where + f", {fmt_us((score - first) * 1e6)} µs behind first ({(score / first - 1) * 100:+.1f}%)"
+    return where + f", {fmt_us((score - first) * 1e6)} us behind first ({(score / first - 1) * 100:+.1f}%)"
 
 
 # -- evidence on disk ------------------------------------------------------------------------
