@@ -45,7 +45,8 @@ def _add_register(main, fail_cleanly):
         cli_id = api.Client().auth_init(provider)
         path = api.save_cli_id(cli_id)
         click.echo(f"saved a new cli_id to {path} (readable by you only)")
-        click.echo(f"to activate it, open this URL and log in with {provider} (it carries your id: keep it private):")
+        click.echo(f"to activate it, open this URL and log in with {provider} "
+                   "(the link carries your id: keep it private):")
         click.echo(api.authorize_url(provider, cli_id, reset))
 
 

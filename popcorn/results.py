@@ -23,6 +23,7 @@ from popcorn.tables import fmt_us, render_table
 
 NS_PER_US = 1000.0
 TIMINGS = (("mean_us", "mean"), ("err_us", "err"), ("best_us", "best"), ("worst_us", "worst"))
+CASE_KEYS = ("spec", "status", "error", "runs") + tuple(key for _, key in TIMINGS)
 # The columns of check/bench tables (checks.runner.results_table), plus best and worst.
 CASE_HEADERS = ["case", "status", "mean us", "err us", "runs", "best us", "worst us", "error"]
 
@@ -48,19 +49,18 @@ def spec_of(text: str) -> dict:
 def parse_cases(result: dict, kind: str) -> list[dict]:
     """The 'test' or 'benchmark' cases of one run's result dict, as evidence-log cases."""
     count = int(number(result.get(f"{kind}-count")) or 0)
-    cases = []
-    for i in range(count):
-        def get(key, i=i):
-            return result.get(f"{kind}.{i}.{key}")
-        timings = {name: _us(get(key)) for name, key in TIMINGS}
-        reported = get("status") or ("pass" if timings["mean_us"] is not None else None)
-        status = "pass" if reported == "pass" else "fail"
-        error = get("error") or (None if reported else "no result reported")
-        runs = number(get("runs"))
-        cases.append({"spec": spec_of(get("spec") or ""), "status": status,
-                      "error": None if status == "pass" else error, **timings,
-                      "runs": None if runs is None else int(runs), "baseline_us": None, "residuals": {}})
-    return cases
+    return [case_from({key: result.get(f"{kind}.{i}.{key}") for key in CASE_KEYS}) for i in range(count)]
+
+
+def case_from(lines: dict) -> dict:
+    """One case from its lines (keys without the 'kind.i.' prefix); unreported cases fail."""
+    timings = {name: _us(lines[key]) for name, key in TIMINGS}
+    reported = lines["status"] or ("pass" if timings["mean_us"] is not None else None)
+    status = "pass" if reported == "pass" else "fail"
+    error = None if status == "pass" else lines["error"] or (None if reported else "no result reported")
+    runs = number(lines["runs"])
+    return {"spec": spec_of(lines["spec"] or ""), "status": status, "error": error, **timings,
+            "runs": None if runs is None else int(runs), "baseline_us": None, "residuals": {}}
 
 
 def _us(ns) -> float | None:
@@ -241,19 +241,21 @@ def render_submission_list(submissions: list[dict]) -> str:
         best = min(scored, key=lambda run: number(run["score"]), default={})
         rows.append([sub.get("id"), sub.get("leaderboard_name"), sub.get("file_name"),
                      str(sub.get("submission_time") or "")[:19] or None,
-                     "done" if sub.get("done") else "running", best.get("gpu_type"), _us_from_s(best.get("score"))])
+                     "done" if sub.get("done") else "running", best.get("gpu_type"),
+                     _us_from_s(best.get("score"))])
     return render_table(["id", "leaderboard", "file", "submitted", "status", "gpu", "best us"], rows,
                         right_align={0, 6})
 
 
 def render_ranking(entries: list[dict], me: str | None = None, limit: int = 20) -> str:
     """The top of the ranking (us), the user's row wherever it is, rank and gap to first."""
-    entries = sorted(entries, key=lambda e: (number(e.get("rank")) or math.inf, number(e.get("submission_score")) or math.inf))
+    entries = sorted(entries, key=lambda e: number(e.get("rank")) or math.inf)
     mine = next((e for e in entries if me is not None and str(e.get("user_id")) == me), None)
-    shown = entries[:limit] + ([mine] if mine is not None and mine not in entries[:limit] else [])
+    shown = entries[:limit] + ([mine] if mine is not None and entries.index(mine) >= limit else [])
     rows = [[e.get("rank"), e.get("user_name"), _us_from_s(e.get("submission_score")), e.get("submission_id"),
              str(e.get("submission_time") or "")[:19] or None, "<- you" if e is mine else ""] for e in shown]
-    lines = [render_table(["rank", "user", "score us", "submission", "submitted", ""], rows, right_align={0, 2, 3})]
+    lines = [render_table(["rank", "user", "score us", "submission", "submitted", ""], rows,
+                          right_align={0, 2, 3})]
     if len(entries) > len(shown):
         lines.append(f"({len(entries) - len(shown)} more not shown)")
     if me is not None:
@@ -262,16 +264,19 @@ def render_ranking(entries: list[dict], me: str | None = None, limit: int = 20) 
 
 
 def _my_standing(entries: list[dict], mine: dict | None) -> str:
+    """'you: rank 2 of 40, 125.0 us, 25.0 us behind first (+25.0%)' (or the lead over second)."""
     if mine is None:
         return "you: not on this ranking"
-    score, first = number(mine.get("submission_score")), number(entries[0].get("submission_score"))
+    score = number(mine.get("submission_score"))
     where = f"you: rank {mine.get('rank')} of {len(entries)}, {_us_from_s(score)} us"
-    if mine is entries[0]:
-        runner_up = number(entries[1].get("submission_score")) if len(entries) > 1 else None
-        return where + ("" if runner_up is None else f", {fmt_us((runner_up - score) * 1e6)} us ahead of second")
-    if score is None or first is None:
+    other = entries[1] if mine is entries[0] and len(entries) > 1 else entries[0]
+    other_score = number(other.get("submission_score"))
+    if other is mine or score is None or other_score is None:
         return where
-    return where + f", {fmt_us((score - first) * 1e6)} us behind first ({(score / first - 1) * 100:+.1f}%)"
+    gap = fmt_us(abs(score - other_score) * 1e6)
+    if mine is entries[0]:
+        return f"{where}, {gap} us ahead of second"
+    return f"{where}, {gap} us behind first ({(score / other_score - 1) * 100:+.1f}%)"
 
 
 # -- evidence on disk ------------------------------------------------------------------------
@@ -303,7 +308,7 @@ def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path 
         submission_sha256=hashlib.sha256(outcome.code.encode()).hexdigest() if outcome.code else None,
         submission_id=outcome.submission_id, run_mode=run_mode, job_status=outcome.job_status,
         public_score_s=outcome.score_s(False), secret_score_s=outcome.score_s(True),
-        raw_result=os.path.relpath(raw_path, log_path.parent.parent))
+        raw_result=os.path.relpath(raw_path, log_path.parent.parent))  # relative to the folder holding logs/
     append_record(record, log_path)
     return record
 
