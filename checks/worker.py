@@ -145,9 +145,9 @@ def main(conn, job: dict) -> None:
             except Exception as exc:  # one case's failure is reported, the next case still runs
                 result = {"status": "fail", "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
                           "residuals": {}}
-                if device.startswith("cuda") and "CUDA" in str(exc):
-                    send(("case", {"spec": spec, **result}))
-                    raise
+                send(("case", {"spec": spec, **result}))
+                sync(device)          # a sticky CUDA error raises here and ends the worker
+                continue
             send(("case", {"spec": spec, **result}))
         send(("done", None))
     except Exception:

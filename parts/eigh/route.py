@@ -1,15 +1,16 @@
 """eigh routes: which algorithm decomposes a batch, by n and by device.
 
-| n      | CUDA route                                         | CPU (model)          |
-|--------|----------------------------------------------------|----------------------|
-| <= 32  | jacobi_small.cu: parallel Jacobi, one CTA/matrix   | jacobi_eigh_model    |
-| larger | torch.linalg.eigh (cuSOLVER)                       | torch.linalg.eigh    |
+| n      | CUDA route                                           | CPU (model)          |
+|--------|------------------------------------------------------|----------------------|
+| <= 32  | jacobi_small.cu: parallel Jacobi, one CTA/matrix     | jacobi_eigh_model    |
+| larger | cusolver_batched.py: one batched cuSOLVER call       | torch.linalg.eigh    |
 
 Returns (Q, L): eigenvectors in the columns of Q, eigenvalues ascending.
 """
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
+from parts.eigh.cusolver_batched import BATCHED_SYEV  # popkit: inline
 from parts.eigh.model import jacobi_eigh_model  # popkit: inline
 
 SMALL_MAX_N = 32
@@ -34,4 +35,4 @@ def custom_kernel(data: torch.Tensor):
     n = A.shape[-1]
     if n <= SMALL_MAX_N:
         return jacobi_small_cuda(A) if A.is_cuda else jacobi_eigh_model(A)
-    return library_eigh(A)
+    return BATCHED_SYEV(A) if A.is_cuda else library_eigh(A)
