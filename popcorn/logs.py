@@ -24,14 +24,17 @@ def utc_now() -> str:
 
 
 def git_commit(cwd: Path = ROOT) -> str | None:
-    """The toolkit's current commit (with '-dirty' when the tree has changes), or None outside git."""
+    """The toolkit's current commit (with '-dirty' when the tree has changes).
+
+    Outside git (the device machine gets a copy of the tree without .git) it is
+    the POPKIT_COMMIT variable the caller passes along, else None."""
     try:
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
                              text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return None
+        return os.environ.get("POPKIT_COMMIT")
     return sha + ("-dirty" if dirty else "")
 
 
