@@ -1,25 +1,23 @@
 #!/usr/bin/env bash
-# One device call that does a lot: build both problems, check them, bench what is asked.
-# Usage (on the GPU machine, repo root): scripts/gpu_session.sh [STEP ...]
-#   steps: check-qr check-eigh bench-qr bench-qr-baseline bench-eigh bench-eigh-baseline
-# Logs go to $OUT/performance.jsonl (copy them into logs/ here afterwards) and $OUT/*.txt.
+# One device call that does a lot: build both problems, then run each quoted popkit command
+# against the fresh build, logging to $OUT. Usage (on the GPU machine, repo root):
+#   POPKIT_COMMIT=<sha> scripts/gpu_session.sh "check qr_v2" "bench eigh --baseline" "diff qr_v2 --case '...'"
+# Each command gets --submission /tmp/PROBLEM.py and --log $OUT/performance.jsonl appended;
+# its table goes to $OUT/NN-VERB-PROBLEM.txt. Merge the log into logs/ afterwards.
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/popkit-out}
 mkdir -p "$OUT"
 LOG="$OUT/performance.jsonl"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-python3 -m popcorn build qr_v2 -o /tmp/qr_v2.py || exit 1
-python3 -m popcorn build eigh -o /tmp/eigh.py || exit 1
-for step in "$@"; do
-  echo "=== $step"
-  case "$step" in
-    check-qr)            python3 -m popcorn check qr_v2 --submission /tmp/qr_v2.py --log "$LOG" ;;
-    check-eigh)          python3 -m popcorn check eigh --submission /tmp/eigh.py --log "$LOG" ;;
-    bench-qr)            python3 -m popcorn bench qr_v2 --submission /tmp/qr_v2.py --log "$LOG" ;;
-    bench-qr-baseline)   python3 -m popcorn bench qr_v2 --submission /tmp/qr_v2.py --baseline --log "$LOG" ;;
-    bench-eigh)          python3 -m popcorn bench eigh --submission /tmp/eigh.py --log "$LOG" ;;
-    bench-eigh-baseline) python3 -m popcorn bench eigh --submission /tmp/eigh.py --baseline --log "$LOG" ;;
-    *) echo "unknown step $step"; exit 2 ;;
-  esac 2>&1 | grep -v "^  \.\. " | tee "$OUT/$step.txt"
+for problem in qr_v2 eigh; do
+  python3 -m popcorn build "$problem" -o "/tmp/$problem.py" || exit 1
+done
+step=0
+for command in "$@"; do
+  step=$((step + 1))
+  read -r verb problem _ <<< "$command"
+  echo "=== $command"
+  eval "python3 -m popcorn $command --submission /tmp/$problem.py --log $LOG" 2>&1 \
+    | grep -v "^  \.\. " | tee "$OUT/$(printf %02d $step)-$verb-$problem.txt"
 done

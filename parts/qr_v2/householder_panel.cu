@@ -115,6 +115,24 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
 
 POPKIT_EXPORT int qr_panel_smem_bytes(int m, int w) { return (int)((size_t)(m | 1) * w * sizeof(float)); }
 
+// The widest panel (32, 16 or 8 columns) whose m rows fit in one CTA's shared
+// memory on this GPU; 0 when none does.
+POPKIT_EXPORT int qr_panel_width(int m) {
+    static int budget = -1;
+    if (budget < 0) {
+        int device = 0, optin = 0;
+        cudaFuncAttributes attr;
+        if (cudaGetDevice(&device) != cudaSuccess ||
+            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
+            cudaFuncGetAttributes(&attr, qr_panel_kernel) != cudaSuccess)
+            return 0;
+        budget = optin - (int)attr.sharedSizeBytes;
+    }
+    for (int w = kPanelMaxW; w >= 8; w /= 2)
+        if (qr_panel_smem_bytes(m, w) <= budget) return w;
+    return 0;
+}
+
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
     if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > kPanelMaxW || w > n - k0)
         return (int)cudaErrorInvalidValue;

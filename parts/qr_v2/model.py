@@ -68,16 +68,23 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return V.mT.contiguous(), T
 
 
-def blocked_qr(A: torch.Tensor, nb: int, factor_panel=factor_panel_model):
-    """Blocked Householder QR: per panel, factor it, then C -= V (T^T (V^T C)) on the trailing columns."""
+def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model):
+    """Blocked Householder QR: per panel, factor it, then C -= V (T^T (V^T C)) on the trailing columns.
+
+    panel_width(m) gives the panel width for a panel of m rows (the CUDA panel
+    narrows when a tall panel would not fit in shared memory)."""
     H = A.clone()
     b, n, _ = H.shape
     tau = torch.zeros(b, n, dtype=H.dtype, device=H.device)
-    for k0 in range(0, n, nb):
-        w = min(nb, n - k0)
+    k0 = 0
+    while k0 < n:
+        w = min(panel_width(n - k0), n - k0)
+        if w < 1:
+            raise RuntimeError(f"no panel width fits {n - k0} rows")
         Vt, T = factor_panel(H, tau, k0, w)
         if k0 + w < n:
             C = H[:, k0:, k0 + w:]
             W = torch.bmm(T.mT, torch.bmm(Vt, C))
             C.baddbmm_(Vt.mT, W, alpha=-1.0)
+        k0 += w
     return H, tau

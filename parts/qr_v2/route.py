@@ -3,7 +3,7 @@
 | n            | CUDA route                                              | CPU (model)          |
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
-| <= 1536      | blocked_qr: householder_panel.cu + cuBLAS compact-WY     | blocked_qr (model)   |
+| <= 2048      | blocked_qr: householder_panel.cu + cuBLAS compact-WY     | blocked_qr (model)   |
 | larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
@@ -17,7 +17,7 @@ from parts.qr_v2.model import blocked_qr, householder_qr_model  # popkit: inline
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
-BLOCKED_MAX_N = 1536
+BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
 def qr_small_cuda(A: torch.Tensor):
@@ -37,14 +37,22 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return Vt, T
 
 
+def panel_width_cuda(m: int) -> int:
+    return CUDA.query("qr_panel_width", m)
+
+
+def fixed_panel_width(m: int) -> int:
+    return PANEL_WIDTH
+
+
 def custom_kernel(data: torch.Tensor):
     """Compact-Householder QR of a batch: returns (H, tau) as torch.geqrf does."""
     A = data.contiguous()
     n = A.shape[-1]
     if not A.is_cuda:
-        return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, PANEL_WIDTH)
+        return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A)
     if n <= BLOCKED_MAX_N:
-        return blocked_qr(A, PANEL_WIDTH, factor_panel_cuda)
+        return blocked_qr(A, panel_width_cuda, factor_panel_cuda)
     return torch.geqrf(A)
