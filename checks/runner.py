@@ -99,12 +99,16 @@ def _gate_cell(residuals: dict, gate: str) -> str:
 
 
 def results_table(results: list[dict], mode: str) -> str:
+    """One row per case; an "official" column (checks.official) when any result carries one."""
+    official = any("official" in r for r in results)
     gate_names = list(dict.fromkeys(g for r in results for g in r.get("residuals", {})))
     headers = ["case", "status"] + gate_names
     if mode == "bench":
         headers += ["mean us", "err us", "runs", "baseline us", "speedup"]
     if mode == "diff":
         headers += ["cand us", "incumbent us", "ratio", "verdict"]
+    if official:
+        headers.append("official")
     headers.append("error")
     rows = []
     for r in results:
@@ -117,9 +121,11 @@ def results_table(results: list[dict], mode: str) -> str:
             ratio = r.get("ratio")
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("incumbent_us")),
                     f"{ratio:.3f}" if ratio else "-", r.get("verdict", "-")]
+        if official:
+            row.append(r.get("official") or "-")
         row.append((r.get("error") or "")[:90])
         rows.append(row)
-    numeric = set(range(2, len(headers) - 1))
+    numeric = set(range(2, len(headers) - (2 if official else 1)))
     return render_table(headers, rows, right_align=numeric)
 
 
