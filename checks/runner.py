@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import Callable
 
 from checks import worker
-from checks.problems import format_spec, load_problem, parse_spec, short_spec
+from checks.problems import load_problem, parse_spec, short_spec
 from popcorn import logs
 from popcorn.errors import PopkitError
+from popcorn.provenance import changed_parts
 from popcorn.tables import fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
@@ -176,11 +177,20 @@ def execute(mode: str, problem: str, submissions: dict[str, Path], specs: list[d
 
 
 def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0, device: str | None = None,
-          progress=lambda text: None, log_path: Path | None = logs.DEFAULT_LOG) -> RunOutcome:
-    """Every official test case (or the given ones), K extra seeds each, through the gates."""
+          progress=lambda text: None, log_path: Path | None = logs.DEFAULT_LOG,
+          official_dir: Path | None = None) -> RunOutcome:
+    """Every official test case (or the given ones), K extra seeds each, through the gates;
+    with official_dir, the competition's own eval.py runs the same cases and must agree."""
     device = device or default_device()
     specs, notes = select_specs(problem, "tests", custom, seeds, device)
-    return execute("check", problem, {"candidate": submission}, specs, device, progress, log_path, notes)
+    outcome = execute("check", problem, {"candidate": submission}, specs, device, progress, None, notes)
+    if official_dir is not None:
+        from checks import official   # official builds on this module
+        outcome = official.merge(outcome, official.run_official(official_dir, submission, outcome.record,
+                                                                progress=progress))
+    if log_path is not None:
+        logs.append_record(outcome.record, log_path)
+    return outcome
 
 
 def bench(problem: str, submission: Path, baseline: bool = False, custom: list[str] = (),
@@ -203,8 +213,10 @@ def diff(problem: str, submission: Path, incumbent: Path, rounds: int = 3, custo
     device = device or default_device()
     specs, notes = select_specs(problem, "benchmarks", custom, 0, device)
     outcome = execute("diff", problem, {"candidate": submission, "incumbent": incumbent}, specs, device,
-                      progress, log_path, notes, rounds=rounds)
+                      progress, None, notes, rounds=rounds)
+    outcome.record["changed_parts"] = changed_parts(submission, incumbent)
+    if log_path is not None:
+        logs.append_record(outcome.record, log_path)
     return outcome
 
 
-__all__ = ["check", "bench", "diff", "select_specs", "run_worker", "RunOutcome", "format_spec"]

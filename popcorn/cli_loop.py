@@ -83,11 +83,7 @@ def register(main):
     def check_cmd(problem, submission, seeds, cases, device, official, log_path):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
-        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path)
-        if official:
-            from checks import official as official_mod
-            outcome = official_mod.merge(outcome, official_mod.run_official(official, submission, outcome.record,
-                                                                            progress=_progress))
+        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path, official)
         _print_outcome(outcome, f"check {problem}")
         raise SystemExit(0 if outcome.passed else 1)
 
@@ -120,11 +116,8 @@ def register(main):
         """Candidate against incumbent, case by case; fails on any regression."""
         from checks import runner
         from popcorn.promote import incumbent_path
-        from popcorn.provenance import changed_parts
         incumbent = incumbent or incumbent_path(problem)
-        outcome = runner.diff(problem, submission, incumbent, rounds, list(cases), device, _progress, None)
-        outcome.record["changed_parts"] = changed_parts(submission, incumbent)
-        logs.append_record(outcome.record, log_path)
+        outcome = runner.diff(problem, submission, incumbent, rounds, list(cases), device, _progress, log_path)
         _print_outcome(outcome, f"diff {problem}")
         click.echo("changed parts: " + (", ".join(outcome.record["changed_parts"]) or "none"))
         raise SystemExit(0 if outcome.passed else 1)
