@@ -1,0 +1,47 @@
+"""Shared fixtures: submissions built once per session into a temporary folder, and a module importer.
+
+Nothing here writes inside the repository: built files, logs and incumbents all live under pytest's
+tmp folders.
+"""
+from __future__ import annotations
+
+import importlib.util
+import itertools
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PROBLEMS = ("qr_v2", "eigh")
+
+_counter = itertools.count()
+
+
+def import_file(path: Path | str, prefix: str = "popkit_test_submission"):
+    """Import a file as a fresh module (as the grader does with submission.py)."""
+    name = f"{prefix}_{next(_counter)}"
+    spec = importlib.util.spec_from_file_location(name, str(path))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return module
+
+
+@pytest.fixture(scope="session")
+def import_module():
+    """The importer above, as a fixture (test modules do not import conftest)."""
+    return import_file
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory) -> dict[str, Path]:
+    """{problem: path} of each problem's submission, built once from the real parts."""
+    import build
+
+    folder = tmp_path_factory.mktemp("built")
+    return {problem: build.build(problem, folder / f"{problem}.py").output for problem in PROBLEMS}

@@ -1,0 +1,183 @@
+"""The torch models of the kernels (the executable specification), on CPU in float32."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+
+from checks.gates import check_output
+from checks.generators import families, generate
+from parts.eigh.model import jacobi_eigh_model, tournament_pairs
+from parts.qr_v2.model import blocked_qr, factor_panel_model, householder_qr_model, reflector
+
+QR_GATE_FAMILIES = ("dense", "rankdef", "clustered", "nearcollinear", "mixed")
+# Families whose factorization is unique enough for an elementwise comparison with geqrf
+# (near-collinear columns make the trailing reflectors depend on rounding).
+QR_AGREE_FAMILIES = ("dense", "rankdef", "clustered")
+QR_SIZES = (48, 70)
+
+
+def qr_input(case: str, n: int, batch: int = 3, seed: int = 5):
+    return generate("qr_v2", {"batch": batch, "n": n, "cond": 1, "seed": seed, "case": case})
+
+
+def fixed(width: int):
+    return lambda m: width
+
+
+QR_MODELS = {
+    "unblocked": householder_qr_model,
+    "blocked-8": lambda A: blocked_qr(A, fixed(8)),
+    "blocked-32": lambda A: blocked_qr(A, fixed(32)),
+    "blocked-narrowing": lambda A: blocked_qr(A, lambda m: 32 if m <= 40 else 12),   # width varies by panel
+}
+
+
+def rel(x: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((x - ref).norm() / ref.norm().clamp(min=1e-30))
+
+
+# ---------------------------------------------------------------- qr_v2
+
+@pytest.mark.parametrize("model", QR_MODELS)
+@pytest.mark.parametrize("n", QR_SIZES)
+@pytest.mark.parametrize("case", QR_AGREE_FAMILIES)
+def test_qr_models_agree_with_geqrf(model, n, case):
+    # 48 and 70 are not multiples of 32; 70 is not a multiple of 8 either
+    A = qr_input(case, n)
+    H, tau = QR_MODELS[model](A)
+    H_ref, tau_ref = torch.geqrf(A)
+    assert H.dtype == tau.dtype == torch.float32
+    assert rel(H, H_ref) < 1e-4
+    assert rel(tau, tau_ref) < 1e-4
+
+
+@pytest.mark.parametrize("model", QR_MODELS)
+@pytest.mark.parametrize("n", QR_SIZES)
+@pytest.mark.parametrize("case", QR_GATE_FAMILIES)
+def test_qr_models_pass_the_gates(model, n, case):
+    A = qr_input(case, n)
+    report = check_output("qr_v2", A, QR_MODELS[model](A))
+    assert report.passed, report.message
+
+
+@pytest.mark.parametrize("model", QR_MODELS)
+def test_qr_models_do_not_modify_their_input(model):
+    A = qr_input("dense", 40, batch=2)
+    before = A.clone()
+    QR_MODELS[model](A)
+    assert torch.equal(A, before)
+
+
+@pytest.mark.parametrize("n", (1, 2, 3))
+def test_qr_tiny_matrices(n):
+    A = qr_input("dense", n, batch=4)
+    for model in QR_MODELS.values():
+        H, tau = model(A)
+        H_ref, tau_ref = torch.geqrf(A)
+        torch.testing.assert_close(H, H_ref, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(tau, tau_ref, rtol=1e-5, atol=1e-6)
+
+
+def test_zero_column_gives_tau_zero():
+    A = qr_input("dense", 8, batch=2)
+    A[:, :, 0] = 0.0
+    for model in QR_MODELS.values():
+        H, tau = model(A)
+        assert torch.all(tau[:, 0] == 0)
+        assert torch.all(H[:, :, 0] == 0)
+        assert check_output("qr_v2", A, (H, tau)).passed
+
+
+def test_reflector_extreme_magnitudes_do_not_overflow():
+    big = torch.tensor([3e19, 1e-19])
+    x = torch.tensor([[4e19, 0.0], [0.0, 1e-19]])
+    tau, beta, scale = reflector(big, x)
+    assert torch.isfinite(tau).all() and torch.isfinite(beta).all() and torch.isfinite(scale).all()
+    torch.testing.assert_close(beta.abs(), torch.tensor([5e19, (2 ** 0.5) * 1e-19]), rtol=1e-5, atol=0)
+
+
+def householder_product(Vt: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """H_0 H_1 ... H_{w-1} with H_i = I - tau_i v_i v_i^T, built explicitly in float64."""
+    b, w, m = Vt.shape
+    P = torch.eye(m, dtype=torch.float64).expand(b, m, m).clone()
+    for i in range(w):
+        v = Vt[:, i, :].double()
+        Hi = torch.eye(m, dtype=torch.float64) - tau[:, i, None, None].double() * v[:, :, None] * v[:, None, :]
+        P = P @ Hi
+    return P
+
+
+@pytest.mark.parametrize("n,k0,w", [(24, 0, 8), (40, 8, 32), (37, 5, 13), (20, 12, 8), (16, 15, 1)])
+def test_factor_panel_T_is_the_compact_wy_factor(n, k0, w):
+    A = qr_input("dense", n, batch=3, seed=17)
+    H = A.clone()
+    tau = torch.zeros(3, n)
+    Vt, T = factor_panel_model(H, tau, k0, w)
+    m = n - k0
+    assert Vt.shape == (3, w, m) and T.shape == (3, w, w)
+    # T is upper triangular with tau on the diagonal
+    assert torch.equal(T, torch.triu(T))
+    torch.testing.assert_close(T.diagonal(dim1=1, dim2=2), tau[:, k0:k0 + w])
+    # Vt rows: zeros above the unit diagonal, the stored tails below it
+    for c in range(w):
+        assert torch.all(Vt[:, c, :c] == 0) and torch.all(Vt[:, c, c] == 1)
+        torch.testing.assert_close(Vt[:, c, c + 1:], H[:, k0 + c + 1:, k0 + c])
+    # I - V T V^T == H_0 H_1 ... H_{w-1}
+    V, Td = Vt.mT.double(), T.double()
+    compact = torch.eye(m, dtype=torch.float64) - V @ Td @ V.mT
+    torch.testing.assert_close(compact, householder_product(Vt, tau[:, k0:k0 + w]), rtol=0, atol=1e-5)
+    # the panel was factored in place: Q_panel^T applied to the original panel gives its R
+    panel = A[:, k0:, k0:k0 + w].double()
+    R = (compact.mT @ panel)
+    torch.testing.assert_close(torch.triu(R[:, :w]), torch.triu(H[:, k0:k0 + w, k0:k0 + w]).double(),
+                               rtol=0, atol=1e-4 * float(panel.abs().max()))
+    torch.testing.assert_close(R[:, w:], torch.zeros_like(R[:, w:]), rtol=0, atol=1e-4 * float(panel.abs().max()))
+    # columns outside the panel are untouched
+    assert torch.equal(H[:, :, :k0], A[:, :, :k0]) and torch.equal(H[:, :, k0 + w:], A[:, :, k0 + w:])
+    assert torch.equal(H[:, :k0, :], A[:, :k0, :])
+
+
+# ---------------------------------------------------------------- eigh
+
+@pytest.mark.parametrize("n", (1, 2, 7, 32))
+@pytest.mark.parametrize("case", families("eigh"))
+def test_jacobi_model_passes_the_eigh_gates(case, n):
+    A = generate("eigh", {"batch": 3, "n": n, "cond": 2, "seed": 9, "case": case})
+    Q, L = jacobi_eigh_model(A)
+    assert Q.shape == (3, n, n) and L.shape == (3, n) and Q.dtype == L.dtype == torch.float32
+    report = check_output("eigh", A, (Q, L))
+    assert report.passed, report.message
+    assert torch.all(L[:, 1:] >= L[:, :-1]), "eigenvalues not ascending"
+
+
+def test_jacobi_model_agrees_with_eigvalsh():
+    A = generate("eigh", {"batch": 4, "n": 20, "cond": 1, "seed": 2, "case": "dense"})
+    _, L = jacobi_eigh_model(A)
+    torch.testing.assert_close(L.double(), torch.linalg.eigvalsh(A.double()), rtol=0,
+                               atol=1e-5 * float(A.abs().max()))
+
+
+def test_jacobi_model_zero_and_diagonal_matrices_are_exact():
+    zero = torch.zeros(2, 5, 5)
+    Q, L = jacobi_eigh_model(zero)
+    assert torch.equal(L, torch.zeros(2, 5))
+    assert torch.equal(Q, torch.eye(5).expand(2, 5, 5))
+    d = torch.tensor([[3.0, -1.0, 2.0]])
+    Q, L = jacobi_eigh_model(torch.diag_embed(d))
+    assert torch.equal(L, torch.tensor([[-1.0, 2.0, 3.0]]))
+    assert torch.equal(Q.abs(), torch.eye(3)[:, [1, 2, 0]][None])
+
+
+@pytest.mark.parametrize("m", (2, 4, 6, 32))
+def test_tournament_pairs_cover_every_pair_once_per_sweep(m):
+    seen = []
+    for r in range(m - 1):
+        ps, qs = tournament_pairs(m, r)
+        assert len(ps) == len(qs) == m // 2
+        assert all(p < q for p, q in zip(ps, qs))
+        assert sorted(ps + qs) == list(range(m)), f"round {r} pairs are not disjoint"
+        seen.extend(zip(ps, qs))
+    assert len(seen) == len(set(seen)) == m * (m - 1) // 2
+    assert set(seen) == set(itertools.combinations(range(m), 2))
