@@ -119,9 +119,12 @@ def inputs_commit() -> str:
     return out or "uncommitted"
 
 
-def check_imports(text: str) -> None:
-    """The built file may import only torch and the standard library."""
-    tree = ast.parse(text)
+def check_imports(text: str, where: str) -> None:
+    """Code that goes into the built file may import only torch and the standard library."""
+    try:
+        tree = ast.parse(text)
+    except SyntaxError as exc:
+        raise PopkitError(f"{where}:{exc.lineno}: not valid Python ({exc.msg})") from None
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -131,8 +134,8 @@ def check_imports(text: str) -> None:
             continue
         for name in names:
             if name.split(".")[0] not in ALLOWED_IMPORTS:
-                raise PopkitError(f"built file imports {name!r} (line {node.lineno}); only torch and the "
-                                  "standard library are allowed: mark cross-part imports with '# popkit: inline'")
+                raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; only torch and the standard library "
+                                  f"are allowed: mark cross-part imports with '{INLINE_MARK}'")
 
 
 def render(problem: str, leaderboard: str | None = None, gpu: str = "B200") -> BuildResult:
@@ -140,6 +143,9 @@ def render(problem: str, leaderboard: str | None = None, gpu: str = "B200") -> B
     manifest = load_manifest(problem)
     cuda_parts = [read_part(rel) for rel in manifest["cuda"]]
     python_parts = [read_part(rel) for rel in manifest["python"]]
+    python_texts = [python_part_text(p) for p in python_parts]
+    for part, text in zip(python_parts, python_texts):
+        check_imports(text, str(PARTS / part.path))
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     try:
@@ -148,14 +154,11 @@ def render(problem: str, leaderboard: str | None = None, gpu: str = "B200") -> B
             problem=problem, title=manifest["title"], leaderboard=leaderboard or problem, gpu=gpu,
             commit=inputs_commit(), parts=cuda_parts + python_parts,
             cuda_source=assemble_cuda(cuda_parts),
-            python_parts=[{"path": p.path, "text": python_part_text(p)} for p in python_parts])
+            python_parts=[{"path": p.path, "text": t} for p, t in zip(python_parts, python_texts)])
     except jinja2.TemplateError as exc:
         where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"
         raise PopkitError(f"{where}: template error: {exc}") from None
-    try:
-        check_imports(text)
-    except SyntaxError as exc:
-        raise PopkitError(f"built file is not valid Python: line {exc.lineno}: {exc.msg}") from None
+    check_imports(text, "the built file")
     report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard or problem)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
 
@@ -179,5 +182,8 @@ def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))
     result.output = Path(output)
-    write_atomic(result.output, result.text)
+    try:
+        write_atomic(result.output, result.text)
+    except OSError as exc:
+        raise PopkitError(f"{output}: cannot write ({exc.strerror})") from None
     return result

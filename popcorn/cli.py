@@ -23,6 +23,9 @@ def fail_cleanly(func):
         except (PopkitError, ProblemError) as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
+        except OSError as exc:
+            click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+            sys.exit(1)
     return wrapper
 
 

@@ -85,11 +85,14 @@ def read_records(path: Path | str = DEFAULT_LOG) -> tuple[list[dict], list[str]]
     records, problems = [], []
     if not path.is_file():
         return records, problems
-    for number, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
             continue
         try:
-            value = json.loads(line)
+            value = json.loads(raw.decode("utf-8"))
+        except UnicodeDecodeError:
+            problems.append(f"{path}:{number}: not UTF-8")
+            continue
         except json.JSONDecodeError as exc:
             problems.append(f"{path}:{number}: not JSON ({exc.msg})")
             continue

@@ -103,7 +103,7 @@ def apply_kernelguard(report: PreflightReport, text: str, name: str) -> None:
     patterns = verdict.get("matched_patterns") or []
     described = [f"{p.get('pattern')} ({p.get('severity')}): {str(p.get('evidence'))[:120]}" for p in patterns]
     if verdict.get("should_filter") or verdict.get("classification") == "hacked":
-        reason = verdict.get("filter_reason") or "; ".join(described) or "no reason given"
+        reason = "; ".join(filter(None, [verdict.get("filter_reason"), *described])) or "no reason given"
         report.errors.append(f"{name}: KernelGuard would mark it hacked: {reason}")
     else:
         report.warnings.extend(f"{name}: KernelGuard {d}" for d in described)

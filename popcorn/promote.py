@@ -16,8 +16,8 @@ from popcorn.errors import PopkitError
 INCUMBENTS = logs.ROOT / "logs" / "incumbents"
 
 
-def incumbent_path(problem: str, root: Path = INCUMBENTS) -> Path:
-    return root / f"{problem}.py"
+def incumbent_path(problem: str, root: Path | None = None) -> Path:
+    return (root or INCUMBENTS) / f"{problem}.py"
 
 
 def last_diff_for(problem: str, sha: str, log_path: Path) -> dict | None:
@@ -29,9 +29,10 @@ def last_diff_for(problem: str, sha: str, log_path: Path) -> dict | None:
     return None
 
 
-def promote(problem: str, submission: Path, root: Path = INCUMBENTS, log_path: Path = logs.DEFAULT_LOG,
+def promote(problem: str, submission: Path, root: Path | None = None, log_path: Path = logs.DEFAULT_LOG,
             force: bool = False) -> Path:
     """Make the candidate the incumbent; without force it needs a passing diff of this exact file."""
+    root = root or INCUMBENTS
     if not submission.is_file():
         raise PopkitError(f"{submission}: no such file")
     sha = logs.file_sha256(submission)

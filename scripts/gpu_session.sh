@@ -19,5 +19,5 @@ for command in "$@"; do
   read -r verb problem _ <<< "$command"
   echo "=== $command"
   eval "python3 -m popcorn $command --submission /tmp/$problem.py --log $LOG" 2>&1 \
-    | grep -v ": repeat " | tee "$OUT/$(printf %02d $step)-$verb-$problem.txt"
+    | grep --line-buffered -v ": repeat " | tee "$OUT/$(printf %02d $step)-$verb-$problem.txt"
 done

@@ -107,8 +107,6 @@ def test_build_without_problem_or_check_is_one_error_line():
         "error: name a problem (popkit build qr_v2) or a file to check (--check FILE)"]
 
 
-@pytest.mark.xfail(strict=True, reason="popcorn/cli.py:23 fail_cleanly maps only PopkitError/ProblemError: an OSError "
-                                       "from build.write_atomic (build.py:165, mkdir) escapes as a traceback")
 def test_build_to_an_impossible_path_is_one_error_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
@@ -329,8 +327,6 @@ def test_promote_follows_the_last_diff_of_this_file(incumbents, candidate, tmp_p
     assert history(incumbents)[-1]["diff_time"] == "2026-01-02T00:00:00Z"
 
 
-@pytest.mark.xfail(strict=True, reason="popcorn/promote.py:19,32 bind INCUMBENTS as a default argument at import, "
-                                       "so changing popcorn.promote.INCUMBENTS does not move the incumbents")
 def test_incumbents_folder_follows_the_module_setting(tmp_path, monkeypatch):
     monkeypatch.setattr(promote_mod, "INCUMBENTS", tmp_path)
     assert promote_mod.incumbent_path("qr_v2") == tmp_path / "qr_v2.py"

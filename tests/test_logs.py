@@ -73,9 +73,6 @@ def test_corrupt_lines_are_reported_with_their_line_numbers(tmp_path):
     assert problems[1] == f"{path}:4: not a JSON object"
 
 
-@pytest.mark.xfail(strict=True, reason="popcorn/logs.py:88 read_records decodes the whole file strictly "
-                                       "(path.read_text()), so one non-UTF-8 line raises UnicodeDecodeError "
-                                       "instead of being reported with its line number")
 def test_a_non_utf8_line_is_reported_not_raised(tmp_path):
     path = tmp_path / "perf.jsonl"
     logs.append_record(logs.new_record("qr_v2", "check"), path)

@@ -23,7 +23,7 @@ constexpr int kSmallThreads = 128;
 __global__ void __launch_bounds__(kSmallThreads)
 qr_small_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int n) {
     extern __shared__ float s[];            // n columns of (n + 1) floats
-    __shared__ float s_tau, s_scale;
+    __shared__ float s_tau;
     const int ld = n + 1, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t base = (size_t)blockIdx.x * n * n;
 
@@ -44,7 +44,7 @@ qr_small_kernel(const float* __restrict__ A, float* __restrict__ H, float* __res
                 for (int i = k + 1 + lane; i < n; i += 32) { const float x = col[i] / amax; ssq += x * x; }
             ssq = popkit::warp_sum(ssq);
             const popkit::Reflector r = popkit::make_reflector(col[k], amax * sqrtf(ssq));
-            if (lane == 0) { s_tau = r.tau; s_scale = r.scale; col[k] = r.beta; tau[(size_t)blockIdx.x * n + k] = r.tau; }
+            if (lane == 0) { s_tau = r.tau; col[k] = r.beta; tau[(size_t)blockIdx.x * n + k] = r.tau; }
             __syncwarp();
             for (int i = k + 1 + lane; i < n; i += 32) col[i] *= r.scale;
         }
