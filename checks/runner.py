@@ -7,7 +7,6 @@ record per run to logs/performance.jsonl.
 """
 from __future__ import annotations
 
-import math
 import multiprocessing
 from dataclasses import dataclass
 from pathlib import Path
@@ -130,13 +129,6 @@ def results_table(results: list[dict], mode: str) -> str:
     return render_table(headers, rows, right_align=numeric)
 
 
-def geomean_of(results: list[dict], key: str) -> float | None:
-    values = [r.get(key) for r in results]
-    if not values or any(v is None or v <= 0 for v in values):
-        return None
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def case_record(result: dict) -> dict:
     """A result in the log's per-case shape (timing keys null when not timed)."""
     keys = ("mean_us", "err_us", "best_us", "worst_us", "runs", "baseline_us")
@@ -164,13 +156,13 @@ def execute(mode: str, problem: str, submissions: dict[str, Path], specs: list[d
         gpu=info.get("gpu"), torch=info.get("torch"), cuda=info.get("cuda"), compile_s=info.get("compile_s"),
         cases=cases, device=device, passed=passed)
     if mode in ("bench", "diff"):
-        record["geomean_us"] = geomean_of(cases, "mean_us")
+        record["geomean_us"] = logs.case_geomean(cases, "mean_us")
     if mode == "bench" and options.get("baseline"):
-        record["baseline_geomean_us"] = geomean_of(cases, "baseline_us")
+        record["baseline_geomean_us"] = logs.case_geomean(cases, "baseline_us")
         record["baseline"] = worker.BASELINES[problem][0]
     if mode == "diff":
         record["incumbent_sha256"] = logs.file_sha256(submissions["incumbent"])
-        record["incumbent_geomean_us"] = geomean_of(cases, "incumbent_us")
+        record["incumbent_geomean_us"] = logs.case_geomean(cases, "incumbent_us")
     if log_path is not None:
         logs.append_record(record, log_path)
     return RunOutcome(record, results_table(results, mode), passed, notes)

@@ -158,15 +158,6 @@ def time_case(
             return Stats.from_samples(samples)
 
 
-def geomean(values: Sequence[float]) -> float:
-    """Geometric mean of positive values (how the leaderboard ranks a set of cases)."""
-    if not values:
-        raise ValueError("geomean of no values")
-    if any(v <= 0 for v in values):
-        raise ValueError(f"geomean needs positive values, got {min(values)}")
-    return math.exp(sum(math.log(v) for v in values) / len(values))
-
-
 def alternate(candidates: dict[str, Callable[[], float]], rounds: int) -> dict[str, list[float]]:
     """A/B rounds: each round measures every candidate once, reversing the order every other round.
 

@@ -42,6 +42,24 @@ def file_sha256(path: Path | str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
+def geomean(values) -> float:
+    """Geometric mean of positive values (how the leaderboard ranks a set of cases)."""
+    values = list(values)
+    if not values:
+        raise ValueError("geomean of no values")
+    if any(v <= 0 for v in values):
+        raise ValueError(f"geomean needs positive values, got {min(values)}")
+    return math.exp(sum(math.log(v) for v in values) / len(values))
+
+
+def case_geomean(cases: list[dict], key: str = "mean_us") -> float | None:
+    """Geomean of one timing key over a record's cases; None unless every case has a positive value."""
+    values = [case.get(key) for case in cases]
+    if not values or any(v is None or v <= 0 for v in values):
+        return None
+    return geomean(values)
+
+
 def new_record(problem: str, mode: str, **fields) -> dict:
     """A record with the contract's keys; callers fill in the rest via fields."""
     if mode not in MODES:

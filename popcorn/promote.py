@@ -1,8 +1,9 @@
 """Incumbents: the submission a candidate must beat, kept with its evidence under logs/incumbents/.
 
 `promote` copies the built file to logs/incumbents/PROBLEM.py (the one `diff`
-compares against by default) and a dated copy beside it, and records which
-log record justified it, so nothing earlier is lost.
+compares against by default), moves the incumbent it replaces to
+logs/incumbents/archive/, and records in history.jsonl which diff justified
+it, so nothing earlier is lost.
 """
 from __future__ import annotations
 
@@ -45,8 +46,10 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
         if not evidence.get("passed"):
             raise PopkitError(f"the last diff of this file failed (at {evidence.get('time')}); --force overrides")
     root.mkdir(parents=True, exist_ok=True)
-    stamp = logs.utc_now().replace(":", "").replace("-", "")
-    shutil.copyfile(submission, root / f"{problem}-{stamp}-{sha[:12]}.py")
+    if target.exists():
+        archive = root / "archive"
+        archive.mkdir(exist_ok=True)
+        shutil.copyfile(target, archive / f"{problem}-{logs.file_sha256(target)[:12]}.py")
     shutil.copyfile(submission, target)
     with open(root / "history.jsonl", "a") as history:
         history.write(json.dumps({"time": logs.utc_now(), "problem": problem, "sha256": sha,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from checks.problems import ProblemError, parse_spec, short_spec
 from popcorn.errors import PopkitError
-from popcorn.logs import DEFAULT_LOG, append_record, new_record
+from popcorn.logs import DEFAULT_LOG, append_record, case_geomean, new_record
 from popcorn.tables import fmt_us, render_table
 
 NS_PER_US = 1000.0
@@ -66,14 +66,6 @@ def case_from(lines: dict) -> dict:
 def _us(ns) -> float | None:
     value = number(ns)
     return None if value is None else value / NS_PER_US
-
-
-def geomean_us(cases: list[dict]) -> float | None:
-    """Geometric mean of the cases' means; None unless every case has a positive mean."""
-    means = [case["mean_us"] for case in cases]
-    if not means or any(m is None or m <= 0 for m in means):
-        return None
-    return math.exp(sum(math.log(m) for m in means) / len(means))
 
 
 def case_label(spec: dict) -> str:
@@ -198,7 +190,7 @@ def render_outcome(outcome: Outcome) -> str:
                 passed = sum(c["status"] == "pass" for c in cases)
                 lines += ["", f"{run.label} on {run.gpu}: {passed}/{len(cases)} {kind} passed",
                           render_cases(cases)]
-                geomean = geomean_us(cases) if kind == "benchmarks" else None
+                geomean = case_geomean(cases) if kind == "benchmarks" else None
                 if geomean is not None:
                     lines.append(f"geomean {geomean:,.1f} us")
     for secret in (False, True):
@@ -304,7 +296,7 @@ def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path 
     log_path = Path(log_path or log_dir() / "performance.jsonl")
     cases = outcome.cases
     record = new_record(
-        outcome.leaderboard, "leaderboard", gpu=outcome.gpu, cases=cases, geomean_us=geomean_us(cases),
+        outcome.leaderboard, "leaderboard", gpu=outcome.gpu, cases=cases, geomean_us=case_geomean(cases),
         submission_sha256=hashlib.sha256(outcome.code.encode()).hexdigest() if outcome.code else None,
         submission_id=outcome.submission_id, run_mode=run_mode, job_status=outcome.job_status,
         public_score_s=outcome.score_s(False), secret_score_s=outcome.score_s(True),

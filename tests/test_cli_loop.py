@@ -282,7 +282,7 @@ def test_promote_first_incumbent_needs_no_diff(incumbents, candidate, tmp_path):
     target = incumbents / "qr_v2.py"
     assert target.read_bytes() == candidate.read_bytes()
     sha = sha256(candidate)
-    assert len(list(incumbents.glob(f"qr_v2-*-{sha[:12]}.py"))) == 1
+    assert not (incumbents / "archive").exists()          # nothing was replaced
     assert [(h["sha256"], h["forced"]) for h in history(incumbents)] == [(sha, False)]
 
 
@@ -302,6 +302,8 @@ def test_promote_without_diff_refuses_when_an_incumbent_exists(incumbents, candi
     assert result.exit_code == 0, result.output
     assert target.read_bytes() == candidate.read_bytes()
     assert [h["forced"] for h in history(incumbents)] == [True]
+    archived = list((incumbents / "archive").glob("qr_v2-*.py"))   # the replaced incumbent is kept
+    assert [p.read_text() for p in archived] == ["the incumbent\n"]
 
 
 def test_promote_follows_the_last_diff_of_this_file(incumbents, candidate, tmp_path):

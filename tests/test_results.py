@@ -5,7 +5,7 @@ import math
 
 import pytest
 
-from popcorn import results
+from popcorn import logs, results
 from popcorn.errors import PopkitError
 from popcorn.logs import read_records
 
@@ -67,13 +67,13 @@ def test_cases_the_harness_never_reported_count_as_failures():
     cases = results.parse_cases(result, "benchmark")
     assert [(c["status"], c["error"]) for c in cases] == [
         ("pass", None), ("fail", "mismatch"), ("fail", "no result reported")]
-    assert results.geomean_us(cases) is None
+    assert logs.case_geomean(cases) is None
 
 
 def test_geomean():
-    assert results.geomean_us(results.parse_cases(BENCH, "benchmark")) == pytest.approx(
+    assert logs.case_geomean(results.parse_cases(BENCH, "benchmark")) == pytest.approx(
         math.sqrt(48.2117 * 1234.5))
-    assert results.geomean_us([]) is None
+    assert logs.case_geomean([]) is None
 
 
 def test_render_cases_shows_every_case():

@@ -15,9 +15,9 @@ from checks.timing import (
     Stats,
     StopRule,
     alternate,
-    geomean,
     time_case,
 )
+from popcorn.logs import case_geomean, geomean
 
 
 # --- Stats -------------------------------------------------------------------
@@ -249,6 +249,13 @@ def test_geomean():
 def test_geomean_rejects_empty_and_non_positive(values):
     with pytest.raises(ValueError):
         geomean(values)
+
+
+def test_case_geomean_needs_every_case_timed():
+    assert case_geomean([{"mean_us": 1.0}, {"mean_us": 100.0}]) == pytest.approx(10.0)
+    assert case_geomean([{"mean_us": 1.0}, {"mean_us": None}]) is None
+    assert case_geomean([{"baseline_us": 4.0}], "baseline_us") == pytest.approx(4.0)
+    assert case_geomean([]) is None
 
 
 def test_alternate_reverses_order_each_round():
