@@ -170,6 +170,7 @@ def write_atomic(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
             handle.write(text)
+        os.chmod(tmp, 0o644)              # mkstemp makes 0600; a built file is for reading and uploading
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)

@@ -12,7 +12,7 @@ from pathlib import Path
 from popcorn import report_charts as draw
 from popcorn.logs import DEFAULT_LOG, ROOT
 from popcorn.report_data import Evidence, ProblemEvidence, load_evidence
-from popcorn.report_html import fmt_number, fmt_time, write_page
+from popcorn.report_html import fmt_time, write_page
 from popcorn.tables import fmt_us, render_table
 
 DEFAULT_OUT = ROOT / "report"
@@ -108,6 +108,6 @@ def _check_line(ev: ProblemEvidence) -> str:
     passed = sum(c.status == "pass" for c in cases)
     closest = max(((f, g, c.label) for c in cases for g, f in c.fractions.items() if f is not None),
                   default=None)
-    tightest = (f", tightest: {closest[1]} at {fmt_number(closest[0])} of its limit on {closest[2]}"
+    tightest = (f", tightest: {closest[1]} at {closest[0]:.2g} of its limit on {closest[2]}"
                 if closest else "")
     return f"{passed}/{len(cases)} cases pass{tightest}"

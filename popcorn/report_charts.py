@@ -5,6 +5,7 @@ global backend switch, no window, so drawing works headless and in any process.
 """
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import matplotlib
@@ -53,6 +54,9 @@ def frontier_chart(lines: list[FrontierLine], title: str, path: Path) -> None:
     ax = fig.add_subplot()
     for line in lines:
         ax.step(line.times, line.best_us, where="post", marker="o", label=line.gpu)
+    times = [t for line in lines for t in line.times]
+    if times and min(times) == max(times):      # one point: show a day around it, not years
+        ax.set_xlim(min(times) - timedelta(hours=12), max(times) + timedelta(hours=12))
     locator = AutoDateLocator()
     ax.xaxis.set_major_locator(locator)
     ax.xaxis.set_major_formatter(ConciseDateFormatter(locator))
@@ -104,7 +108,7 @@ def check_chart(check: Check, title: str, path: Path) -> None:
         for x, value in enumerate(row):
             if value is not None:
                 dark = value < 0.15 or value > 0.8  # the colour map's deep green and red ends
-                ax.text(x, y, f"{value:.2f}", ha="center", va="center", fontsize=9,
+                ax.text(x, y, f"{value:.2g}", ha="center", va="center", fontsize=9,
                         color="white" if dark else "black")
     ax.set_xticks(range(len(check.gates)), check.gates)
     ax.set_yticks(range(len(check.cases)),

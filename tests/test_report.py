@@ -258,7 +258,7 @@ def test_cli_prints_summary_and_writes_page(tmp_path):
     assert f"performance.jsonl:{CORRUPT_LINE}: not JSON" in out
     assert f"newest geomean {_geomean(BASE_US) * 0.9:.1f} us" in out
     assert "newest diff 2026-12-01 13:00: did not pass (1 faster, 1 slower, 1 within noise)" in out
-    assert ("newest check 2026-12-01 12:00: 2/3 cases pass, tightest: factor at 1.40 of its limit"
+    assert ("newest check 2026-12-01 12:00: 2/3 cases pass, tightest: factor at 1.4 of its limit"
             f" on {short_spec(SPECS[2])}") in out
     assert "newest submission 102 (leaderboard, B200) 2026-12-03 12:00: public 120.0 us" in out
     assert (tmp_path / "out" / "index.html").is_file()
