@@ -14,8 +14,10 @@ from typing import Callable
 
 from checks import worker
 from checks.problems import load_problem, parse_spec, short_spec
+from checks.robustness import robustness_specs
 from popcorn import logs
 from popcorn.errors import PopkitError
+from popcorn.preflight import leading_directives
 from popcorn.provenance import changed_parts
 from popcorn.tables import fmt_us, render_table
 
@@ -41,10 +43,13 @@ def remap_seed(seed: int, salt: int) -> int:
 
 
 def select_specs(problem: str, which: str, custom: list[str] = (), seeds: int = 0,
-                 device: str = "cuda") -> tuple[list[dict], list[str]]:
-    """The cases to run: official tests or benchmarks (or custom specs), K extra seeds each, CPU-sized on CPU."""
+                 device: str = "cuda", robust: bool = False) -> tuple[list[dict], list[str]]:
+    """The cases to run: official tests or benchmarks (or custom specs), plus the robustness suite
+    when asked, K extra seeds each, CPU-sized on CPU."""
     prob = load_problem(problem)
     specs = [parse_spec(text) for text in custom] if custom else list(getattr(prob, which))
+    if robust:
+        specs += robustness_specs(problem)
     notes = []
     if device == "cpu":
         small = [s for s in specs if s["batch"] * s["n"] ** 3 <= CPU_WORK_LIMIT]
@@ -138,12 +143,22 @@ def case_record(result: dict) -> dict:
                if k in result}}
 
 
+def require_submission_for(problem: str, path: Path) -> None:
+    """The file exists and, when it names a leaderboard, names this problem's."""
+    if not path.is_file():
+        raise PopkitError(f"{path}: no such submission file (run `popkit build {problem}` first)")
+    board = leading_directives(path.read_text(encoding="utf-8", errors="replace")).get("leaderboard")
+    expected = load_problem(problem).leaderboard
+    if board is not None and board != expected:
+        raise PopkitError(f"{path} is a {board} submission (its #!POPCORN leaderboard line), not {expected}: "
+                          f"run `popkit build {problem} -o FILE` and pass --submission FILE")
+
+
 def execute(mode: str, problem: str, submissions: dict[str, Path], specs: list[dict], device: str,
             progress: Callable[[str], None], log_path: Path | None, notes: list[str],
             **options) -> RunOutcome:
     for name, path in submissions.items():
-        if not Path(path).is_file():
-            raise PopkitError(f"{path}: no such submission file (run `popkit build {problem}` first)")
+        require_submission_for(problem, Path(path))
     if not specs:
         raise PopkitError("no cases to run")
     job = {"mode": mode, "problem": problem, "device": device, "specs": specs,
@@ -170,11 +185,12 @@ def execute(mode: str, problem: str, submissions: dict[str, Path], specs: list[d
 
 def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0, device: str | None = None,
           progress=lambda text: None, log_path: Path | None = logs.DEFAULT_LOG,
-          official_dir: Path | None = None) -> RunOutcome:
-    """Every official test case (or the given ones), K extra seeds each, through the gates;
-    with official_dir, the competition's own eval.py runs the same cases and must agree."""
+          official_dir: Path | None = None, robust: bool = False) -> RunOutcome:
+    """Every official test case (or the given ones), plus the robustness suite when asked, K extra
+    seeds each, through the gates; with official_dir, the competition's own eval.py runs the same
+    cases and must agree."""
     device = device or default_device()
-    specs, notes = select_specs(problem, "tests", custom, seeds, device)
+    specs, notes = select_specs(problem, "tests", custom, seeds, device, robust)
     outcome = execute("check", problem, {"candidate": submission}, specs, device, progress, None, notes)
     if official_dir is not None:
         from checks import official   # official builds on this module

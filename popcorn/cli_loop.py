@@ -74,16 +74,19 @@ def register(main):
     @click.argument("problem")
     @submission_opt
     @click.option("--seeds", default=0, show_default=True, help="repeat every case with K more seeds")
+    @click.option("--robust", is_flag=True, help="add the robustness suite: odd sizes around every power of two, "
+                                                  "every input family, batches of 1 and 3")
     @case_opt
     @device_opt
     @click.option("--official", type=click.Path(file_okay=False, exists=True, path_type=Path),
                   help="also run the official eval.py from this reference-kernels problem folder")
     @log_opt
     @fail_cleanly
-    def check_cmd(problem, submission, seeds, cases, device, official, log_path):
+    def check_cmd(problem, submission, seeds, robust, cases, device, official, log_path):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
-        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path, official)
+        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path, official,
+                               robust)
         _print_outcome(outcome, f"check {problem}")
         raise SystemExit(0 if outcome.passed else 1)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call that does a lot: build both problems, then run each quoted popkit command
 # against the fresh build, logging to $OUT. Usage (on the GPU machine, repo root):
-#   POPKIT_COMMIT=<sha> scripts/gpu_session.sh "check qr_v2" "bench eigh --baseline" "diff qr_v2 --case '...'"
+#   POPKIT_COMMIT=<sha> scripts/gpu_session.sh "check qr_v2 --robust" "bench eigh --baseline" "diff qr_v2 --case '...'"
 # Each command gets --submission /tmp/PROBLEM.py and --log $OUT/performance.jsonl appended;
 # its table goes to $OUT/NN-VERB-PROBLEM.txt. Merge the log into logs/ afterwards.
 set -u -o pipefail
