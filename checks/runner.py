@@ -61,6 +61,15 @@ def select_specs(problem: str, which: str, custom: list[str] = (), seeds: int = 
     return specs + extra, notes
 
 
+def case_line(result: dict) -> str:
+    """One finished case as a progress line, so a long run shows its results as they come."""
+    timing = "".join(f", {label} {fmt_us(result[key])} us" for key, label in
+                     (("mean_us", "mean"), ("baseline_us", "baseline"), ("incumbent_us", "incumbent"))
+                     if result.get(key) is not None)
+    error = f": {result['error']}" if result.get("error") else ""
+    return f"done {short_spec(result['spec'])}: {result['status']}{timing}{error}"
+
+
 def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
                timeout_s: float | None = None) -> tuple[dict, list[dict]]:
     """Run a job in a spawned worker; returns (environment info, one result per spec)."""
@@ -86,6 +95,7 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             progress(payload)
         elif kind == "case":
             results.append(payload)
+            progress(case_line(payload))
         elif kind == "error":
             failure = "worker failed: " + payload.strip().splitlines()[-1]
             progress(payload)
