@@ -1,21 +1,22 @@
-"""Input generators: every case family of qr_v2 and eigh, as docs/problems.md defines them.
+"""Input generators: every case family of qr_v2 and eigh, as the official generators build them.
 
 generate(problem, spec) returns the batch x n x n float32 input of one case; the same spec
-gives the same tensor on the same device. Each family is a short function
-family(draw, b, n, cond) -> float64 (b, n, n) tensor; generate() casts to float32 and, for eigh,
-symmetrizes as (A + A^T)/2 in float64 first, so the float32 result is exactly symmetric
-(rounding is elementwise, and a + b == b + a).
+gives the same tensor on the same device. The construction follows the official reference
+generators step by step (docs/harness-agreement.md lists the facts and where they come from):
 
-Interpretations where problems.md leaves a detail open:
-- "n/4" and "3n/4" are k = n // 4 and n - k, so the last k columns / eigenvalues are the
-  special ones and n < 4 has none;
-- band width w = max(2, min(32, n // 32)); eigh repeated: value i of linspace(-1, 1, g) is
-  used for indices with floor(i * g / n) == i, exactly n/g times when g divides n;
-- eigh clustered: the outer two thirds are random-sign 1 + 1e-5 N(0,1), the middle third
-  (indices n//3 .. 2n//3 - 1) is 1 + 1e-6 N(0,1);
-- lapack: the planted and diagonal spectra all get random signs; the clustered spectrum is
-  (1, ulp, ..., ulp); random symmetric mirrors the lower triangle of a uniform(-1, 1) draw so
-  every entry stays uniform; a band matrix's bandwidth is uniform in 1 .. n-1 per matrix.
+- one torch.Generator on the target device, seeded with the case seed, is the only random source;
+- every qr_v2 case and every eigh case except the lapack_* types first draws the base
+  A0 = randn(batch, n, n) (float32), even where the family then discards it (qr diagonal and
+  nearcollinear, the planted eigh spectra); the family's own draws come after it, in order;
+- the arithmetic is float32 in the official order of operations (e.g. two-sided scaling is
+  (d_i a_ij) d_j), and every non-LAPACK eigh family ends with (A + A^T)/2, so with the same
+  torch build and device the result is the official input bit for bit;
+- a mixed batch draws its profiles (multinomial over float32 weights) after A0, applies each
+  profile in a fixed order to the sub-batch of A0 rows that drew it, and a profile's own draws
+  are made for that sub-batch as a whole.
+
+A family is `family(draw, b, n, cond) -> float32 (b, n, n)`; the building blocks of the
+non-LAPACK families act on a given base: `apply(draw, A0, cond)`.
 """
 from __future__ import annotations
 
@@ -26,10 +27,11 @@ import torch
 
 from checks.problems import DEFAULT_CASE, ProblemError, normalize_spec
 
+F32 = torch.float32
 EPS = 2.0 ** -23                                   # float32 machine epsilon
 ULP = 2 * EPS                                      # LAPACK's ulp (eps * base)
-HIGH = math.sqrt(torch.finfo(torch.float32).max)   # ~1.8e19: squares just fit in float32
-LOW = math.sqrt(torch.finfo(torch.float32).tiny)   # ~1.1e-19: squares just stay normal
+HIGH = torch.finfo(F32).max ** 0.5                 # ~1.8e19: squares just fit in float32
+LOW = torch.finfo(F32).tiny ** 0.5                 # ~1.1e-19: squares just stay normal
 BENCH_BYTES = 256 * 2 ** 20                        # the grader's benchmark input budget
 
 
@@ -42,57 +44,47 @@ class Draw:
         self.gen.manual_seed(seed)
 
     def normal(self, *shape) -> torch.Tensor:
-        # drawn in float32 like the official A0, then widened for the arithmetic
-        return torch.randn(shape, generator=self.gen, device=self.device).double()
+        return torch.randn(shape, generator=self.gen, device=self.device, dtype=F32)
 
     def uniform(self, *shape) -> torch.Tensor:
-        """Uniform(-1, 1)."""
-        return torch.rand(shape, generator=self.gen, device=self.device).double() * 2 - 1
+        """Uniform(-1, 1), drawn by uniform_ on an empty float32 tensor."""
+        return torch.empty(shape, device=self.device, dtype=F32).uniform_(-1.0, 1.0, generator=self.gen)
 
     def signs(self, *shape) -> torch.Tensor:
-        return torch.randint(0, 2, shape, generator=self.gen, device=self.device).double() * 2 - 1
+        """+-1 from randint(0, 2) (int64), as float32."""
+        bits = torch.randint(0, 2, shape, generator=self.gen, device=self.device, dtype=torch.int64)
+        return bits.to(F32).mul_(2.0).sub_(1.0)
 
     def integers(self, low: int, high: int, *shape) -> torch.Tensor:
         return torch.randint(low, high, shape, generator=self.gen, device=self.device)
 
     def choice(self, weights: list[float], count: int) -> list[int]:
-        w = torch.tensor(weights, dtype=torch.float64, device=self.device)
+        w = torch.tensor([float(x) for x in weights], dtype=F32, device=self.device)
         return torch.multinomial(w, count, replacement=True, generator=self.gen).tolist()
 
-    # vectors of the arithmetic, on the same device
+    # vectors of the arithmetic, float32 on the same device
     def logspace(self, start: float, end: float, steps: int) -> torch.Tensor:
-        return torch.logspace(start, end, steps, dtype=torch.float64, device=self.device)
+        return torch.logspace(float(start), float(end), steps, dtype=F32, device=self.device)
 
     def linspace(self, start: float, end: float, steps: int) -> torch.Tensor:
-        return torch.linspace(start, end, steps, dtype=torch.float64, device=self.device)
+        return torch.linspace(float(start), float(end), steps, dtype=F32, device=self.device)
 
 
 # ---------------------------------------------------------------- shared helpers
 
 def _sym(A: torch.Tensor) -> torch.Tensor:
-    return (A + A.mT) / 2
-
-
-def _scale_cols(A: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    return A * d
-
-
-def _scale_rows(A: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    return A * d[:, None]
+    """0.5 (A + A^T): exactly symmetric in float32, since a + b == b + a."""
+    return 0.5 * (A + A.mT)
 
 
 def _col_scaling(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
-    """Column j times 10^(-cond j/(n-1)); cond 0 multiplies by exactly 1."""
-    return _scale_cols(A, r.logspace(0, -cond, A.shape[-1]))
+    """Column j times 10^(-cond j/(n-1)) (a float32 logspace); cond 0 leaves A untouched."""
+    return A * r.logspace(0, -cond, A.shape[-1]) if cond else A
 
 
-def _diag(values: torch.Tensor, b: int) -> torch.Tensor:
-    """A batch of diagonal matrices; values is (n,) or (b, n)."""
-    return torch.diag_embed(values.expand(b, -1))
-
-
-def _add_diag(A: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-    return A + torch.diag_embed(values.expand(A.shape[0], -1))
+def _two_sided(d: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """D S D evaluated as (d_i s_ij) d_j, rows first."""
+    return d[:, None] * S * d
 
 
 def _band_mask(r: Draw, n: int, width) -> torch.Tensor:
@@ -100,7 +92,7 @@ def _band_mask(r: Draw, n: int, width) -> torch.Tensor:
     i = torch.arange(n, device=r.device)
     dist = (i[:, None] - i[None, :]).abs()
     if isinstance(width, torch.Tensor):
-        return dist <= width[:, None, None]
+        return dist[None] <= width[:, None, None]
     return dist <= width
 
 
@@ -108,203 +100,223 @@ def _band_width(n: int) -> int:
     return max(2, min(32, n // 32))
 
 
+def _rank(n: int) -> int:
+    """The kept rank of the rank-deficient families: max(1, 3n // 4); the other n - rank are special."""
+    return max(1, (3 * n) // 4)
+
+
 def _orthogonal(r: Draw, b: int, n: int) -> torch.Tensor:
-    """Q of the QR of a gaussian, column signs fixed by diag(R): Haar-distributed."""
+    """Q of the float32 QR of a fresh gaussian, column j negated unless R_jj > 0."""
     Q, R = torch.linalg.qr(r.normal(b, n, n))
-    signs = torch.where(R.diagonal(dim1=-2, dim2=-1) < 0, -1.0, 1.0)
+    signs = torch.where(R.diagonal(dim1=-2, dim2=-1) > 0, 1.0, -1.0).to(F32)
     return Q * signs[:, None, :]
 
 
-def _planted(r: Draw, b: int, values: torch.Tensor) -> torch.Tensor:
-    """Q diag(values) Q^T with a random orthogonal Q per matrix; values is (n,) or (b, n)."""
-    n = values.shape[-1]
+def _planted(r: Draw, values: torch.Tensor) -> torch.Tensor:
+    """sym(Q diag(values) Q^T) with a random orthogonal Q per matrix; values is (b, n)."""
+    b, n = values.shape
     Q = _orthogonal(r, b, n)
-    return (Q * values.expand(b, n)[:, None, :]) @ Q.mT
+    return _sym((Q * values[:, None, :]) @ Q.mT)
 
 
-def _signed_logspace(r: Draw, n: int, cond: int) -> torch.Tensor:
-    """logspace(-max(cond,1), 0, n) with the even indices negated (eigh spectrum/diagonal)."""
-    v = r.logspace(-max(cond, 1), 0, n)
-    v[0::2] *= -1
-    return v
+def _signed_logspace(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+    """(b, n): logspace(-max(cond,1), 0, n) with the even indices negated (eigh spectrum/diagonal)."""
+    signs = torch.ones(n, dtype=F32, device=r.device)
+    signs[0::2] = -1.0
+    return (r.logspace(-max(cond, 1), 0, n) * signs).expand(b, n).contiguous()
 
 
-def _low_rank_split(n: int) -> tuple[int, int]:
-    """(k, n - k): k = n // 4 special columns or eigenvalues at the end."""
-    k = n // 4
-    return k, n - k
+# ---------------------------------------------------------------- qr_v2: profiles on a base A0
 
-
-# ---------------------------------------------------------------- qr_v2 families
-
-def qr_dense(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+def qr_dense(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
     """A0 with column scaling."""
-    return _col_scaling(r, r.normal(b, n, n), cond)
-
-
-def qr_upper(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Upper triangular: triu(A0) + diag(linspace(1, 0.25)), column scaling."""
-    A = _add_diag(torch.triu(r.normal(b, n, n)), r.linspace(1, 0.25, n))
     return _col_scaling(r, A, cond)
 
 
-def qr_diagonal(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Diagonal: random signs times logspace(0, -max(cond, 2), n)."""
-    return _diag(r.signs(b, n) * r.logspace(0, -max(cond, 2), n), b)
-
-
-def qr_rankdef(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Rank n - n//4: the last n//4 columns are zero."""
-    k, m = _low_rank_split(n)
-    A = r.normal(b, n, n)
-    A[..., m:] = 0
+def qr_upper(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Upper triangular: triu(A0), diagonal += linspace(1, 0.25), column scaling."""
+    A = torch.triu(A)
+    A.diagonal(dim1=-2, dim2=-1).add_(r.linspace(1, 0.25, A.shape[-1]))
     return _col_scaling(r, A, cond)
 
 
-def qr_nearrank(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Nearly rank n - n//4: the last n//4 columns copy the first ones plus 1e-5 noise."""
-    k, m = _low_rank_split(n)
-    A = r.normal(b, n, n)
-    A[..., m:] = A[..., :k] + 1e-5 * r.normal(b, n, k)
+def qr_diagonal(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Diagonal (A0 discarded): sign of a fresh normal draw (+1 if > 0, else -1) times logspace(0, -max(cond, 2), n)."""
+    m, n = A.shape[0], A.shape[-1]
+    signs = torch.where(r.normal(m, n) > 0, 1.0, -1.0).to(F32)
+    return torch.diag_embed(signs * r.logspace(0, -max(cond, 2), n))
+
+
+def qr_rankdef(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Rank max(1, 3n//4): the columns from there on are zero, column scaling."""
+    A[..., _rank(A.shape[-1]):] = 0.0
     return _col_scaling(r, A, cond)
 
 
-def qr_clustered(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Column scales 1 (first half), 4 eps (second half), sqrt(eps) (four columns around n/2)."""
-    h = n // 2
-    d = torch.ones(n, dtype=torch.float64, device=r.device)
-    d[h:] = 4 * EPS
-    d[max(0, h - 2):h + 2] = math.sqrt(EPS)
-    return _scale_cols(r.normal(b, n, n), d)
+def qr_nearrank(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Nearly rank max(1, 3n//4): the columns from there on copy the first ones plus 1e-5 noise."""
+    m, n = A.shape[0], A.shape[-1]
+    rank = _rank(n)
+    tail = n - rank
+    if tail > 0:
+        A[..., rank:] = A[..., :tail] + 1e-5 * r.normal(m, n, tail)
+    return _col_scaling(r, A, cond)
 
 
-def qr_band(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+def qr_clustered(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Column scales 1 (first half), 4 eps (second half), sqrt(eps) (columns n/2-2 .. n/2+1, n >= 8 only)."""
+    n = A.shape[-1]
+    d = torch.ones(n, dtype=F32, device=r.device)
+    d[n // 2:] = 4 * EPS
+    if n >= 8:
+        d[max(0, n // 2 - 2):min(n, n // 2 + 2)] = torch.sqrt(torch.tensor(EPS, dtype=F32, device=r.device))
+    return A * d
+
+
+def qr_band(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
     """Zero outside |i-j| <= max(2, min(32, n/32)), diagonal += linspace(1, 0.5), column scaling."""
-    A = r.normal(b, n, n) * _band_mask(r, n, _band_width(n))
-    return _col_scaling(r, _add_diag(A, r.linspace(1, 0.5, n)), cond)
+    n = A.shape[-1]
+    A = A * _band_mask(r, n, _band_width(n))
+    A.diagonal(dim1=-2, dim2=-1).add_(r.linspace(1, 0.5, n))
+    return _col_scaling(r, A, cond)
 
 
-def qr_nearcollinear(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Every column = one shared random vector + 1e-4 noise, column scaling."""
-    shared = r.normal(b, n, 1)
-    return _col_scaling(r, shared + 1e-4 * r.normal(b, n, n), cond)
+def qr_nearcollinear(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Every column = one shared fresh random vector + 1e-4 fresh noise (A0 discarded), column scaling."""
+    m, n = A.shape[0], A.shape[-1]
+    shared = r.normal(m, n, 1)
+    noise = r.normal(m, n, n)
+    return _col_scaling(r, shared.expand(m, n, n) + 1e-4 * noise, cond)
 
 
-def qr_rowscale(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+def qr_rowscale(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
     """Row i of A0 times 10^(-max(cond,4) i/(n-1))."""
-    return _scale_rows(r.normal(b, n, n), r.logspace(0, -max(cond, 4), n))
+    return r.logspace(0, -max(cond, 4), A.shape[-1])[:, None] * A
 
 
-# ---------------------------------------------------------------- eigh families
+# ---------------------------------------------------------------- eigh: profiles on a base A0
+# Each returns the matrix before the final symmetrization, which every one of them gets.
 
-def eigh_dense(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """sym(A0), two-sided scaled D A D with D = logspace(0, -cond, n)."""
-    d = r.logspace(0, -cond, n)
-    return _scale_rows(_scale_cols(_sym(r.normal(b, n, n)), d), d)
-
-
-def eigh_spectrum(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Planted eigenvalues logspace(-max(cond,1), 0, n), even indices negative."""
-    return _planted(r, b, _signed_logspace(r, n, cond))
+def eigh_dense(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """sym(A0); for cond > 0 two-sided scaled D A D with D = logspace(0, -cond, n)."""
+    S = _sym(A)
+    return _two_sided(r.logspace(0, -cond, A.shape[-1]), S) if cond else S
 
 
-def eigh_psd(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+def eigh_spectrum(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Planted eigenvalues logspace(-max(cond,1), 0, n), even indices negative (A0 discarded)."""
+    return _planted(r, _signed_logspace(r, A.shape[0], A.shape[-1], cond))
+
+
+def eigh_psd(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
     """Positive semidefinite G G^T / n, G = A0 diag(logspace(0, -max(cond,1), n))."""
-    G = _scale_cols(r.normal(b, n, n), r.logspace(0, -max(cond, 1), n))
-    return G @ G.mT / n
+    n = A.shape[-1]
+    G = A * r.logspace(0, -max(cond, 1), n)
+    return (G @ G.mT) / float(n)
 
 
-def eigh_rankdef(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Planted: n//4 zero eigenvalues, the rest logspace(-max(cond,1), 0)."""
-    k, m = _low_rank_split(n)
-    zeros = torch.zeros(k, dtype=torch.float64, device=r.device)
-    return _planted(r, b, torch.cat([zeros, r.logspace(-max(cond, 1), 0, m)]))
+def eigh_rankdef(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Planted: n - max(1, 3n//4) zero eigenvalues, then logspace(-max(cond,1), 0, max(1, 3n//4))."""
+    m, n = A.shape[0], A.shape[-1]
+    rank = _rank(n)
+    values = torch.zeros(m, n, dtype=F32, device=r.device)
+    values[:, n - rank:] = r.logspace(-max(cond, 1), 0, rank)
+    return _planted(r, values)
 
 
-def eigh_nearrank(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Planted: n//4 eigenvalues 1e-6 logspace(-2, 0), the rest logspace(-max(cond,1), 0)."""
-    k, m = _low_rank_split(n)
-    tiny = 1e-6 * r.logspace(-2, 0, k)
-    return _planted(r, b, torch.cat([tiny, r.logspace(-max(cond, 1), 0, m)]))
+def eigh_nearrank(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Planted: n - rank eigenvalues 1e-6 logspace(-2, 0), then logspace(-max(cond,1), 0, rank); rank max(1, 3n//4)."""
+    m, n = A.shape[0], A.shape[-1]
+    rank = _rank(n)
+    values = torch.empty(m, n, dtype=F32, device=r.device)
+    values[:, :n - rank] = 1e-6 * r.logspace(-2, 0, n - rank)
+    values[:, n - rank:] = r.logspace(-max(cond, 1), 0, rank)
+    return _planted(r, values)
 
 
-def eigh_repeated(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Planted: g = max(1, min(16, n/8)) distinct values linspace(-1, 1, g), each n/g times."""
+def eigh_repeated(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Planted: g = max(1, min(16, n/8)) values linspace(-1, 1, g), each ceil(n/g) times, cut to n."""
+    m, n = A.shape[0], A.shape[-1]
     g = max(1, min(16, n // 8))
-    which = torch.arange(n, device=r.device) * g // n
-    return _planted(r, b, r.linspace(-1, 1, g)[which])
+    values = r.linspace(-1, 1, g).repeat_interleave(-(-n // g))[:n]
+    return _planted(r, values.expand(m, n).contiguous())
 
 
-def eigh_clustered(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Planted: random-sign 1 + 1e-5 jitter, the middle third 1 + 1e-6 jitter (two tight clusters)."""
-    values = r.signs(b, n) * (1 + 1e-5 * r.normal(b, n))
-    third = slice(n // 3, 2 * n // 3)
-    values[:, third] = 1 + 1e-6 * r.normal(b, third.stop - third.start)
-    return _planted(r, b, values)
+def eigh_clustered(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Planted, deterministic: t = linspace(-1, 1, n); +-1 (sign of t, 0 counts as -1) + 1e-5 t,
+    the middle third (n//3 .. 2n//3 - 1) 1 + 1e-6 t instead; sorted ascending."""
+    m, n = A.shape[0], A.shape[-1]
+    t = r.linspace(-1, 1, n)
+    values = torch.where(t > 0, 1.0, -1.0).to(F32) + 1e-5 * t
+    values[n // 3:2 * n // 3] = 1.0 + 1e-6 * t[n // 3:2 * n // 3]
+    return _planted(r, values.sort().values.expand(m, n).contiguous())
 
 
-def eigh_diagonal(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-    """Diagonal of the signed logspace of `spectrum`."""
-    return _diag(_signed_logspace(r, n, cond), b)
+def eigh_diagonal(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Diagonal of the signed logspace of `spectrum` (A0 discarded)."""
+    return torch.diag_embed(_signed_logspace(r, A.shape[0], A.shape[-1], cond))
 
 
-def eigh_band(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+def eigh_band(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
     """sym(A0) zero outside |i-j| <= max(2, min(32, n/32)), diagonal += linspace(-1, 1)."""
-    A = _sym(r.normal(b, n, n)) * _band_mask(r, n, _band_width(n))
-    return _add_diag(A, r.linspace(-1, 1, n))
+    n = A.shape[-1]
+    S = _sym(A) * _band_mask(r, n, _band_width(n))
+    S.diagonal(dim1=-2, dim2=-1).add_(r.linspace(-1, 1, n))
+    return S
 
 
-def eigh_rowscale(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+def eigh_rowscale(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
     """D sym(A0) D with D = logspace(0, -max(cond,4), n)."""
-    d = r.logspace(0, -max(cond, 4), n)
-    return _scale_rows(_scale_cols(_sym(r.normal(b, n, n)), d), d)
+    return _two_sided(r.logspace(0, -max(cond, 4), A.shape[-1]), _sym(A))
 
 
 # ---------------------------------------------------------------- eigh: LAPACK's test matrix types
+# These draw no A0; the random draws are the spectrum's signs, then Q, then (band) the widths.
 
 def _lapack_spectrum(r: Draw, b: int, n: int, kind: str) -> torch.Tensor:
-    """(b, n) random-sign eigenvalues in [ulp, 1]: even, geometric or clustered (one 1, rest ulp)."""
-    if kind == "even":
+    """(b, n) random-sign eigenvalues in [ulp, 1]: even, geometric or clustered (one 1, rest ulp); n = 1 gives 1."""
+    if n == 1:
+        v = torch.ones(1, dtype=F32, device=r.device)
+    elif kind == "even":
         v = r.linspace(1, ULP, n)
     elif kind == "geometric":
         v = r.logspace(0, math.log10(ULP), n)
     else:
-        v = torch.full((n,), ULP, dtype=torch.float64, device=r.device)
-        v[0] = 1
-    return r.signs(b, n) * v
+        v = torch.full((n,), ULP, dtype=F32, device=r.device)
+        v[0] = 1.0
+    return v.expand(b, n) * r.signs(b, n)
 
 
 def lapack_zero(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
     """The zero matrix."""
-    return torch.zeros(b, n, n, dtype=torch.float64, device=r.device)
+    return torch.zeros(b, n, n, dtype=F32, device=r.device)
 
 
 def lapack_identity(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
     """The identity."""
-    return torch.eye(n, dtype=torch.float64, device=r.device).expand(b, n, n).clone()
+    return torch.eye(n, dtype=F32, device=r.device).expand(b, n, n).clone()
 
 
 def lapack_diag(r: Draw, b: int, n: int, spectrum: str, scale: float) -> torch.Tensor:
     """Diagonal; a random-sign LAPACK spectrum, times scale."""
-    return scale * _diag(_lapack_spectrum(r, b, n, spectrum), b)
+    return torch.diag_embed(_lapack_spectrum(r, b, n, spectrum) * scale)
 
 
 def lapack_dense(r: Draw, b: int, n: int, spectrum: str, scale: float) -> torch.Tensor:
-    """Planted; a random-sign LAPACK spectrum, times scale."""
-    return scale * _planted(r, b, _lapack_spectrum(r, b, n, spectrum))
+    """Planted; a random-sign LAPACK spectrum, times scale (the values are scaled, then planted)."""
+    return _planted(r, _lapack_spectrum(r, b, n, spectrum) * scale)
 
 
 def lapack_band(r: Draw, b: int, n: int, spectrum: str, scale: float) -> torch.Tensor:
-    """Planted, masked to a random bandwidth per matrix; a LAPACK spectrum, times scale."""
-    A = _planted(r, b, _lapack_spectrum(r, b, n, spectrum))
-    width = r.integers(min(1, n - 1), n, b)
-    return scale * A * _band_mask(r, n, width)
+    """Planted, masked to a random bandwidth per matrix (uniform in 0 .. n-1); a LAPACK spectrum, times scale."""
+    A = _planted(r, _lapack_spectrum(r, b, n, spectrum) * scale)
+    width = r.integers(0, n, b)
+    return A * _band_mask(r, n, width)
 
 
 def lapack_random(r: Draw, b: int, n: int, spectrum: str, scale: float) -> torch.Tensor:
-    """Symmetric with uniform(-1, 1) entries (lower triangle mirrored); times scale."""
-    L = torch.tril(r.uniform(b, n, n))
-    return scale * (L + torch.tril(L, -1).mT)
+    """Symmetrized uniform(-1, 1): 0.5 (U + U^T); times scale."""
+    return _sym(r.uniform(b, n, n)) * scale
 
 
 _MAGNITUDE_WORDS = {1.0: "", HIGH: ", times sqrt(float32 max)", LOW: ", times sqrt(float32 tiny)"}
@@ -320,7 +332,8 @@ def _variant(base: Callable, spectrum: str | None, scale: float) -> Callable:
     return family
 
 
-# The LAPACK types by the names the case list uses, plus the diagonal magnitudes it leaves out.
+# The LAPACK types by the names the case list uses, plus the diagonal magnitudes it leaves out
+# (lapack_diag_even_*_magnitude, lapack_diag_clustered_*_magnitude: ours, not official).
 LAPACK_TYPES: dict[str, tuple[Callable, str | None, float]] = {
     "lapack_diag_even_spectrum": (lapack_diag, "even", 1.0),
     "lapack_diag_geometric_spectrum": (lapack_diag, "geometric", 1.0),
@@ -345,7 +358,20 @@ LAPACK_TYPES: dict[str, tuple[Callable, str | None, float]] = {
 }
 
 
-# ---------------------------------------------------------------- mixed batches
+# ---------------------------------------------------------------- profiles and mixed batches
+
+PROFILES: dict[str, dict[str, Callable]] = {
+    "qr_v2": {
+        "dense": qr_dense, "upper": qr_upper, "diagonal": qr_diagonal, "rankdef": qr_rankdef,
+        "nearrank": qr_nearrank, "clustered": qr_clustered, "band": qr_band,
+        "nearcollinear": qr_nearcollinear, "rowscale": qr_rowscale,
+    },
+    "eigh": {
+        "dense": eigh_dense, "spectrum": eigh_spectrum, "psd": eigh_psd, "rankdef": eigh_rankdef,
+        "nearrank": eigh_nearrank, "repeated": eigh_repeated, "clustered": eigh_clustered,
+        "diagonal": eigh_diagonal, "band": eigh_band, "rowscale": eigh_rowscale,
+    },
+}
 
 MIXED_WEIGHTS = {
     "qr_v2": {"dense": 6, "rankdef": 1, "nearrank": 1, "clustered": 1, "band": 1,
@@ -355,51 +381,70 @@ MIXED_WEIGHTS = {
 }
 
 
+def _apply(problem: str, name: str, r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+    """Profile `name` on the base A; an eigh profile ends symmetrized."""
+    out = PROFILES[problem][name](r, A, cond)
+    return _sym(out) if problem == "eigh" else out
+
+
 def _choose_profiles(r: Draw, problem: str, b: int) -> list[str]:
-    """Profiles by weight at random positions; a batch >= 2 gets >= 1 dense and >= 1 other."""
+    """Profiles by weight at random positions; a batch >= 2 gets >= 1 dense and >= 1 other.
+
+    The repair draws only when needed: no dense -> a uniform position becomes dense; all
+    dense -> a uniform position gets a non-dense profile chosen uniformly (not by weight).
+    """
     names = list(MIXED_WEIGHTS[problem])   # "dense" first
-    weights = list(MIXED_WEIGHTS[problem].values())
-    picks = r.choice(weights, b)
+    picks = r.choice(list(MIXED_WEIGHTS[problem].values()), b)
     if b >= 2:
-        # drawn unconditionally so the stream after this point never depends on the branch
-        pos = int(r.integers(0, b, 1))
-        other = 1 + r.choice(weights[1:], 1)[0]
         if 0 not in picks:
-            picks[pos] = 0
+            picks[int(r.integers(0, b, 1))] = 0
         elif all(p == 0 for p in picks):
-            picks[pos] = other
+            pos = int(r.integers(0, b, 1))
+            picks[pos] = int(r.integers(1, len(names), 1))
     return [names[p] for p in picks]
 
 
 def _mixed(problem: str) -> Callable:
-    def mixed(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
-        profiles = _choose_profiles(r, problem, b)
-        A = torch.empty(b, n, n, dtype=torch.float64, device=r.device)
+    def mixed(r: Draw, A: torch.Tensor, cond: int) -> torch.Tensor:
+        profiles = _choose_profiles(r, problem, A.shape[0])
         for name in MIXED_WEIGHTS[problem]:   # a fixed order keeps the draws deterministic
-            rows = [i for i, p in enumerate(profiles) if p == name]
-            if rows:
-                A[rows] = FAMILIES[problem][name](r, len(rows), n, cond)
+            rows = torch.tensor([p == name for p in profiles], device=A.device)
+            if bool(rows.any()):
+                A[rows] = _apply(problem, name, r, A[rows], cond)
         return A
-    mixed.__doc__ = f"Each matrix a random {problem} profile by weight, at least one dense and one not."
+    mixed.__doc__ = (f"Each matrix of A0 a random {problem} profile by weight (at least one dense and one "
+                     "not), each profile applied to its rows as one sub-batch.")
     return mixed
+
+
+def _on_base(problem: str, name: str) -> Callable:
+    """The family (r, b, n, cond) of a profile: draw A0, apply the profile."""
+    def family(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+        return _apply(problem, name, r, r.normal(b, n, n), cond)
+    family.__doc__ = PROFILES[problem][name].__doc__
+    family.__name__ = PROFILES[problem][name].__name__
+    return family
+
+
+def _mixed_family(problem: str) -> Callable:
+    apply = _mixed(problem)
+
+    def family(r: Draw, b: int, n: int, cond: int) -> torch.Tensor:
+        return apply(r, r.normal(b, n, n), cond)
+    family.__doc__ = apply.__doc__
+    family.__name__ = "mixed"
+    return family
 
 
 # ---------------------------------------------------------------- the public API
 
 FAMILIES: dict[str, dict[str, Callable]] = {
-    "qr_v2": {
-        "dense": qr_dense, "upper": qr_upper, "diagonal": qr_diagonal, "rankdef": qr_rankdef,
-        "nearrank": qr_nearrank, "clustered": qr_clustered, "band": qr_band,
-        "nearcollinear": qr_nearcollinear, "rowscale": qr_rowscale, "mixed": _mixed("qr_v2"),
-    },
-    "eigh": {
-        "dense": eigh_dense, "spectrum": eigh_spectrum, "psd": eigh_psd, "rankdef": eigh_rankdef,
-        "nearrank": eigh_nearrank, "repeated": eigh_repeated, "clustered": eigh_clustered,
-        "diagonal": eigh_diagonal, "band": eigh_band, "rowscale": eigh_rowscale,
-        "mixed": _mixed("eigh"),
-        "lapack_zero": lapack_zero, "lapack_identity": lapack_identity,
-        **{name: _variant(*args) for name, args in LAPACK_TYPES.items()},
-    },
+    "qr_v2": {**{name: _on_base("qr_v2", name) for name in PROFILES["qr_v2"]},
+              "mixed": _mixed_family("qr_v2")},
+    "eigh": {**{name: _on_base("eigh", name) for name in PROFILES["eigh"]},
+             "mixed": _mixed_family("eigh"),
+             "lapack_zero": lapack_zero, "lapack_identity": lapack_identity,
+             **{name: _variant(*args) for name, args in LAPACK_TYPES.items()}},
 }
 
 
@@ -426,9 +471,7 @@ def generate(problem: str, spec: dict, device="cpu") -> torch.Tensor:
     spec = _spec(problem, spec)
     family = _family(problem, spec["case"])
     A = family(Draw(spec["seed"], device), spec["batch"], spec["n"], spec["cond"])
-    if problem == "eigh":
-        A = _sym(A)   # in float64: the float32 cast of a symmetric matrix is exactly symmetric
-    return A.to(torch.float32).contiguous()
+    return A.to(F32).contiguous()
 
 
 def mixed_profiles(problem: str, spec: dict, device="cpu") -> list[str]:
@@ -437,8 +480,10 @@ def mixed_profiles(problem: str, spec: dict, device="cpu") -> list[str]:
     _family(problem, spec["case"])
     if spec["case"] != "mixed":
         return [spec["case"]] * spec["batch"]
-    # the profile choice is the first draw of a mixed case, so replaying it needs no matrices
-    return _choose_profiles(Draw(spec["seed"], device), problem, spec["batch"])
+    # the profiles are the first draw after A0, so replaying them needs A0's draw but no profile work
+    r = Draw(spec["seed"], device)
+    r.normal(spec["batch"], spec["n"], spec["n"])
+    return _choose_profiles(r, problem, spec["batch"])
 
 
 def benchmark_count(spec: dict) -> int:

@@ -56,9 +56,11 @@ def run_check_case(problem, kernel, spec, device) -> dict:
             "residuals": report.residuals, "info": report.info}
 
 
-def recheck_all(problem, inputs):
+def recheck_all(problem, references):
+    """A recheck against pristine copies of the inputs (eval.py's check_copy), so an in-place
+    change of an input by the kernel cannot make its own output look right."""
     def recheck(outputs):
-        for A, out in zip(inputs, outputs):
+        for A, out in zip(references, outputs):
             report = gates.check_output(problem, A, out)
             if not report.passed:
                 raise AssertionError(f"re-check failed: {report.message}")
@@ -68,9 +70,15 @@ def recheck_all(problem, inputs):
 def time_kernel(problem, kernel, inputs, device, rule, send, label, recheck=True):
     """Grader-style timing on prepared inputs: run and check each input once, then the repeat loop.
 
-    recheck=False skips the gates after each repeat (used for the torch
-    baseline, whose outputs are checked once). Returns (the first input's gate report, Stats)."""
-    reports = [check_once(problem, kernel, A) for A in inputs]
+    As eval.py: pristine copies of the inputs are taken first; the warm-up calls the kernel on a
+    fresh copy of every input, all calls before any check (outputs that share storage across
+    calls are caught); the timed loop calls it on the inputs themselves and, unless
+    recheck=False (the torch baseline), re-checks every repeat against the pristine copies.
+    Returns (the first input's gate report, Stats)."""
+    references = [A.clone() for A in inputs]
+    outputs = [kernel(A.clone()) for A in inputs]
+    reports = [gates.check_output(problem, A, out) for A, out in zip(references, outputs)]
+    del outputs
     failed = [r for r in reports if not r.passed]
     if failed:
         raise AssertionError(failed[0].message)
@@ -80,8 +88,22 @@ def time_kernel(problem, kernel, inputs, device, rule, send, label, recheck=True
     def progress(i, stats):
         if i % 10 == 0:
             send(("progress", f"{label}: repeat {i + 1}, mean {stats.mean / 1e3:.1f} us"))
-    rechecker = recheck_all(problem, inputs) if recheck else (lambda outputs: None)
+    rechecker = recheck_all(problem, references) if recheck else (lambda outputs: None)
     return reports[0], timing.time_case(kernel, inputs, rechecker, clock, rule, progress)
+
+
+WARMUP_BUDGET_S = 0.1   # eval.py's benchmark mode: one untimed run of the first case, 200 repeats / 0.1 s
+
+
+def warm_up(problem, kernel, spec, device) -> None:
+    """eval.py's benchmark-mode warm-up: the first case once through the timing loop, result ignored."""
+    try:
+        inputs = generators.benchmark_inputs(problem, spec, device)
+        rule = timing.StopRule("benchmark", budget_s=WARMUP_BUDGET_S)
+        time_kernel(problem, kernel, inputs, device, rule, lambda message: None, "warm-up", recheck=False)
+    except Exception:   # the timed run of the same case reports any failure
+        pass
+    sync(device)
 
 
 def run_bench_case(problem, kernel, spec, device, baseline, send) -> dict:
@@ -134,6 +156,9 @@ def main(conn, job: dict) -> None:
         compile_s = time.perf_counter() - start
         send(("start", {**environment(device), "compile_s": compile_s}))
         kernels = {name: m.custom_kernel for name, m in modules.items()}
+        if mode == "bench" and job["specs"]:
+            send(("progress", f"warm-up: {short_spec(job['specs'][0])}"))
+            warm_up(problem, kernels["candidate"], job["specs"][0], device)
         for index, spec in enumerate(job["specs"]):
             send(("progress", f"case {index + 1}/{len(job['specs'])}: {short_spec(spec)}"))
             try:

@@ -136,7 +136,8 @@ def test_structure(problem):
     A = inputs(problem)
     first, second = solve(problem, A)
     cases = {
-        "output": [first, (first,), (first, second, second), (first, "x"), None],
+        "output": [first, (first,), (first, second, second), (first, "x"), None,
+                   [first, second]],                   # the official checker wants a tuple
         "shape": [(first[:, :-1], second), (first, second[:, :-1]), (first, second[:2])],
         "dtype": [(first.double(), second), (first, second.half())],
         "device": [(first.to("meta"), second), (first, second.to("meta"))],
@@ -147,7 +148,7 @@ def test_structure(problem):
             assert_fails(report, gate)
             assert report.residuals == {}
             assert "\n" not in report.message
-    assert check_output(problem, A, [first, second]).passed   # a list is fine too
+    assert check_output(problem, A, (first, second)).passed
 
 
 def test_unknown_problem_and_bad_input():
@@ -213,3 +214,40 @@ def test_chunked_work_gives_the_same_report(problem, monkeypatch):
     chunked = check_output(problem, A, out)
     assert chunked == whole
     assert "matrix 5 " in whole.message
+
+
+# ---------------------------------------------------------------- as the official checker computes them
+
+def l1(X):
+    return X.abs().sum(dim=-2).amax(dim=-1)
+
+
+def test_qr_q_is_materialized_from_the_float32_factors():
+    # official: Q = householder_product(H, tau) on the returned float32 tensors, widened afterwards
+    n = 128
+    A = torch.randn(3, n, n, generator=torch.Generator().manual_seed(1))
+    H, tau = torch.geqrf(A)
+    report = check_output("qr_v2", A, (H, tau))
+    I = torch.eye(n, dtype=torch.float64)
+    for Q, matches in ((torch.linalg.householder_product(H, tau).double(), True),
+                       (torch.linalg.householder_product(H.double(), tau.double()), False)):
+        orth = (l1(Q.mT @ Q - I) / (n * EPS)).max().item()
+        factor = (l1(torch.triu(H).double() - Q.mT @ A.double()) / (n * EPS * l1(A.double()))).max().item()
+        assert (report.residuals["orthogonality"][0] == pytest.approx(orth, rel=1e-9)) == matches
+        assert (report.residuals["factor"][0] == pytest.approx(factor, rel=1e-9)) == matches
+
+
+def test_tuple_subclasses_pass():
+    A = inputs("qr_v2")
+    assert check_output("qr_v2", A, torch.geqrf(A)).passed          # torch.return_types.geqrf is a tuple
+
+
+def test_qr_diagnostics_are_batch_wide():
+    # official: max over the batch of the residual, over n eps times the max over the batch of ||A||_1
+    A = torch.tensor([[[2.0, 0.0], [0.0, 3.0]], [[2000.0, 0.0], [0.0, 3000.0]]])
+    H = A.clone()
+    H[0, 0, 1] = 1e-3                                  # tau = 0: Q = I, so Q R - A = 1e-3 at (0, 1) of matrix 0
+    report = check_output("qr_v2", A, (H, torch.zeros(2, 2)))
+    expected = float(torch.tensor(1e-3)) / (2 * EPS * 3000)
+    assert report.info["reconstruction"] == pytest.approx(expected, rel=1e-12)
+    assert report.residuals["factor"][0] == pytest.approx(float(torch.tensor(1e-3)) / (2 * EPS * 3), rel=1e-12)

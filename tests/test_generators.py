@@ -178,7 +178,7 @@ def test_eigh_rankdef_matches_planted_values():
 
 def test_eigh_nearrank_matches_planted_values():
     v = torch.cat([1e-6 * logspace(-2, 0, 8), logspace(-1, 0, 24)])
-    torch.testing.assert_close(eigvals(gen("eigh", "nearrank")), v.expand(4, -1), rtol=0, atol=1e-7)
+    torch.testing.assert_close(eigvals(gen("eigh", "nearrank")), v.expand(4, -1), rtol=0, atol=1e-6)
 
 
 @pytest.mark.parametrize("n,g", [(32, 4), (512, 16), (4, 1)])
@@ -274,10 +274,13 @@ def test_lapack_magnitudes(case, scale):
     assert 1e-2 * scale < peak <= scale
 
 
-def test_lapack_random_symmetric_uniform_entries():
-    A = gen("eigh", "lapack_random_symmetric", n=64)
-    assert A.abs().max() <= 1 and A.abs().max() > 0.99 and (A < 0).any()
-    assert abs(A.mean().item()) < 0.05
+def test_lapack_random_symmetric_is_a_symmetrized_uniform_draw():
+    # official: U = uniform_(-1, 1) on a float32 (b, n, n) tensor, then 0.5 (U + U^T); no A0 draw
+    g = torch.Generator().manual_seed(7)
+    U = torch.empty(4, 16, 16).uniform_(-1.0, 1.0, generator=g)
+    assert torch.equal(gen("eigh", "lapack_random_symmetric", n=16), 0.5 * (U + U.mT))
+    high = gen("eigh", "lapack_random_symmetric_high_magnitude", n=16)
+    assert torch.equal(high, 0.5 * (U + U.mT) * HIGH)
 
 
 def test_lapack_band_random_bandwidth_per_matrix():
@@ -327,6 +330,144 @@ def test_mixed_profiles_match_generate():
 def test_mixed_profiles_of_a_plain_case():
     spec = {"batch": 3, "n": 8, "cond": 0, "seed": 1, "case": "psd"}
     assert mixed_profiles("eigh", spec) == ["psd"] * 3
+
+
+# ---------------------------------------------------------------- the official draw order, bit for bit
+# These rebuild an input from the stated facts (docs/harness-agreement.md) with a seeded CPU generator:
+# A0 = randn(b, n, n) first for every non-LAPACK case, the family's own draws after it, float32 arithmetic.
+
+def seeded(seed):
+    return torch.Generator().manual_seed(seed)
+
+
+def orthogonal(g, b, n):
+    """Q of the QR of a fresh gaussian; column j negated unless R_jj > 0."""
+    Q, R = torch.linalg.qr(torch.randn(b, n, n, generator=g))
+    return Q * torch.where(R.diagonal(dim1=-2, dim2=-1) > 0, 1.0, -1.0)[:, None, :]
+
+
+def planted(g, values):
+    Q = orthogonal(g, *values.shape)
+    A = (Q * values[:, None, :]) @ Q.mT
+    return 0.5 * (A + A.mT)
+
+
+def test_qr_diagonal_signs_come_from_a_normal_draw_after_a0():
+    g = seeded(9)
+    torch.randn(3, 8, 8, generator=g)                       # A0, discarded
+    d = torch.randn(3, 8, generator=g)
+    expected = torch.diag_embed(torch.where(d > 0, 1.0, -1.0) * torch.logspace(0, -2, 8))
+    assert torch.equal(gen("qr_v2", "diagonal", n=8, batch=3, cond=1, seed=9), expected)
+
+
+def test_qr_nearcollinear_discards_a0():
+    g = seeded(4)
+    torch.randn(2, 8, 8, generator=g)
+    base, noise = torch.randn(2, 8, 1, generator=g), torch.randn(2, 8, 8, generator=g)
+    expected = (base.expand(2, 8, 8) + 1e-4 * noise) * torch.logspace(0, -2, 8)
+    assert torch.equal(gen("qr_v2", "nearcollinear", n=8, batch=2, cond=2, seed=4), expected)
+
+
+@pytest.mark.parametrize("n,special", [(1, 0), (2, 1), (3, 1), (5, 2), (6, 2), (7, 2), (8, 2)])
+def test_rank_split_is_max_1_3n_over_4(n, special):
+    # the kept rank is max(1, 3n // 4); the other n - rank columns / eigenvalues are the special ones
+    A = gen("qr_v2", "rankdef", n=n, batch=2, cond=0)
+    assert (A[..., n - special:] == 0).all() and (A[..., :n - special] != 0).all()
+    B = gen("qr_v2", "nearrank", n=n, batch=2, cond=0, seed=5)
+    g = seeded(5)
+    A0 = torch.randn(2, n, n, generator=g)
+    if special:
+        A0[..., n - special:] = A0[..., :special] + 1e-5 * torch.randn(2, n, special, generator=g)
+    assert torch.equal(B, A0)
+    w = eigvals(gen("eigh", "rankdef", n=n, batch=2, cond=0))
+    assert ((w.abs() < 1e-6).sum(-1) == special).all()
+
+
+def test_qr_clustered_sqrt_eps_columns_only_from_n_8():
+    for n in (4, 7):
+        A = f64(gen("qr_v2", "clustered", n=n, batch=2, seed=3))
+        A0 = f64(torch.randn(2, n, n, generator=seeded(3)))
+        d = torch.ones(n, dtype=torch.float64)
+        d[n // 2:] = 4 * EPS
+        torch.testing.assert_close(A, A0 * d, rtol=0, atol=0)
+    A = gen("qr_v2", "clustered", n=8, batch=1, seed=3)
+    A0 = torch.randn(1, 8, 8, generator=seeded(3))
+    assert torch.equal(A[..., 2:6], A0[..., 2:6] * torch.sqrt(torch.tensor(EPS, dtype=torch.float32)))
+
+
+def test_eigh_planted_q_is_drawn_after_a0():
+    g = seeded(21)
+    torch.randn(3, 8, 8, generator=g)
+    v = torch.logspace(-2, 0, 8)
+    v[0::2] *= -1
+    assert torch.equal(gen("eigh", "spectrum", n=8, batch=3, cond=2, seed=21), planted(g, v.expand(3, 8)))
+
+
+def test_eigh_two_sided_scaling_is_rows_first_then_symmetrized():
+    A0 = torch.randn(2, 8, 8, generator=seeded(6))
+    d = torch.logspace(0, -3, 8)
+    S = d[:, None] * (0.5 * (A0 + A0.mT)) * d
+    assert torch.equal(gen("eigh", "dense", n=8, batch=2, cond=3, seed=6), 0.5 * (S + S.mT))
+
+
+def test_eigh_clustered_spectrum_is_deterministic():
+    n = 30
+    t = torch.linspace(-1, 1, n, dtype=torch.float64)
+    v = torch.where(t > 0, 1.0, -1.0) + 1e-5 * t
+    v[n // 3:2 * n // 3] = 1 + 1e-6 * t[n // 3:2 * n // 3]
+    for seed in (1, 2):
+        w = eigvals(gen("eigh", "clustered", n=n, batch=2, seed=seed))
+        torch.testing.assert_close(w, v.sort().values.expand(2, -1), rtol=0, atol=1e-6)
+
+
+def test_eigh_repeated_groups_of_ceil_n_over_g():
+    n, g = 100, 12                                  # ceil(100 / 12) = 9: eleven groups of 9, one of 1
+    values = torch.linspace(-1, 1, g, dtype=torch.float64).repeat_interleave(9)[:n]
+    torch.testing.assert_close(eigvals(gen("eigh", "repeated", n=n, batch=1)), values[None], rtol=0, atol=1e-5)
+
+
+def test_lapack_band_widths_drawn_after_q_from_0_to_n_minus_1():
+    b, n = 6, 4
+    g = seeded(8)
+    signs = torch.randint(0, 2, (b, n), generator=g).float() * 2 - 1
+    A = planted(g, torch.linspace(1, ULP, n).expand(b, n) * signs)
+    width = torch.randint(0, n, (b,), generator=g)
+    i = torch.arange(n)
+    mask = (i[:, None] - i[None, :]).abs()[None] <= width[:, None, None]
+    assert torch.equal(gen("eigh", "lapack_band_even_spectrum", n=n, batch=b, seed=8), A * mask)
+    assert 0 in width.tolist()                       # a width of 0 (diagonal) is possible
+
+
+def official_profiles(problem, b, n, seed):
+    """The stated mixed procedure: A0, a float32-weight multinomial, a repair that draws only when needed."""
+    names, weights = list(MIXED_WEIGHTS[problem]), list(MIXED_WEIGHTS[problem].values())
+    g = seeded(seed)
+    torch.randn(b, n, n, generator=g)
+    picks = torch.multinomial(torch.tensor(weights, dtype=torch.float32), b, True, generator=g)
+    if b >= 2:
+        if not (picks == 0).any():
+            picks[int(torch.randint(0, b, (1,), generator=g))] = 0
+        elif (picks == 0).all():
+            pos = int(torch.randint(0, b, (1,), generator=g))
+            picks[pos] = int(torch.randint(1, len(names), (1,), generator=g))   # uniform, not by weight
+    return [names[p] for p in picks.tolist()]
+
+
+@pytest.mark.parametrize("problem", list(MIXED_WEIGHTS))
+def test_mixed_profiles_follow_the_official_draws(problem):
+    for seed in range(40):
+        for b in (1, 2, 3, 17):
+            spec = {"batch": b, "n": 4, "cond": 0, "seed": seed, "case": "mixed"}
+            assert mixed_profiles(problem, spec) == official_profiles(problem, b, 4, seed), (seed, b)
+
+
+def test_mixed_profiles_work_on_the_rows_of_a0():
+    spec = {"batch": 24, "n": 8, "cond": 0, "seed": 5, "case": "mixed"}
+    A0 = torch.randn(24, 8, 8, generator=seeded(5))
+    for problem, expect in (("qr_v2", A0), ("eigh", 0.5 * (A0 + A0.mT))):
+        A = generate(problem, spec)
+        dense = [i for i, p in enumerate(mixed_profiles(problem, spec)) if p == "dense"]
+        assert dense and torch.equal(A[dense], expect[dense])
 
 
 # ---------------------------------------------------------------- benchmark inputs and speed

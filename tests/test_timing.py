@@ -144,6 +144,16 @@ def test_time_case_samples_are_per_call_and_recheck_runs_every_repeat():
     assert progress == [(0, 1), (1, 2), (2, 3)]
 
 
+def test_time_case_passes_the_same_input_objects_every_repeat():
+    # official: the timed loop calls custom_kernel(data) on the generated objects themselves, no copies
+    inputs = [torch.zeros(2), torch.ones(2)]
+    seen = []
+    clock = ScriptedClock([1000.0] * 3)
+    time_case(lambda x: seen.append(x) or x, inputs, lambda outputs: None, clock, StopRule("benchmark"),
+              wall=FakeWall(0.1))
+    assert len(seen) == 6 and all(x is inputs[i % 2] for i, x in enumerate(seen))
+
+
 def test_time_case_stops_at_wall_limit():
     clock = ScriptedClock([1000.0, 3000.0] * 10)
     stats = time_case(
@@ -195,25 +205,30 @@ def test_time_case_with_perf_counter_clock():
 def fake_torch(log):
     """Just enough of torch for CudaEventClock, logging each call."""
 
-    names = iter(["start", "end"])
+    counter = iter(range(100))
 
     class Event:
         def __init__(self, enable_timing):
             assert enable_timing
-            self.name = next(names)
-            log.append(f"event {self.name}")
+            self.name = f"event{next(counter)}"
+            log.append(f"new {self.name}")
 
         def record(self):
             log.append(f"record {self.name}")
 
         def elapsed_time(self, other):
+            log.append(f"elapsed {self.name} {other.name}")
             return 2.5  # ms
 
     class Buffer:
         def fill_(self, value):
-            log.append("flush")
+            log.append(f"fill {value}")
+
+        def __del__(self):
+            log.append("free")
 
     def empty(numel, dtype, device):
+        assert dtype == torch.int64
         log.append(f"empty {numel * 8} bytes")
         return Buffer()
 
@@ -226,15 +241,19 @@ def fake_torch(log):
 
 
 def test_cuda_event_clock_follows_the_official_order(monkeypatch):
+    # official, per repeat: sync; a new 256 MiB int64 buffer filled with 42 and dropped; new
+    # events; record; run; record; sync; elapsed ms * 1e6 (the caller divides by the input count)
     log = []
     monkeypatch.setattr(timing, "torch", fake_torch(log))
     clock = CudaEventClock("cuda")
-    assert log == [f"empty {256 * 1024 * 1024} bytes", "event start", "event end"]
-    log.clear()
-    for _ in range(2):  # the flush buffer is allocated once, written every time
+    assert log == []
+    for k in range(2):
+        log.clear()
         elapsed_ns, result = clock.measure(lambda: log.append("run") or "out")
         assert (elapsed_ns, result) == (2.5e6, "out")
-    assert log == ["sync", "flush", "record start", "run", "record end", "sync"] * 2
+        s, e = f"event{2 * k}", f"event{2 * k + 1}"
+        assert log == ["sync", f"empty {256 * 1024 * 1024} bytes", "fill 42", "free", f"new {s}", f"new {e}",
+                       f"record {s}", "run", f"record {e}", "sync", f"elapsed {s} {e}"]
 
 
 # --- geomean and alternate ---------------------------------------------------
@@ -272,3 +291,79 @@ def test_alternate_reverses_order_each_round():
 def test_alternate_needs_three_rounds():
     with pytest.raises(ValueError):
         alternate({"A": lambda: 1.0, "B": lambda: 2.0}, rounds=2)
+
+
+# --- the worker's benchmark flow (checks/worker.py), as eval.py runs a case ---------------------
+
+from checks import generators, worker  # noqa: E402
+
+TINY = {"batch": 2, "n": 8, "cond": 1, "seed": 5, "case": "dense"}
+FAST = StopRule("benchmark", max_repeats=3, min_time_s=0.0)
+
+
+def tiny_inputs(count=2):
+    return generators.benchmark_inputs("qr_v2", TINY)[:count]
+
+
+def test_recheck_is_against_pristine_copies_of_the_inputs():
+    # honest in the warm-up, then it swaps its input for the identity and factors that instead:
+    # right for the modified input, wrong for the input the grader generated (its check_copy)
+    calls = []
+
+    def swapping(A):
+        calls.append(1)
+        if len(calls) > 2:
+            A.copy_(torch.eye(A.shape[-1]).expand_as(A))
+        return torch.geqrf(A)
+
+    with pytest.raises(AssertionError, match="re-check failed"):
+        worker.time_kernel("qr_v2", swapping, tiny_inputs(), "cpu", FAST, lambda m: None, "t")
+
+
+def test_warm_up_runs_every_input_before_checking_any():
+    # outputs that live in one reused buffer: each call overwrites the previous call's answer, so
+    # the warm-up itself (all calls, then all checks) fails, before any timing
+    buffer = {}
+
+    def shared(A):
+        H, tau = torch.geqrf(A)
+        if not buffer:
+            buffer["H"], buffer["tau"] = H, tau
+        buffer["H"].copy_(H)
+        buffer["tau"].copy_(tau)
+        return buffer["H"], buffer["tau"]
+
+    with pytest.raises(AssertionError, match="^(factor|orthogonality):"):
+        worker.time_kernel("qr_v2", shared, tiny_inputs(), "cpu", FAST, lambda m: None, "t")
+
+
+def test_time_kernel_passes_an_honest_kernel():
+    report, stats = worker.time_kernel("qr_v2", torch.geqrf, tiny_inputs(), "cpu", FAST, lambda m: None, "t")
+    assert report.passed and stats.runs == 3
+
+
+class Pipe:
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def close(self):
+        pass
+
+
+def test_bench_mode_warms_up_on_the_first_case(tmp_path, monkeypatch):
+    # eval.py's benchmark mode runs the first case once, untimed for the record, before timing any case
+    monkeypatch.setitem(timing.MODE_LIMITS, "benchmark", (4, 10.0))   # 4 repeats: keep the test short
+    sub = tmp_path / "sub.py"
+    sub.write_text("import torch\ndef custom_kernel(A):\n    return torch.geqrf(A)\n")
+    conn = Pipe()
+    job = {"mode": "bench", "problem": "qr_v2", "device": "cpu", "submissions": {"candidate": str(sub)},
+           "specs": [{**TINY, "batch": 1, "n": 1}]}            # 50 inputs
+    worker.main(conn, job)
+    texts = [m[1] for m in conn.sent if m[0] == "progress"]
+    assert texts[0].startswith("warm-up: ") and texts[1].startswith("case 1/1")
+    cases = [m[1] for m in conn.sent if m[0] == "case"]
+    assert len(cases) == 1 and cases[0]["status"] == "pass", cases
+    assert conn.sent[-1] == ("done", None)
