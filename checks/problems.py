@@ -1,22 +1,26 @@
-"""The problems popkit knows: their official case lists, gates and timeouts.
+"""The problems popkit knows: their case lists, leaderboard facts and timeouts, read from checks/cases/NAME.yml.
 
-Each problem is described by one YAML file in checks/cases/ (vendored from the
-competition's task definition). Adding a problem = adding its YAML file, a
-generator family table and a gate function (see checks/generators.py and
-checks/gates.py) and a parts folder.
+A record is written by `popkit problem add NAME --from DIR` from the competition's task.yml (see
+checks/task_folder.py), or by hand for the native problems. Two kinds:
+- a harness problem is data only: its record (plus parts/NAME/); check, bench and diff run the
+  competition folder's own eval.py (checks/harness.py);
+- a native problem also has checks/native/NAME.py (generators, gates, baseline), found by module
+  name, so no shared file lists problem names.
+
+A case spec is a dict of scalars in the task's key order: {batch, n, cond, seed, case} for the
+matrix problems, {size, seed} or {seqlen, bs, dim, ...} elsewhere.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
-
-# Keys of a case spec, in the order the official cases file writes them.
-SPEC_KEYS = ("batch", "n", "cond", "seed", "case")
-DEFAULT_CASE = {"qr_v2": "dense", "eigh": "dense"}
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+SPEC_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 class ProblemError(ValueError):
@@ -27,56 +31,74 @@ class ProblemError(ValueError):
 class Problem:
     name: str
     leaderboard: str
-    gpu: str
+    gpu: str                                          # the first GPU the leaderboard lists
     tests: list[dict] = field(default_factory=list)
     benchmarks: list[dict] = field(default_factory=list)
     gates: dict = field(default_factory=dict)
-    timeouts_s: dict = field(default_factory=dict)
+    timeouts_s: dict = field(default_factory=dict)    # test, benchmark, ranked
+    gpus: list[str] = field(default_factory=list)
+    ranking: str = ""
+    harness: dict = field(default_factory=dict)       # folder, main, files (from task.yml)
+
+    @property
+    def native(self):
+        """The problem's native checker module, or None for a harness problem."""
+        from checks.native import native_checker    # native modules import this module
+        return native_checker(self.name)
 
 
-def known_problems() -> list[str]:
-    return sorted(p.stem for p in CASES_DIR.glob("*.yml"))
+def known_problems(cases_dir: Path | None = None) -> list[str]:
+    return sorted(p.stem for p in (cases_dir or CASES_DIR).glob("*.yml"))
 
 
-def load_problem(name: str) -> Problem:
-    """Load a problem's official description; unknown names raise ProblemError."""
-    path = CASES_DIR / f"{name}.yml"
+def record_path(name: str, cases_dir: Path | None = None) -> Path:
+    return (cases_dir or CASES_DIR) / f"{name}.yml"
+
+
+def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
+    """Load a problem's record; unknown names and unreadable records raise ProblemError."""
+    path = record_path(name, cases_dir)
     if not path.is_file():
-        raise ProblemError(f"unknown problem {name!r} (known: {', '.join(known_problems())})")
-    raw = yaml.safe_load(path.read_text())
-    default = DEFAULT_CASE.get(name, "dense")
-    return Problem(
-        name=name,
-        leaderboard=raw["leaderboard"],
-        gpu=raw.get("gpu_on_leaderboard", "B200"),
-        tests=[normalize_spec(s, default) for s in raw["tests"]],
-        benchmarks=[normalize_spec(s, default) for s in raw["benchmarks"]],
-        gates=raw.get("gates", {}),
-        timeouts_s=raw.get("timeouts_s", {}),
-    )
+        known = ", ".join(known_problems(cases_dir)) or "none"
+        raise ProblemError(f"unknown problem {name!r} (known: {known}; add one with "
+                           f"`popkit problem add {name} --from DIR`)")
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ProblemError(f"{path}: not a readable problem record ({str(exc).splitlines()[0]})") from None
+    if not isinstance(raw, dict) or not raw.get("tests") or not raw.get("benchmarks"):
+        raise ProblemError(f"{path}: a problem record needs non-empty 'tests' and 'benchmarks' lists")
+    gpus = [str(g) for g in raw.get("gpus") or [raw.get("gpu_on_leaderboard", "B200")]]
+    problem = Problem(name=name, leaderboard=str(raw.get("leaderboard", name)), gpu=gpus[0], gpus=gpus,
+                      gates=raw.get("gates") or {}, timeouts_s=raw.get("timeouts_s") or {},
+                      ranking=str(raw.get("ranking", "")), harness=raw.get("harness") or {})
+    tests = [normalize(problem, s) for s in raw["tests"]]
+    benchmarks = [normalize(problem, s) for s in raw["benchmarks"]]
+    return Problem(**{**problem.__dict__, "tests": tests, "benchmarks": benchmarks})
 
 
-def normalize_spec(spec: dict, default_case: str = "dense") -> dict:
-    """Check a spec's keys and types; fill in the default case family."""
-    unknown = set(spec) - set(SPEC_KEYS)
-    if unknown:
-        raise ProblemError(f"unknown key(s) {sorted(unknown)} in case spec {spec}")
-    out = {}
-    for key in ("batch", "n", "cond", "seed"):
-        if key not in spec:
-            raise ProblemError(f"case spec {spec} lacks {key!r}")
-        try:
-            out[key] = int(spec[key])
-        except (TypeError, ValueError):
-            raise ProblemError(f"case spec {spec}: {key} must be an integer") from None
-    if out["batch"] < 1 or out["n"] < 1:
-        raise ProblemError(f"case spec {spec}: batch and n must be >= 1")
-    out["case"] = str(spec.get("case", default_case))
-    return out
+def normalize(problem: Problem | str, spec: dict) -> dict:
+    """A case spec checked by the problem's native module, or by the generic rules of eval.py's grammar."""
+    if isinstance(problem, str):
+        problem = load_problem(problem)
+    checker = problem.native
+    return checker.normalize_spec(spec) if checker is not None else generic_spec(spec)
 
 
-def parse_spec(text: str, default_case: str = "dense") -> dict:
-    """Parse the official cases-file syntax: 'batch: 640; n: 512; cond: 2; seed: 1029; case: mixed'."""
+def generic_spec(spec: dict) -> dict:
+    """A harness problem's spec: identifier keys and scalar values that fit one line of a cases file."""
+    if not isinstance(spec, dict) or not spec:
+        raise ProblemError(f"a case spec is a non-empty mapping, got {spec!r}")
+    for key, value in spec.items():
+        if not isinstance(key, str) or not SPEC_KEY.match(key):
+            raise ProblemError(f"case spec {spec}: key {key!r} is not an identifier")
+        if not isinstance(value, (bool, int, float, str)) or any(c in str(value) for c in ";:\n"):
+            raise ProblemError(f"case spec {spec}: {key} = {value!r} is not a number or a word")
+    return dict(spec)
+
+
+def parse_spec(text: str, problem: Problem | str | None = None) -> dict:
+    """Parse the case-file syntax 'batch: 640; n: 512; seed: 1029; case: mixed' (integers become ints)."""
     spec = {}
     for part in text.split(";"):
         part = part.strip()
@@ -85,15 +107,18 @@ def parse_spec(text: str, default_case: str = "dense") -> dict:
         key, sep, value = part.partition(":")
         if not sep:
             raise ProblemError(f"bad case spec {text!r}: expected 'key: value' pairs joined by '; '")
-        spec[key.strip()] = value.strip()
-    return normalize_spec(spec, default_case)
+        value = value.strip()
+        spec[key.strip()] = int(value) if re.fullmatch(r"[+-]?[0-9]+", value) else value
+    return normalize(problem, spec) if problem is not None else generic_spec(spec)
 
 
 def format_spec(spec: dict) -> str:
-    """The inverse of parse_spec, in the official key order."""
-    return "; ".join(f"{k}: {spec[k]}" for k in SPEC_KEYS if k in spec)
+    """The inverse of parse_spec, in the spec's own key order (one line of eval.py's cases file)."""
+    return "; ".join(f"{k}: {v}" for k, v in spec.items())
 
 
 def short_spec(spec: dict) -> str:
-    """A compact label for tables: '640x512 mixed c2'."""
-    return f"{spec['batch']}x{spec['n']} {spec['case']} c{spec['cond']}"
+    """A compact label for tables: '640x512 mixed c2' for matrix problems, else 'k=v ...' without the seed."""
+    if {"batch", "n", "cond", "case"} <= set(spec):
+        return f"{spec['batch']}x{spec['n']} {spec['case']} c{spec['cond']}"
+    return " ".join(f"{k}={v}" for k, v in spec.items() if k != "seed") or format_spec(spec)

@@ -1,20 +1,25 @@
-"""Runs check, bench and diff jobs in a spawned worker and turns the results into a table and a log record.
+"""check, bench and diff: pick the cases, run them on a backend, and turn the results into a table and a log record.
 
-The worker (checks/worker.py) imports the submission once, as the grader's
-worker does; this side picks the cases, shows progress, survives a worker
-crash (the cases it did not reach are reported as failed), and writes one
-record per run to logs/performance.jsonl.
+Two backends give the same per-case results, tables, verdicts and records:
+- native (a problem with checks/native/NAME.py): a spawned worker (checks/worker.py) imports the
+  submission once, as the grader's worker does, and runs our generators and gates; this side shows
+  progress, enforces the task's timeout, and survives a worker crash;
+- official (every problem; the only one for a harness problem): the competition folder's own eval.py
+  (checks/harness.py).
+`--harness both` (check only) runs the two and shows where they disagree.
 """
 from __future__ import annotations
 
 import multiprocessing
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from checks import worker
-from checks.problems import load_problem, parse_spec, short_spec
-from checks.robustness import robustness_specs
+from checks import harness as official
+from checks import timing, verdicts, worker
+from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
 from popcorn import logs
 from popcorn.errors import PopkitError
 from popcorn.preflight import leading_directives
@@ -22,6 +27,8 @@ from popcorn.provenance import changed_parts
 from popcorn.tables import fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
+BACKENDS = ("native", "official", "both")
+TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 
 
 @dataclass
@@ -37,51 +44,96 @@ def default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def remap_seed(seed: int, salt: int) -> int:
-    """The grader's POPCORN_SEED remap: a + (a + b)(a + b + 1) / 2."""
-    return seed + (seed + salt) * (seed + salt + 1) // 2
+def resolve_device(device: str | None) -> str:
+    """'cuda', 'cuda:N' or 'cpu'; asking for a GPU that is not there is one clear error."""
+    if device is None:
+        return default_device()
+    if device != "cpu" and not (device == "cuda" or (device.startswith("cuda:") and device[5:].isdigit())):
+        raise PopkitError(f"--device {device!r}: use cuda, cuda:N or cpu")
+    if device != "cpu":
+        import torch
+        if not torch.cuda.is_available():
+            raise PopkitError(f"--device {device}: no CUDA GPU is visible to torch here (use --device cpu)")
+    return device
 
 
-def select_specs(problem: str, which: str, custom: list[str] = (), seeds: int = 0,
-                 device: str = "cuda", robust: bool = False) -> tuple[list[dict], list[str]]:
-    """The cases to run: official tests or benchmarks (or custom specs), plus the robustness suite
-    when asked, K extra seeds each, CPU-sized on CPU."""
-    prob = load_problem(problem)
-    specs = [parse_spec(text) for text in custom] if custom else list(getattr(prob, which))
+def resolve_backend(prob: Problem, harness: str | None, mode: str) -> str:
+    if harness is None:
+        return "native" if prob.native is not None else "official"
+    if harness not in BACKENDS:
+        raise PopkitError(f"--harness {harness!r}: use native, official or both")
+    if harness != "official" and prob.native is None:
+        raise PopkitError(f"{prob.name} is a harness problem (no checks/native/{prob.name}.py): "
+                          "only --harness official runs it")
+    if harness == "both" and mode != "check":
+        raise PopkitError("--harness both compares verdicts: use it with check")
+    return harness
+
+
+def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int = 0, device: str = "cuda",
+                 robust: bool = False, backend: str = "native") -> tuple[list[dict], list[str]]:
+    """The cases to run: official tests or benchmarks (or custom specs), plus the robustness suite when
+    asked; for the native backend also K extra seeds each and the CPU size limit."""
+    if seeds < 0:
+        raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+    specs = [checked_spec(prob, text) for text in custom] if custom else list(getattr(prob, which))
     if robust:
-        specs += robustness_specs(problem)
+        if prob.native is None:
+            raise PopkitError(f"--robust needs a native checker (checks/native/{prob.name}.py); "
+                              f"{prob.name} is a harness problem")
+        specs += [normalize(prob, s) for s in prob.native.robustness_specs()]
     notes = []
-    if device == "cpu":
-        small = [s for s in specs if s["batch"] * s["n"] ** 3 <= CPU_WORK_LIMIT]
+    if backend != "official" and device == "cpu":
+        small = [s for s in specs if s.get("batch", 1) * s.get("n", 1) ** 3 <= CPU_WORK_LIMIT]
         if len(small) < len(specs):
             notes.append(f"no GPU: running the CPU path on {len(small)} of {len(specs)} cases "
                          f"(batch * n^3 <= {CPU_WORK_LIMIT:.1e})")
         specs = small
-    extra = [{**s, "seed": remap_seed(s["seed"], k)} for k in range(1, seeds + 1) for s in specs]
-    return specs + extra, notes
+    if not specs:
+        raise PopkitError("no cases to run" + (f": {notes[0]}" if notes else ""))
+    if backend != "official":
+        specs = specs + [{**s, "seed": official.remap_seed(s["seed"], k)} for k in range(1, seeds + 1) for s in specs]
+    return specs, notes
+
+
+def checked_spec(prob: Problem, text: str) -> dict:
+    """A --case spec, parsed and validated up front (keys, types, and a native problem's families)."""
+    spec = parse_spec(text, prob)
+    if prob.native is not None and "case" in spec and spec["case"] not in prob.native.families():
+        raise PopkitError(f"--case {text!r}: unknown {prob.name} family {spec['case']!r} "
+                          f"(known: {', '.join(prob.native.families())})")
+    return spec
 
 
 def case_line(result: dict) -> str:
     """One finished case as a progress line, so a long run shows its results as they come."""
-    timing = "".join(f", {label} {fmt_us(result[key])} us" for key, label in
-                     (("mean_us", "mean"), ("baseline_us", "baseline"), ("incumbent_us", "incumbent"))
-                     if result.get(key) is not None)
+    timing_text = "".join(f", {label} {fmt_us(result[key])} us" for key, label in
+                          (("mean_us", "mean"), ("baseline_us", "baseline"), ("incumbent_us", "incumbent"))
+                          if result.get(key) is not None)
     error = f": {result['error']}" if result.get("error") else ""
-    return f"done {short_spec(result['spec'])}: {result['status']}{timing}{error}"
+    return f"done {short_spec(result['spec'])}: {result['status']}{timing_text}{error}"
 
 
 def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
                timeout_s: float | None = None) -> tuple[dict, list[dict]]:
-    """Run a job in a spawned worker; returns (environment info, one result per spec)."""
+    """Run a job in a spawned worker; returns (environment info, one result per spec).
+
+    timeout_s bounds the whole run, as the runner's limit bounds eval.py: past it the worker is
+    killed, the case in progress is named as timed out and the rest are not run. A worker that fails
+    before its first case (the submission does not import, CUDA is missing) is one PopkitError."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=worker.main, args=(child, job), daemon=True)
     proc.start()
     child.close()
-    info, results, failure = {}, [], None
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    info, results, failure, started = {}, [], None, False
     while True:
-        if not parent.poll(timeout_s):
-            failure = f"worker timed out after {timeout_s:.0f} s"
+        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+        if not parent.poll(wait):
+            index = len(results)
+            where = short_spec(job["specs"][index]) if index < len(job["specs"]) else "the run"
+            failure = f"timed out after {timeout_s:g} s (the task's limit) during {where}"
             proc.kill()
             break
         try:
@@ -90,21 +142,24 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             failure = f"worker died (exit code {proc.exitcode if proc.exitcode is not None else 'unknown'})"
             break
         if kind == "start":
-            info = payload
+            info, started = payload, True
         elif kind == "progress":
             progress(payload)
         elif kind == "case":
             results.append(payload)
             progress(case_line(payload))
         elif kind == "error":
-            failure = "worker failed: " + payload.strip().splitlines()[-1]
-            progress(payload)
+            failure = payload.strip().splitlines()[-1]
             break
         elif kind == "done":
             break
     proc.join(timeout=30)
-    for spec in job["specs"][len(results):]:
-        results.append({"spec": spec, "status": "fail", "error": failure or "not run", "residuals": {}})
+    if not started:
+        names = ", ".join(str(p) for p in job["submissions"].values())
+        raise PopkitError(f"{names}: {failure or 'the worker stopped before its first case'}")
+    for index, spec in enumerate(job["specs"][len(results):]):
+        reason = failure if index == 0 else f"not run ({failure})" if failure else "not run"
+        results.append({"spec": spec, "status": "fail", "error": reason or "not run", "residuals": {}})
     return info, results
 
 
@@ -114,33 +169,37 @@ def _gate_cell(residuals: dict, gate: str) -> str:
 
 
 def results_table(results: list[dict], mode: str) -> str:
-    """One row per case; an "official" column (checks.official) when any result carries one."""
-    official = any("official" in r for r in results)
+    """One row per case; a seed column, gate columns, timing columns by mode, an "official" column when
+    a native check ran beside the folder's eval.py, and the error (or eval.py's message)."""
+    official_col = any("official" in r for r in results)
+    seeds = any("seed" in r["spec"] for r in results)
     gate_names = list(dict.fromkeys(g for r in results for g in r.get("residuals", {})))
-    headers = ["case", "status"] + gate_names
+    headers = ["case"] + (["seed"] if seeds else []) + ["status"] + gate_names
     if mode == "bench":
         headers += ["mean us", "err us", "runs", "baseline us", "speedup"]
     if mode == "diff":
         headers += ["cand us", "incumbent us", "ratio", "verdict"]
-    if official:
+    if official_col:
         headers.append("official")
-    headers.append("error")
+    headers.append("error / message")
     rows = []
     for r in results:
-        row = [short_spec(r["spec"]), r["status"]] + [_gate_cell(r.get("residuals", {}), g) for g in gate_names]
+        row = [short_spec(r["spec"])] + ([r["spec"].get("seed", "-")] if seeds else []) + [r["status"]]
+        row += [_gate_cell(r.get("residuals", {}), g) for g in gate_names]
         if mode == "bench":
             speed = (r["baseline_us"] / r["mean_us"]) if r.get("baseline_us") and r.get("mean_us") else None
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("err_us")), r.get("runs"),
-                    fmt_us(r.get("baseline_us")), f"{speed:.1f}x" if speed else "-"]
+                    fmt_us(r.get("baseline_us")), f"{speed:.2f}x" if speed else "-"]
         if mode == "diff":
             ratio = r.get("ratio")
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("incumbent_us")),
                     f"{ratio:.3f}" if ratio else "-", r.get("verdict", "-")]
-        if official:
+        if official_col:
             row.append(r.get("official") or "-")
-        row.append((r.get("error") or "")[:90])
+        row.append((r.get("error") or r.get("message") or "")[:90])
         rows.append(row)
-    numeric = set(range(2, len(headers) - (2 if official else 1)))
+    first_numeric = 2 + (1 if seeds else 0)
+    numeric = set(range(first_numeric, len(headers) - (2 if official_col else 1)))
     return render_table(headers, rows, right_align=numeric)
 
 
@@ -149,92 +208,167 @@ def case_record(result: dict) -> dict:
     keys = ("mean_us", "err_us", "best_us", "worst_us", "runs", "baseline_us")
     return {"spec": result["spec"], "status": result["status"], "error": result.get("error"),
             **{k: result.get(k) for k in keys}, "residuals": result.get("residuals", {}),
-            **{k: result[k] for k in ("incumbent_us", "ratio", "verdict", "incumbent_residuals", "info")
+            **{k: result[k] for k in ("message", "incumbent_us", "ratio", "verdict", "incumbent_residuals", "info",
+                                      "official")
                if k in result}}
 
 
-def require_submission_for(problem: str, path: Path) -> None:
+def require_submission_for(prob: Problem, path: Path) -> None:
     """The file exists and, when it names a leaderboard, names this problem's."""
     if not path.is_file():
-        raise PopkitError(f"{path}: no such submission file (run `popkit build {problem}` first)")
+        raise PopkitError(f"{path}: no such submission file (run `popkit build {prob.name}` first)")
     board = leading_directives(path.read_text(encoding="utf-8", errors="replace")).get("leaderboard")
-    expected = load_problem(problem).leaderboard
-    if board is not None and board != expected:
-        raise PopkitError(f"{path} is a {board} submission (its #!POPCORN leaderboard line), not {expected}: "
-                          f"run `popkit build {problem} -o FILE` and pass --submission FILE")
+    if board is not None and board != prob.leaderboard:
+        raise PopkitError(f"{path} is a {board} submission (its #!POPCORN leaderboard line), not {prob.leaderboard}: "
+                          f"run `popkit build {prob.name} -o FILE` and pass --submission FILE")
 
 
-def execute(mode: str, problem: str, submissions: dict[str, Path], specs: list[dict], device: str,
-            progress: Callable[[str], None], log_path: Path | None, notes: list[str],
-            **options) -> RunOutcome:
-    for name, path in submissions.items():
-        require_submission_for(problem, Path(path))
-    if not specs:
-        raise PopkitError("no cases to run")
-    job = {"mode": mode, "problem": problem, "device": device, "specs": specs,
-           "submissions": {k: str(Path(v).resolve()) for k, v in submissions.items()}, **options}
-    info, results = run_worker(job, progress)
+def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results: list[dict], info: dict,
+                 device: str, backend: str, notes: list[str], baseline_name: str | None) -> RunOutcome:
+    """The run's record (design.md "Evidence") and table."""
     cases = [case_record(r) for r in results]
     passed = all(c["status"] == "pass" for c in cases)
     record = logs.new_record(
-        problem, mode, submission_sha256=logs.file_sha256(submissions["candidate"]),
+        prob.name, mode, submission_sha256=logs.file_sha256(submissions["candidate"]),
         gpu=info.get("gpu"), torch=info.get("torch"), cuda=info.get("cuda"), compile_s=info.get("compile_s"),
-        cases=cases, device=device, passed=passed)
+        cases=cases, device=device, harness=backend, passed=passed)
     if mode in ("bench", "diff"):
         record["geomean_us"] = logs.case_geomean(cases, "mean_us")
-    if mode == "bench" and options.get("baseline"):
+    if baseline_name:
         record["baseline_geomean_us"] = logs.case_geomean(cases, "baseline_us")
-        record["baseline"] = worker.BASELINES[problem][0]
+        record["baseline"] = baseline_name
     if mode == "diff":
         record["incumbent_sha256"] = logs.file_sha256(submissions["incumbent"])
         record["incumbent_geomean_us"] = logs.case_geomean(cases, "incumbent_us")
-    if log_path is not None:
-        logs.append_record(record, log_path)
+        record["changed_parts"] = changed_parts(submissions["candidate"], submissions["incumbent"])
     return RunOutcome(record, results_table(results, mode), passed, notes)
 
 
-def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0, device: str | None = None,
-          progress=lambda text: None, log_path: Path | None = logs.DEFAULT_LOG,
-          official_dir: Path | None = None, robust: bool = False) -> RunOutcome:
-    """Every official test case (or the given ones), plus the robustness suite when asked, K extra
-    seeds each, through the gates; with official_dir, the competition's own eval.py runs the same
-    cases and must agree."""
-    device = device or default_device()
-    specs, notes = select_specs(problem, "tests", custom, seeds, device, robust)
-    outcome = execute("check", problem, {"candidate": submission}, specs, device, progress, None, notes)
-    if official_dir is not None:
-        from checks import official   # official builds on this module
-        outcome = official.merge(outcome, official.run_official(official_dir, submission, outcome.record,
-                                                                progress=progress))
+def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: list[dict], device: str,
+                progress, **options) -> tuple[dict, list[dict]]:
+    job = {"mode": mode, "problem": prob.name, "device": device, "specs": specs,
+           "submissions": {k: str(Path(v).resolve()) for k, v in submissions.items()}, **options}
+    return run_worker(job, progress, float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) or None)
+
+
+def _start(problem: str, submissions: dict[str, Path], device: str | None, harness: str | None,
+           mode: str) -> tuple[Problem, str, str]:
+    prob = load_problem(problem)
+    for path in submissions.values():
+        require_submission_for(prob, Path(path))
+    backend = resolve_backend(prob, harness, mode)
+    return prob, resolve_device(device), backend
+
+
+def _finish(outcome: RunOutcome, log_path: Path | None) -> RunOutcome:
     if log_path is not None:
         logs.append_record(outcome.record, log_path)
     return outcome
+
+
+def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0, device: str | None = None,
+          progress=lambda text: None, log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None,
+          robust: bool = False) -> RunOutcome:
+    """Every official test case (or the given ones), plus the robustness suite when asked, K extra seeds
+    each; native gates, the folder's eval.py, or both (which must agree)."""
+    prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "check")
+    specs, notes = select_specs(prob, "tests", custom, seeds if backend != "official" else 0, device, robust, backend)
+    if backend == "official":
+        runs = [official.run_eval(prob, submission, "test", specs, device, seed, progress)
+                for seed in [None] + list(range(1, seeds + 1))]
+        results = [r for run in runs for r in run.results()]
+        outcome = make_outcome("check", prob, {"candidate": submission}, results, runs[0].env, device, backend,
+                               notes + official.run_notes(runs), None)
+        return _finish(outcome, log_path)
+    info, results = _run_native("check", prob, {"candidate": submission}, specs, device, progress)
+    if backend == "both":
+        run = official.run_eval(prob, submission, "test", specs, device, None, progress)
+        theirs = run.results()
+        results = [{**ours, "official": other["status"]} for ours, other in zip(results, theirs)]
+        notes = notes + official.run_notes([run]) + [
+            f"official eval.py and popkit disagree on {short_spec(o['spec'])}: popkit {o['status']}, "
+            f"eval.py {o['official']} ({t.get('error') or t.get('message') or 'no message'})"
+            for o, t in zip(results, theirs) if o["status"] != o["official"]]
+    return _finish(make_outcome("check", prob, {"candidate": submission}, results, info, device, backend, notes,
+                                None), log_path)
 
 
 def bench(problem: str, submission: Path, baseline: bool = False, custom: list[str] = (),
           device: str | None = None, progress=lambda text: None,
-          log_path: Path | None = logs.DEFAULT_LOG) -> RunOutcome:
-    """Grader-style timing of every benchmark case (or the given ones), optionally with the torch baseline."""
-    device = device or default_device()
+          log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:
+    """Grader-style timing of every benchmark case (or the given ones), optionally with the baseline
+    (a native problem's torch reference, or the folder's reference.ref_kernel) in the same run."""
+    prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench")
+    _refuse_cpu_timing(prob, backend, device, custom, "bench")
     notes = [] if device.startswith("cuda") else ["no GPU: CPU timings say nothing about GPU speed"]
-    specs, more = select_specs(problem, "benchmarks", custom, 0, device)
-    return execute("bench", problem, {"candidate": submission}, specs, device, progress, log_path,
-                   notes + more, baseline=baseline)
+    specs, more = select_specs(prob, "benchmarks", custom, 0, device, False, backend)
+    if backend == "official":
+        run = official.run_eval(prob, submission, "benchmark", specs, device, None, progress)
+        results, runs = run.results(), [run]
+        if baseline:
+            with tempfile.TemporaryDirectory(prefix="popkit-baseline-") as tmp:
+                base = official.run_eval(prob, official.write_baseline(Path(tmp)), "benchmark", specs, device,
+                                         None, progress)
+            for result, other in zip(results, base.results()):
+                result["baseline_us"] = other.get("mean_us")
+            runs.append(base)
+        outcome = make_outcome("bench", prob, {"candidate": submission}, results, run.env, device, backend,
+                               notes + more + official.run_notes(runs), official.BASELINE_NAME if baseline else None)
+        return _finish(outcome, log_path)
+    info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress, baseline=baseline)
+    return _finish(make_outcome("bench", prob, {"candidate": submission}, results, info, device, backend,
+                                notes + more, prob.native.BASELINE_NAME if baseline else None), log_path)
 
 
 def diff(problem: str, submission: Path, incumbent: Path, rounds: int = 3, custom: list[str] = (),
          device: str | None = None, progress=lambda text: None,
-         log_path: Path | None = logs.DEFAULT_LOG) -> RunOutcome:
-    """Candidate against incumbent, alternating rounds per case; fails on a regression or a worse margin."""
+         log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:
+    """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin."""
     if rounds < 3:
         raise PopkitError("diff needs at least 3 rounds")
-    device = device or default_device()
-    specs, notes = select_specs(problem, "benchmarks", custom, 0, device)
-    outcome = execute("diff", problem, {"candidate": submission, "incumbent": incumbent}, specs, device,
-                      progress, None, notes, rounds=rounds)
-    outcome.record["changed_parts"] = changed_parts(submission, incumbent)
-    if log_path is not None:
-        logs.append_record(outcome.record, log_path)
-    return outcome
+    submissions = {"candidate": submission, "incumbent": incumbent}
+    prob, device, backend = _start(problem, submissions, device, harness, "diff")
+    _refuse_cpu_timing(prob, backend, device, custom, "diff")
+    specs, notes = select_specs(prob, "benchmarks", custom, 0, device, False, backend)
+    if backend == "official":
+        results, runs = _official_diff(prob, submissions, specs, device, rounds, progress)
+        outcome = make_outcome("diff", prob, submissions, results, runs[0].env, device, backend,
+                               notes + official.run_notes(runs), None)
+        return _finish(outcome, log_path)
+    info, results = _run_native("diff", prob, submissions, specs, device, progress, rounds=rounds)
+    return _finish(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None), log_path)
 
 
+def _official_diff(prob: Problem, submissions: dict[str, Path], specs: list[dict], device: str, rounds: int,
+                   progress) -> tuple[list[dict], list[official.EvalRun]]:
+    """Alternating eval.py benchmark runs of the two files; per case, the verdict over the rounds' means."""
+    runs: dict[str, list] = {"candidate": [], "incumbent": []}
+    for index in range(rounds):
+        for name in (("candidate", "incumbent") if index % 2 == 0 else ("incumbent", "candidate")):
+            progress(f"round {index + 1}/{rounds}: {name}")
+            runs[name].append(official.run_eval(prob, submissions[name], "benchmark", specs, device, None, progress))
+    per_run = {name: [run.results() for run in group] for name, group in runs.items()}
+    results = []
+    for i, spec in enumerate(specs):
+        cand = [r[i] for r in per_run["candidate"]]
+        inc = [r[i] for r in per_run["incumbent"]]
+        failed = [r for r in cand + inc if r["status"] != "pass"]
+        if failed:
+            results.append({"spec": spec, "status": "fail", "error": failed[0]["error"], "residuals": {}})
+            continue
+        cand_stats = timing.Stats.from_samples([r["mean_us"] * 1e3 for r in cand])
+        inc_stats = timing.Stats.from_samples([r["mean_us"] * 1e3 for r in inc])
+        verdict = verdicts.case_verdict(cand_stats, inc_stats)
+        results.append({"spec": spec, "status": "fail" if verdict.regression else "pass",
+                        "error": "slower than the incumbent" if verdict.regression else None, "residuals": {},
+                        **cand_stats.as_us_dict(), "incumbent_us": inc_stats.mean / 1e3, "ratio": verdict.ratio,
+                        "verdict": verdict.verdict})
+    return results, runs["candidate"] + runs["incumbent"]
+
+
+def _refuse_cpu_timing(prob: Problem, backend: str, device: str, custom: list[str], verb: str) -> None:
+    """Native timing on CPU takes minutes for numbers that say nothing about a GPU: only on chosen cases."""
+    if backend == "native" and device == "cpu" and not custom:
+        raise PopkitError(f"{verb} on CPU times the CPU path of every benchmark case (many minutes, and CPU "
+                          f"timings say nothing about GPU speed): run it on a GPU, or pass --case SPEC to time "
+                          f"chosen small cases here")

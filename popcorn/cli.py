@@ -36,8 +36,8 @@ def main():
 
 def _register_all():
     # Each module adds its verbs to `main`; kept in separate files by topic.
-    from popcorn import cli_loop, cli_leaderboard, cli_report
-    for module in (cli_loop, cli_leaderboard, cli_report):
+    from popcorn import cli_loop, cli_leaderboard, cli_problem, cli_report
+    for module in (cli_loop, cli_problem, cli_leaderboard, cli_report):
         module.register(main)
 
 

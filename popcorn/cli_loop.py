@@ -1,6 +1,7 @@
 """The core loop's verbs: build, check, bench, diff, promote."""
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 
 import click
@@ -33,6 +34,25 @@ def _print_outcome(outcome, label: str) -> None:
     click.echo("PASS" if outcome.passed else "FAIL")
 
 
+def _submission_for(problem: str, given: Path | None) -> Path:
+    """The given file; else submission.py when it is built for PROBLEM; else PROBLEM's parts, built now
+    to a file outside the tree (so checking one problem right after building another just works)."""
+    if given is not None:
+        return given
+    from checks.problems import load_problem
+    from popcorn.preflight import leading_directives
+    board = load_problem(problem).leaderboard
+    if DEFAULT_SUBMISSION.is_file():
+        text = DEFAULT_SUBMISSION.read_text(encoding="utf-8", errors="replace")
+        if leading_directives(text).get("leaderboard") == board:
+            return DEFAULT_SUBMISSION
+    import build as builder
+    target = Path(tempfile.gettempdir()) / "popkit-builds" / f"{problem}.py"
+    builder.build(problem, target)
+    click.echo(f"note: {DEFAULT_SUBMISSION.name} is not built for {problem}: built parts/{problem} to {target}")
+    return target
+
+
 def register(main):
     """Add this module's verbs to the `popkit` group."""
     from popcorn.cli import fail_cleanly
@@ -63,10 +83,16 @@ def register(main):
         click.echo("preflight: ok")
 
     submission_opt = click.option("--submission", type=click.Path(dir_okay=False, path_type=Path),
-                                  default=DEFAULT_SUBMISSION, show_default=True)
+                                  help="the file to run (default: submission.py when it is built for PROBLEM, "
+                                       "else PROBLEM's parts built to a temporary file)")
     case_opt = click.option("--case", "cases", multiple=True,
-                            help="a case spec instead of the official list, e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: mixed'")
-    device_opt = click.option("--device", help="cuda or cpu (default: cuda when available)")
+                            help="a case spec instead of the official list, in the task's keys, "
+                                 "e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: mixed' or 'size: 1024; seed: 5'")
+    device_opt = click.option("--device", help="cuda, cuda:N or cpu (default: cuda when available)")
+    harness_opt = click.option("--harness", type=click.Choice(["native", "official", "both"]),
+                               help="native: our generators and gates (default where checks/native/PROBLEM.py "
+                                    "exists); official: the competition folder's eval.py (the default otherwise); "
+                                    "both: run the two and compare (check only)")
     log_opt = click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
                            default=logs.DEFAULT_LOG, show_default=True)
 
@@ -78,14 +104,14 @@ def register(main):
                                                   "every input family, batches of 1 and 3")
     @case_opt
     @device_opt
-    @click.option("--official", type=click.Path(file_okay=False, exists=True, path_type=Path),
-                  help="also run the official eval.py from this reference-kernels problem folder")
+    @harness_opt
     @log_opt
     @fail_cleanly
-    def check_cmd(problem, submission, seeds, robust, cases, device, official, log_path):
+    def check_cmd(problem, submission, seeds, robust, cases, device, harness, log_path):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
-        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path, official,
+        submission = _submission_for(problem, submission)
+        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path, harness,
                                robust)
         _print_outcome(outcome, f"check {problem}")
         raise SystemExit(0 if outcome.passed else 1)
@@ -93,15 +119,18 @@ def register(main):
     @main.command("bench")
     @click.argument("problem")
     @submission_opt
-    @click.option("--baseline", is_flag=True, help="also time the torch reference in the same run")
+    @click.option("--baseline", is_flag=True, help="also time the reference (torch, or the folder's ref_kernel) "
+                                                   "in the same run")
     @case_opt
     @device_opt
+    @harness_opt
     @log_opt
     @fail_cleanly
-    def bench_cmd(problem, submission, baseline, cases, device, log_path):
+    def bench_cmd(problem, submission, baseline, cases, device, harness, log_path):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
-        outcome = runner.bench(problem, submission, baseline, list(cases), device, _progress, log_path)
+        submission = _submission_for(problem, submission)
+        outcome = runner.bench(problem, submission, baseline, list(cases), device, _progress, log_path, harness)
         _print_outcome(outcome, f"bench {problem}")
         raise SystemExit(0 if outcome.passed else 1)
 
@@ -113,14 +142,17 @@ def register(main):
     @click.option("--rounds", default=3, show_default=True, help="alternating A/B rounds per case (>= 3)")
     @case_opt
     @device_opt
+    @harness_opt
     @log_opt
     @fail_cleanly
-    def diff_cmd(problem, submission, incumbent, rounds, cases, device, log_path):
+    def diff_cmd(problem, submission, incumbent, rounds, cases, device, harness, log_path):
         """Candidate against incumbent, case by case; fails on any regression."""
         from checks import runner
         from popcorn.promote import incumbent_path
+        submission = _submission_for(problem, submission)
         incumbent = incumbent or incumbent_path(problem)
-        outcome = runner.diff(problem, submission, incumbent, rounds, list(cases), device, _progress, log_path)
+        outcome = runner.diff(problem, submission, incumbent, rounds, list(cases), device, _progress, log_path,
+                              harness)
         _print_outcome(outcome, f"diff {problem}")
         click.echo("changed parts: " + (", ".join(outcome.record["changed_parts"]) or "none"))
         raise SystemExit(0 if outcome.passed else 1)
@@ -134,5 +166,6 @@ def register(main):
     def promote_cmd(problem, submission, force, log_path):
         """Make the candidate the incumbent that `diff` compares against."""
         from popcorn.promote import promote
+        submission = submission or DEFAULT_SUBMISSION
         target = promote(problem, submission, log_path=log_path, force=force)
         click.echo(f"promoted {submission} -> {target}")

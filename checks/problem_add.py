@@ -1,0 +1,163 @@
+"""`popkit problem add NAME --from DIR`: record a competition problem and scaffold its parts.
+
+Writes checks/cases/NAME.yml from DIR/task.yml (case lists, leaderboard, GPUs, timeouts, ranking, the
+runner's files list) and, where missing, parts/NAME/ with a route whose custom_kernel calls the folder's
+own reference (correct from the first build; the user replaces it). The folder's path on this machine
+goes to .popkit/harness.yml, outside git. Everything is validated and rendered before the first write,
+and a failed write removes what this call created, so nothing is left half-written.
+"""
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+from checks import problems, task_folder
+from checks.problems import ProblemError
+
+PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
+TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "timeouts_s", "ranking", "harness", "tests", "benchmarks")
+
+ROUTE_TEMPLATE = '''"""{name} routes: which algorithm runs a case.
+
+The starting point calls the competition's reference implementation (reference.py, which the
+runner places beside submission.py), so the first build is correct. Replace it with your own
+route; put a torch model of each route in model.py so CPU tests can check the algorithm.
+"""
+from reference import ref_kernel as _reference
+
+
+def custom_kernel(data):
+    return _reference(data)
+'''
+MODEL_TEMPLATE = '''"""{name}: torch models of the routes (the executable specification CPU tests check).
+
+Empty until the first route of our own: write the model of its algorithm here.
+"""
+'''
+MANIFEST_TEMPLATE = '''# What the {name} submission is built from, in order.
+problem: {name}
+title: {leaderboard} (from {source})
+run_folder_imports: [reference]   # the runner places reference.py beside submission.py
+cuda: []
+python:
+  - {name}/model.py
+  - {name}/route.py
+'''
+
+
+@dataclass
+class AddResult:
+    name: str
+    record: Path
+    leaderboard: str
+    tests: int
+    benchmarks: int
+    created: list[Path] = field(default_factory=list)
+    kept: list[Path] = field(default_factory=list)
+    replaced: bool = False
+
+
+def record_for(folder: task_folder.TaskFolder, leaderboard: str | None) -> dict:
+    """The task.yml facts a problem record holds, in a stable key order."""
+    return {
+        "leaderboard": leaderboard or folder.leaderboard,
+        "gpu_on_leaderboard": folder.gpus[0],
+        "gpus": folder.gpus,
+        "timeouts_s": folder.timeouts_s(),
+        "ranking": str(folder.task.get("ranking_by", "geom")),
+        "harness": {"folder": folder.relative, "main": folder.main, "files": folder.files},
+        "tests": [dict(case) for case in folder.task["tests"]],
+        "benchmarks": [dict(case) for case in folder.task["benchmarks"]],
+    }
+
+
+def render_record(name: str, record: dict, previous: str | None) -> str:
+    """The record's YAML: the previous file's leading comments and non-task keys survive a --force."""
+    kept, comments = {}, []
+    if previous is not None:
+        comments = list(itertools.takewhile(lambda line: line.startswith("#"), previous.splitlines()))
+        old = yaml.safe_load(previous) or {}
+        kept = {k: v for k, v in old.items() if k not in TASK_KEYS} if isinstance(old, dict) else {}
+    header = comments or [f"# {name}: recorded by `popkit problem add` from the competition's task.yml.",
+                          "# Case lists and facts only; the folder itself is found at run time (.popkit/harness.yml)."]
+    body = yaml.safe_dump({**{k: v for k, v in record.items() if k not in ("tests", "benchmarks")}, **kept},
+                          sort_keys=False, width=120)
+    cases = "".join(f"{key}:\n" + "".join(f"- {_flow(case)}\n" for case in record[key])
+                    for key in ("tests", "benchmarks"))
+    return "\n".join(header) + "\n" + body + cases
+
+
+def _flow(case: dict) -> str:
+    return yaml.safe_dump(case, default_flow_style=True, sort_keys=False, width=10_000).strip()
+
+
+def scaffold_files(name: str, leaderboard: str, source: str, parts_dir: Path | None = None) -> dict[Path, str]:
+    folder = (parts_dir or PARTS_DIR) / name
+    values = {"name": name, "leaderboard": leaderboard, "source": source}
+    return {folder / "__init__.py": "",
+            folder / "manifest.yml": MANIFEST_TEMPLATE.format(**values),
+            folder / "model.py": MODEL_TEMPLATE.format(**values),
+            folder / "route.py": ROUTE_TEMPLATE.format(**values)}
+
+
+def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None,
+                cases_dir: Path | None = None, config: Path | None = None,
+                parts_dir: Path | None = None) -> AddResult:
+    """Record problem NAME from a competition folder and scaffold parts/NAME/ where it does not exist."""
+    if not problems.NAME_PATTERN.match(name or ""):
+        raise ProblemError(f"problem name {name!r}: use lower-case letters, digits and _, starting with a letter")
+    folder = task_folder.read_task_folder(source)
+    record_path = problems.record_path(name, cases_dir)
+    exists = record_path.is_file()
+    if exists and not force:
+        raise ProblemError(f"problem {name!r} exists ({record_path}); pass --force to refresh its record "
+                           "from the folder (its parts are kept)")
+    record = record_for(folder, leaderboard)
+    for key in ("tests", "benchmarks"):
+        for case in record[key]:
+            problems.generic_spec(case)
+    previous = record_path.read_text(encoding="utf-8") if exists else None
+    text = render_record(name, record, previous)
+    scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), parts_dir)
+    planned = {path: body for path, body in scaffold.items() if not path.exists()}
+    result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
+                       kept=sorted(p for p in scaffold if p.exists()), replaced=exists)
+    try:
+        for path, body in planned.items():
+            _write_atomic(path, body)
+            result.created.append(path)
+        _write_atomic(record_path, text)
+        task_folder.remember_path(name, folder.path, config)
+    except OSError as exc:
+        for path in result.created:
+            path.unlink(missing_ok=True)
+        raise ProblemError(f"{exc.filename or name}: cannot write ({exc.strerror or exc}); nothing was added") from None
+    try:
+        problems.load_problem(name, cases_dir)     # what we wrote must load back
+    except ProblemError:
+        for path in result.created:
+            path.unlink(missing_ok=True)
+        if previous is None:
+            record_path.unlink(missing_ok=True)
+        else:
+            _write_atomic(record_path, previous)
+        raise
+    return result
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
+            handle.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

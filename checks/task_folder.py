@@ -1,0 +1,184 @@
+"""A competition problem folder (the gpu-mode/reference-kernels layout) and where it lives on this machine.
+
+A folder holds task.yml (case lists, timeouts, ranking, the `files` the runner copies into its run
+folder, whose sources are relative to the folder and often outside it: `../eval.py`,
+`../../pmpp_v2/utils.py`, `@SUBMISSION@` for the submission), reference.py and friends. popkit never
+copies the competition's code into the project: it records the facts of task.yml
+(checks/problem_add.py) and runs the user's folder, found at run time by harness_folder().
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from checks.problems import Problem, ProblemError
+
+PROJECT_ROOT = Path(__file__).resolve().parent.parent
+LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths on this machine
+VENDOR_ROOT = PROJECT_ROOT / "vendor" / "reference-kernels"  # a conventional, git-ignored clone
+SUBMISSION_SOURCE = "@SUBMISSION@"
+DEFAULT_TIMEOUT_S = 180
+NAME_COMMENT = re.compile(r"^#\s*name:\s*(\S+)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class TaskFolder:
+    path: Path
+    task: dict                  # task.yml as read
+    leaderboard: str            # from the collection's index (problems/*.yaml), else task.yml's '# name:'
+    gpus: list[str]
+    relative: str | None        # the folder's path relative to its reference-kernels root, when it has one
+
+    @property
+    def files(self) -> list[dict]:
+        return [{"name": str(f["name"]), "source": str(f["source"])} for f in self.task["files"]]
+
+    @property
+    def main(self) -> str:
+        return str((self.task.get("config") or {}).get("main", "eval.py"))
+
+    def timeouts_s(self) -> dict:
+        return {key: int(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))
+                for key in ("test", "benchmark", "ranked")}
+
+
+def read_task_folder(path: Path | str) -> TaskFolder:
+    """Read and validate a problem folder; anything popkit cannot run raises ProblemError (one line)."""
+    path = Path(path).expanduser()
+    if not path.exists():
+        raise ProblemError(f"{path}: no such folder")
+    task_yml = path / "task.yml"
+    if not path.is_dir() or not task_yml.is_file():
+        raise ProblemError(f"{path}: not a problem folder (no task.yml; expected a reference-kernels "
+                           "folder such as problems/linalg/cholesky_py)")
+    try:
+        text = task_yml.read_text(encoding="utf-8")
+        task = yaml.safe_load(text)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ProblemError(f"{task_yml}: unreadable ({str(exc).splitlines()[0]})") from None
+    if not isinstance(task, dict):
+        raise ProblemError(f"{task_yml}: not a mapping of task keys")
+    _validate(task, path, task_yml)
+    path = path.resolve()
+    root = reference_root(path)
+    board, gpus = collection_entry(path, root)
+    if board is None:
+        named = NAME_COMMENT.search(text)
+        board = named.group(1) if named else None
+    gpus = gpus or [str(g) for g in task.get("gpus") or []] or ["B200"]
+    return TaskFolder(path, task, board or path.name, gpus,
+                      path.relative_to(root).as_posix() if root else None)
+
+
+def _validate(task: dict, path: Path, task_yml: Path) -> None:
+    lang = str(task.get("lang", "py"))
+    if lang != "py":
+        raise ProblemError(f"{task_yml}: lang {lang!r}: popkit builds Python submissions only (lang: py)")
+    for key in ("tests", "benchmarks"):
+        cases = task.get(key)
+        if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) for c in cases):
+            raise ProblemError(f"{task_yml}: no {key} list (a problem needs tests and benchmarks)")
+    files = task.get("files")
+    if not isinstance(files, list) or not all(isinstance(f, dict) and "name" in f and "source" in f
+                                              for f in files):
+        raise ProblemError(f"{task_yml}: no 'files' list of {{name, source}} entries")
+    if not any(f["source"] == SUBMISSION_SOURCE for f in files):
+        raise ProblemError(f"{task_yml}: no file comes from {SUBMISSION_SOURCE}: popkit cannot place the submission")
+    for f in files:
+        if f["source"] != SUBMISSION_SOURCE and not (path / str(f["source"])).is_file():
+            raise ProblemError(f"{task_yml}: file {f['name']} comes from {f['source']}, which is missing "
+                               f"(looked at {(path / str(f['source'])).resolve()})")
+    main = str((task.get("config") or {}).get("main", "eval.py"))
+    if main not in {str(f["name"]) for f in files}:
+        raise ProblemError(f"{task_yml}: config.main {main!r} is not one of its files")
+
+
+def reference_root(path: Path) -> Path | None:
+    """The reference-kernels root above a folder: the parent of the nearest 'problems' ancestor."""
+    for parent in path.parents:
+        if parent.name == "problems":
+            return parent.parent
+    return None
+
+
+def collection_entry(path: Path, root: Path | None) -> tuple[str | None, list[str]]:
+    """The leaderboard name and GPUs that a collection index (problems/NAME.yaml) gives the folder."""
+    if root is None:
+        return None, []
+    problems_dir = root / "problems"
+    wanted = path.relative_to(problems_dir).as_posix()
+    for index in sorted(problems_dir.glob("*.yaml")):
+        try:
+            entries = (yaml.safe_load(index.read_text(encoding="utf-8")) or {}).get("problems") or []
+        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+            continue
+        for entry in entries:
+            if isinstance(entry, dict) and entry.get("directory") == wanted and entry.get("name"):
+                return str(entry["name"]), [str(g) for g in entry.get("gpus") or []]
+    return None, []
+
+
+def env_key(name: str) -> str:
+    return "POPKIT_HARNESS_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
+
+
+def local_paths(config: Path | None = None) -> dict[str, str]:
+    config = config or LOCAL_CONFIG
+    if not config.is_file():
+        return {}
+    try:
+        data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        raise ProblemError(f"{config}: unreadable ({str(exc).splitlines()[0]})") from None
+    return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
+
+
+def remember_path(name: str, folder: Path, config: Path | None = None) -> None:
+    """Record where NAME's folder lives on this machine (relative to the project when inside it)."""
+    config = config or LOCAL_CONFIG
+    paths = local_paths(config)
+    folder = folder.resolve()
+    try:
+        paths[name] = folder.relative_to(PROJECT_ROOT).as_posix()
+    except ValueError:
+        paths[name] = str(folder)
+    config.parent.mkdir(parents=True, exist_ok=True)
+    tmp = config.with_suffix(".tmp")
+    tmp.write_text("# Where each problem's competition folder lives on this machine (popkit problem add).\n"
+                   + yaml.safe_dump(paths, sort_keys=True), encoding="utf-8")
+    os.replace(tmp, config)
+
+
+def harness_folder(problem: Problem, config: Path | None = None) -> Path:
+    """Where a problem's competition folder is, in order: $POPKIT_HARNESS_<NAME>, $POPKIT_REFERENCE_KERNELS
+    plus the recorded relative folder, .popkit/harness.yml, vendor/reference-kernels plus the relative folder."""
+    relative = problem.harness.get("folder")
+    candidates = [os.environ.get(env_key(problem.name))]
+    if relative and os.environ.get("POPKIT_REFERENCE_KERNELS"):
+        candidates.append(str(Path(os.environ["POPKIT_REFERENCE_KERNELS"]) / relative))
+    local = local_paths(config).get(problem.name)
+    candidates.append(str(PROJECT_ROOT / local) if local and not Path(local).is_absolute() else local)
+    if relative:
+        candidates.append(str(VENDOR_ROOT / relative))
+    for candidate in filter(None, candidates):
+        if (Path(candidate) / "task.yml").is_file():
+            return Path(candidate)
+    tried = ", ".join(filter(None, candidates)) or "nothing recorded"
+    raise ProblemError(f"no competition folder for {problem.name} on this machine (tried: {tried}); set "
+                       f"{env_key(problem.name)}=DIR or run `popkit problem add {problem.name} --from DIR --force`")
+
+
+def assemble_run_folder(files: list[dict], folder: Path, submission: Path, dest: Path) -> None:
+    """Copy the task's files into dest as the runner does: each source (relative to the folder) under its name."""
+    for f in files:
+        source = Path(submission) if f["source"] == SUBMISSION_SOURCE else folder / f["source"]
+        if not source.is_file():
+            raise ProblemError(f"{folder}: the task's file {f['name']} comes from {f['source']}, which is missing")
+        target = dest / f["name"]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)

@@ -1,0 +1,78 @@
+"""`popkit problem add | list | show`: the problems this project knows, and adding one from its folder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from popcorn.tables import render_table
+
+
+def _kind(prob) -> str:
+    return "native" if prob.native is not None else "harness"
+
+
+def register(main):
+    """Add the `problem` group to the `popkit` group."""
+    from popcorn.cli import fail_cleanly
+
+    @main.group("problem")
+    def problem_group():
+        """The problems popkit knows: add one from a competition folder, list them, show one."""
+
+    @problem_group.command("add")
+    @click.argument("name")
+    @click.option("--from", "source", required=True, type=click.Path(path_type=Path),
+                  help="the competition's problem folder (task.yml, reference.py, eval.py ...)")
+    @click.option("--force", is_flag=True, help="refresh an existing problem's record (its parts are kept)")
+    @click.option("--leaderboard", help="the leaderboard name, when the folder's index does not give it")
+    @fail_cleanly
+    def add_cmd(name, source, force, leaderboard):
+        """Record problem NAME from its folder and scaffold parts/NAME/ so `popkit build NAME` works at once."""
+        from checks.problem_add import add_problem
+        from checks.problems import load_problem
+        result = add_problem(name, source, force=force, leaderboard=leaderboard)
+        verb = "refreshed" if result.replaced else "added"
+        click.echo(f"{verb} {name}: leaderboard {result.leaderboard}, {result.tests} tests, "
+                   f"{result.benchmarks} benchmarks -> {result.record}")
+        for path in result.created:
+            click.echo(f"  created {path}")
+        for path in result.kept:
+            click.echo(f"  kept {path}")
+        kind = _kind(load_problem(name))
+        click.echo(f"kind: {kind} ({'our gates' if kind == 'native' else 'the folder' + chr(39) + 's eval.py'}); "
+                   f"next: popkit build {name} && popkit check {name}")
+
+    @problem_group.command("list")
+    @fail_cleanly
+    def list_cmd():
+        """Every problem with its kind, leaderboard and case counts."""
+        from checks.problems import known_problems, load_problem
+        rows = []
+        for name in known_problems():
+            prob = load_problem(name)
+            rows.append([name, _kind(prob), prob.leaderboard, ", ".join(prob.gpus), len(prob.tests),
+                         len(prob.benchmarks)])
+        click.echo(render_table(["problem", "kind", "leaderboard", "gpus", "tests", "benchmarks"], rows, {4, 5}))
+
+    @problem_group.command("show")
+    @click.argument("name")
+    @fail_cleanly
+    def show_cmd(name):
+        """One problem: its facts, where its folder is on this machine, and its case lists."""
+        from checks import task_folder
+        from checks.problems import ProblemError, format_spec, load_problem, record_path
+        prob = load_problem(name)
+        try:
+            folder = str(task_folder.harness_folder(prob))
+        except ProblemError as exc:
+            folder = f"not found ({exc})"
+        click.echo(f"{name}: {_kind(prob)} problem, leaderboard {prob.leaderboard} on {', '.join(prob.gpus)}")
+        click.echo(f"record: {record_path(name)}")
+        click.echo(f"folder: {folder}")
+        click.echo("timeouts: " + ", ".join(f"{k} {v} s" for k, v in prob.timeouts_s.items()))
+        click.echo(f"ranking: {prob.ranking or '-'}")
+        for label, specs in (("tests", prob.tests), ("benchmarks", prob.benchmarks)):
+            click.echo(f"{label} ({len(specs)}):")
+            for spec in specs:
+                click.echo(f"  {format_spec(spec)}")

@@ -1,0 +1,240 @@
+"""Harness problems on CPU: `problem add` from a folder, then check, bench and diff through the folder's eval.py.
+
+The folder is tests/toy_reference (our own tiny problem in the reference-kernels layout: a collection
+index, task.yml with `../eval.py`, a pure-Python eval.py that speaks the POPCORN_FD protocol), copied
+to a temporary place; records, parts and the local config go to tmp_path, never into the project.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from checks import harness, problem_add, problems, runner, task_folder
+from checks.problems import ProblemError
+from popcorn.cli import main
+
+TOY = Path(__file__).resolve().parent / "toy_reference"
+GOOD = "def custom_kernel(data):\n    return [x + 1 for x in data]\n"
+SLOWER = "import time\n\ndef custom_kernel(data):\n    time.sleep(0.002)\n    return [x + 1 for x in data]\n"
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """A copy of the toy reference tree, and the project's record, parts and config folders in tmp_path."""
+    root = tmp_path / "reference-kernels"
+    shutil.copytree(TOY, root)
+    monkeypatch.setattr(problems, "CASES_DIR", tmp_path / "cases")
+    monkeypatch.setattr(problem_add, "PARTS_DIR", tmp_path / "parts")
+    monkeypatch.setattr(task_folder, "LOCAL_CONFIG", tmp_path / ".popkit" / "harness.yml")
+    monkeypatch.setattr(task_folder, "VENDOR_ROOT", tmp_path / "no-vendor")
+    for key in ("POPKIT_REFERENCE_KERNELS", task_folder.env_key("addone")):
+        monkeypatch.delenv(key, raising=False)
+    return root / "problems" / "toy" / "addone_py"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def added(toy: Path, **task_changes) -> problems.Problem:
+    if task_changes:
+        task = toy / "task.yml"
+        write(task, task.read_text() + "".join(f"{k}: {v}\n" for k, v in task_changes.items()))
+    problem_add.add_problem("addone", toy)
+    return problems.load_problem("addone")
+
+
+# ---- problem add ---------------------------------------------------------------------------------
+
+def test_add_records_the_task_and_scaffolds_parts(toy, tmp_path):
+    result = problem_add.add_problem("addone", toy)
+    prob = problems.load_problem("addone")
+    assert prob.leaderboard == "addone_v1" and prob.gpus == ["CPU"]        # from the collection index
+    assert prob.timeouts_s == {"test": 20, "benchmark": 20, "ranked": 30}
+    assert prob.tests[2] == {"size": 64, "seed": 13, "mode": "wide"}      # the task's own keys and order
+    assert prob.harness["folder"] == "problems/toy/addone_py"
+    assert {"name": "eval.py", "source": "../eval.py"} in prob.harness["files"]
+    assert prob.native is None
+    assert sorted(p.name for p in result.created) == ["__init__.py", "manifest.yml", "model.py", "route.py"]
+    route = (tmp_path / "parts" / "addone" / "route.py").read_text()
+    assert "from reference import ref_kernel" in route and "def custom_kernel" in route
+    assert task_folder.harness_folder(prob) == toy.resolve()              # remembered in the local config
+
+
+def test_add_refuses_an_existing_name_unless_forced_and_keeps_parts_and_extra_keys(toy, tmp_path):
+    problem_add.add_problem("addone", toy)
+    record = problems.record_path("addone")
+    write(record, record.read_text() + "gates: {exact: every value is x + 1}\n")
+    route = tmp_path / "parts" / "addone" / "route.py"
+    write(route, GOOD)
+    with pytest.raises(ProblemError, match="exists.*--force"):
+        problem_add.add_problem("addone", toy)
+    result = problem_add.add_problem("addone", toy, force=True)
+    assert result.replaced and not result.created and route.read_text() == GOOD
+    assert problems.load_problem("addone").gates == {"exact": "every value is x + 1"}
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: shutil.rmtree(d), "no such folder"),
+    (lambda d: (d / "task.yml").unlink(), "not a problem folder"),
+    (lambda d: write(d / "task.yml", "files: [unclosed\n"), "unreadable"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("benchmarks:", "old_benchmarks:")),
+     "no benchmarks list"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('lang: "py"', 'lang: "cu"')),
+     "popkit builds Python submissions only"),
+    (lambda d: (d.parent / "eval.py").unlink(), "comes from ../eval.py, which is missing"),
+])
+def test_add_rejects_bad_folders_in_one_line_and_writes_nothing(toy, tmp_path, damage, message):
+    damage(toy)
+    with pytest.raises(ProblemError, match=message) as info:
+        problem_add.add_problem("addone", toy)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
+
+
+def test_add_rejects_a_name_that_is_not_a_package_name(toy):
+    with pytest.raises(ProblemError, match="lower-case"):
+        problem_add.add_problem("Add-One", toy)
+
+
+def test_folder_lookup_order_env_then_reference_root_then_local_config(toy, tmp_path, monkeypatch):
+    prob = added(toy)
+    other = tmp_path / "elsewhere" / "problems" / "toy" / "addone_py"
+    shutil.copytree(toy, other)
+    monkeypatch.setenv("POPKIT_REFERENCE_KERNELS", str(tmp_path / "elsewhere"))
+    assert task_folder.harness_folder(prob) == other
+    monkeypatch.setenv(task_folder.env_key("addone"), str(toy))
+    assert task_folder.harness_folder(prob) == toy
+    monkeypatch.setenv(task_folder.env_key("addone"), str(tmp_path / "nowhere"))
+    monkeypatch.delenv("POPKIT_REFERENCE_KERNELS")
+    assert task_folder.harness_folder(prob) == toy.resolve()              # the local config still knows it
+    task_folder.LOCAL_CONFIG.unlink()
+    with pytest.raises(ProblemError, match="POPKIT_HARNESS_ADDONE"):
+        task_folder.harness_folder(prob)
+
+
+# ---- check, bench, diff through eval.py ----------------------------------------------------------
+
+def test_check_passes_a_correct_submission_and_logs_an_official_record(toy, tmp_path):
+    added(toy)
+    log = tmp_path / "perf.jsonl"
+    outcome = runner.check("addone", write(tmp_path / "s.py", GOOD), device="cpu", log_path=log)
+    assert outcome.passed and [c["status"] for c in outcome.record["cases"]] == ["pass"] * 3
+    record = json.loads(log.read_text())
+    assert record["harness"] == "official" and record["device"] == "cpu" and record["gpu"] == "cpu"
+    assert record["cases"][1]["message"] == "checked 17 values"
+    assert "size=64 mode=wide" in outcome.table
+
+
+def test_check_reports_each_failing_case_with_its_error(toy, tmp_path):
+    added(toy)
+    wrong = write(tmp_path / "s.py", "def custom_kernel(data):\n    return [x + (len(data) < 5) for x in data]\n")
+    outcome = runner.check("addone", wrong, device="cpu", log_path=None)
+    assert not outcome.passed
+    assert [c["status"] for c in outcome.record["cases"]] == ["pass", "fail", "fail"]
+    assert outcome.record["cases"][1]["error"] == "wrong value at index 0"
+
+
+def test_seeds_rerun_the_list_with_popcorn_seed_and_show_the_remapped_seed(toy, tmp_path):
+    added(toy)
+    outcome = runner.check("addone", write(tmp_path / "s.py", GOOD), seeds=2, device="cpu", log_path=None)
+    seeds = [c["spec"]["seed"] for c in outcome.record["cases"]]
+    assert len(seeds) == 9 and seeds[:3] == [11, 12, 13]
+    assert seeds[3:6] == [harness.remap_seed(s, 1) for s in (11, 12, 13)]
+    assert seeds[6:] == [harness.remap_seed(s, 2) for s in (11, 12, 13)]
+    assert str(seeds[8]) in outcome.table
+
+
+def test_a_crashing_submission_fails_every_case_and_shows_stderr(toy, tmp_path):
+    added(toy)
+    crash = write(tmp_path / "s.py", "raise RuntimeError('kernel build failed: no nvcc')\n")
+    outcome = runner.check("addone", crash, device="cpu", log_path=None)
+    assert not outcome.passed
+    assert all("exit code 1" in c["error"] for c in outcome.record["cases"])
+    assert any("pre-run of submission.py failed" in n for n in outcome.notes)
+    assert any("kernel build failed: no nvcc" in n for n in outcome.notes)
+
+
+def test_a_run_that_writes_nothing_is_named(toy, tmp_path):
+    added(toy)
+    silent = write(tmp_path / "s.py", "import os, sys\nif 'POPCORN_FD' in os.environ:\n"
+                                      "    sys.stderr.write('bye\\n'); os._exit(0)\n" + GOOD)
+    outcome = runner.check("addone", silent, device="cpu", log_path=None)
+    assert not outcome.passed
+    assert all("wrote nothing" in c["error"] for c in outcome.record["cases"])
+    assert any("stderr: bye" in n for n in outcome.notes)
+
+
+def test_a_hanging_run_is_killed_at_the_task_timeout(toy, tmp_path):
+    added(toy, test_timeout=2)
+    hang = write(tmp_path / "s.py", "import time\n\ndef custom_kernel(data):\n"
+                                    "    if len(data) > 10:\n        time.sleep(60)\n    return [x + 1 for x in data]\n")
+    outcome = runner.check("addone", hang, device="cpu", log_path=None)
+    statuses = [c["status"] for c in outcome.record["cases"]]
+    assert statuses == ["pass", "fail", "fail"]
+    assert "timed out after 2 s" in outcome.record["cases"][1]["error"]
+
+
+def test_bench_times_the_list_beside_the_folders_reference(toy, tmp_path):
+    added(toy)
+    log = tmp_path / "perf.jsonl"
+    outcome = runner.bench("addone", write(tmp_path / "s.py", GOOD), baseline=True, device="cpu", log_path=log)
+    assert outcome.passed
+    record = json.loads(log.read_text())
+    assert record["baseline"] == "reference.ref_kernel" and record["mode"] == "bench"
+    assert all(c["mean_us"] > 0 and c["baseline_us"] > 0 and c["runs"] == 5 for c in record["cases"])
+    assert record["geomean_us"] > 0 and record["baseline_geomean_us"] > 0
+
+
+def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
+    added(toy)
+    fast, slow = write(tmp_path / "fast.py", GOOD), write(tmp_path / "slow.py", SLOWER)
+    outcome = runner.diff("addone", slow, fast, rounds=3, device="cpu", log_path=None)
+    assert not outcome.passed
+    assert all(c["ratio"] > 2 and c["verdict"] == "slower" for c in outcome.record["cases"])
+    assert outcome.record["incumbent_geomean_us"] < outcome.record["geomean_us"]
+
+
+def test_case_accepts_the_tasks_own_keys(toy, tmp_path):
+    added(toy)
+    outcome = runner.check("addone", write(tmp_path / "s.py", GOOD), ["size: 5; seed: 1; mode: wide"],
+                           device="cpu", log_path=None)
+    assert outcome.passed and outcome.record["cases"][0]["spec"] == {"size": 5, "seed": 1, "mode": "wide"}
+
+
+def test_native_only_options_are_refused_for_a_harness_problem(toy, tmp_path):
+    added(toy)
+    sub = write(tmp_path / "s.py", GOOD)
+    with pytest.raises(Exception, match="harness problem"):
+        runner.check("addone", sub, device="cpu", log_path=None, harness="native")
+    with pytest.raises(Exception, match="--robust needs a native checker"):
+        runner.check("addone", sub, device="cpu", log_path=None, robust=True)
+
+
+# ---- the verbs ------------------------------------------------------------------------------------
+
+def test_problem_verbs_add_list_show(toy):
+    cli = CliRunner()
+    result = cli.invoke(main, ["problem", "add", "addone", "--from", str(toy)])
+    assert result.exit_code == 0, result.output
+    assert "added addone: leaderboard addone_v1, 3 tests, 2 benchmarks" in result.output
+    again = cli.invoke(main, ["problem", "add", "addone", "--from", str(toy)])
+    assert again.exit_code == 1 and "pass --force" in again.output
+    listing = cli.invoke(main, ["problem", "list"])
+    assert listing.exit_code == 0 and "addone" in listing.output and "harness" in listing.output
+    shown = cli.invoke(main, ["problem", "show", "addone"])
+    assert shown.exit_code == 0 and "size: 64; seed: 13; mode: wide" in shown.output
+    missing = cli.invoke(main, ["problem", "add", "other", "--from", str(toy.parent / "nope")])
+    assert missing.exit_code == 1 and "no such folder" in missing.output
+
+
+def test_the_record_is_plain_task_data(toy):
+    problem_add.add_problem("addone", toy)
+    data = yaml.safe_load(problems.record_path("addone").read_text())
+    assert set(data) == set(problem_add.TASK_KEYS)
