@@ -29,6 +29,7 @@ from popcorn.tables import fmt_us, render_table
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
 BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
+REFERENCE_INCUMBENT = "reference"   # diff --incumbent reference: the competition folder's ref_kernel
 
 
 @dataclass
@@ -283,14 +284,25 @@ def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0
     info, results = _run_native("check", prob, {"candidate": submission}, specs, device, progress)
     if backend == "both":
         run = official.run_eval(prob, submission, "test", specs, device, None, progress)
-        theirs = run.results()
-        results = [{**ours, "official": other["status"]} for ours, other in zip(results, theirs)]
-        notes = notes + official.run_notes([run]) + [
-            f"official eval.py and popkit disagree on {short_spec(o['spec'])}: popkit {o['status']}, "
-            f"eval.py {o['official']} ({t.get('error') or t.get('message') or 'no message'})"
-            for o, t in zip(results, theirs) if o["status"] != o["official"]]
+        results, disagreements = _agreement(results, run.results())
+        notes = notes + official.run_notes([run]) + disagreements
     return _finish(make_outcome("check", prob, {"candidate": submission}, results, info, device, backend, notes,
                                 None), log_path)
+
+
+def _agreement(ours: list[dict], theirs: list[dict]) -> tuple[list[dict], list[str]]:
+    """Our results with eval.py's status beside them; a case passes only when both pass."""
+    merged, notes = [], []
+    for mine, other in zip(ours, theirs):
+        row = {**mine, "official": other["status"]}
+        if other["status"] != mine["status"]:
+            why = other.get("error") or other.get("message") or "no message"
+            notes.append(f"eval.py and popkit disagree on {short_spec(mine['spec'])}: popkit {mine['status']}, "
+                         f"eval.py {other['status']} ({why})")
+            if mine["status"] == "pass":
+                row.update(status="fail", error=f"eval.py: {why}")
+        merged.append(row)
+    return merged, notes
 
 
 def bench(problem: str, submission: Path, baseline: bool = False, custom: list[str] = (),
@@ -320,12 +332,17 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
                                 notes + more, prob.native.BASELINE_NAME if baseline else None), log_path)
 
 
-def diff(problem: str, submission: Path, incumbent: Path, rounds: int = 3, custom: list[str] = (),
+def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3, custom: list[str] = (),
          device: str | None = None, progress=lambda text: None,
          log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:
-    """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin."""
+    """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin.
+    incumbent "reference" is the competition folder's own ref_kernel (through its eval.py)."""
     if rounds < 3:
         raise PopkitError("diff needs at least 3 rounds")
+    if str(incumbent) == REFERENCE_INCUMBENT:
+        with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
+            return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
+                        log_path, "official" if harness is None else harness)
     submissions = {"candidate": submission, "incumbent": incumbent}
     prob, device, backend = _start(problem, submissions, device, harness, "diff")
     _refuse_cpu_timing(prob, backend, device, custom, "diff")

@@ -138,7 +138,8 @@ def register(main):
     @click.argument("problem")
     @submission_opt
     @click.option("--incumbent", type=click.Path(dir_okay=False, path_type=Path),
-                  help="the file to beat (default: logs/incumbents/PROBLEM.py)")
+                  help="the file to beat (default: logs/incumbents/PROBLEM.py); 'reference' for the "
+                       "competition folder's ref_kernel")
     @click.option("--rounds", default=3, show_default=True, help="alternating A/B rounds per case (>= 3)")
     @case_opt
     @device_opt

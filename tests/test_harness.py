@@ -238,3 +238,11 @@ def test_the_record_is_plain_task_data(toy):
     problem_add.add_problem("addone", toy)
     data = yaml.safe_load(problems.record_path("addone").read_text())
     assert set(data) == set(problem_add.TASK_KEYS)
+
+
+def test_diff_against_the_folders_reference(toy, tmp_path):
+    added(toy)
+    outcome = runner.diff("addone", write(tmp_path / "s.py", SLOWER), "reference", rounds=3, device="cpu",
+                          log_path=None)
+    assert not outcome.passed and outcome.record["harness"] == "official"
+    assert all(c["verdict"] == "slower" for c in outcome.record["cases"])
