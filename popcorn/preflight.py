@@ -2,7 +2,8 @@
 
 Rules (../shared/docs/platform-rules.md): no 'stream' in any case, 1..1,000,000
 bytes, UTF-8, an accepted file suffix, the #!POPCORN directives in the leading
-comment block; and KernelGuard (PyPI 'kernelguard'), whose 'should_filter'
+comment block; a .py file must compile (the grader would fail at import, after
+the upload); and KernelGuard (PyPI 'kernelguard'), whose 'should_filter'
 verdict the server would mark as hacked. Without kernelguard installed the
 other rules still run and the report says KernelGuard was skipped.
 """
@@ -13,6 +14,7 @@ import json
 import re
 import subprocess
 import sys
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,6 +69,8 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -
     except UnicodeDecodeError as exc:
         report.errors.append(f"{name}: not UTF-8 (byte {exc.start})")
         return report
+    if name.endswith(".py"):
+        check_syntax(report, text, name)
     report.directives = leading_directives(text)
     for key in ("leaderboard", "gpu"):
         if key not in report.directives:
@@ -75,6 +79,21 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -
     if expect_leaderboard and board and board != expect_leaderboard:
         report.errors.append(f"{name}: directive says leaderboard {board!r}, expected {expect_leaderboard!r}")
     return report
+
+
+def check_syntax(report: PreflightReport, text: str, name: str) -> None:
+    """Compile (never run) the file: a syntax error is an error with its line; a compiler
+    warning (an invalid escape, say) is a warning."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            compile(text, name, "exec", dont_inherit=True)
+        except SyntaxError as exc:
+            where = f"{name}:{exc.lineno}" if exc.lineno else name
+            report.errors.append(f"{where}: not valid Python ({exc.msg})")
+        except ValueError as exc:        # a NUL byte, on Pythons that refuse it before parsing
+            report.errors.append(f"{name}: not valid Python ({exc})")
+    report.warnings.extend(f"{name}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught)
 
 
 def kernelguard_available() -> bool:

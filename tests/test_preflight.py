@@ -116,14 +116,38 @@ def test_directive_outside_the_leading_comment_block_is_rejected(text):
     assert "leaderboard" not in report.directives
 
 
-def test_directives_may_follow_other_comments_and_blank_lines():
-    text = "# my QR\n\n// a C-style comment line\n" + HEADER + BODY
-    assert rules(text).ok
+@pytest.mark.parametrize("name,lead", [("submission.py", "# my QR\n\n# notes\n"),
+                                       ("kernel.cu", "# my QR\n\n// a C-style comment line\n")])
+def test_directives_may_follow_other_comments_and_blank_lines(name, lead):
+    assert rules(lead + HEADER + BODY, name).ok
 
 
 def test_leaderboard_mismatch_is_rejected():
     assert_rejected(rules(CLEAN, board="eigh"), "directive says leaderboard 'qr_v2', expected 'eigh'")
     assert rules(CLEAN, board=None).ok
+
+
+@pytest.mark.parametrize("body,line,message", [
+    ("def custom_kernel(data:\n    return data\n", 3, "'(' was never closed"),
+    ("import torch\nreturn torch.zeros(1)\n", 4, "'return' outside function"),
+    ("def custom_kernel(data):\n    x = data\n  return x\n", 5, "unindent"),
+])
+def test_python_syntax_error_is_rejected_with_its_line(body, line, message):
+    report = rules(HEADER + body)
+    assert len(report.errors) == 1, report.errors
+    assert report.errors[0].startswith(f"submission.py:{line}: not valid Python (")
+    assert message in report.errors[0]
+
+
+def test_compile_warning_is_a_warning_not_an_error():
+    report = rules(CLEAN + 'PATTERN = "\\d+"\n')
+    assert report.ok, report.errors
+    assert any(w.startswith("submission.py:8: ") and "escape" in w for w in report.warnings), report.warnings
+
+
+@pytest.mark.parametrize("name", ["kernel.cu", "kernel.cpp"])
+def test_non_python_files_are_not_compiled_as_python(name):
+    assert rules(HEADER + "__global__ void k(float* x) { x[0] = 1.f; }\n", name).ok
 
 
 def test_preflight_file_reports_an_unreadable_file(tmp_path):
@@ -189,6 +213,7 @@ def invoke_check(*args):
     ("nodirective.py", BODY),
     ("bad.txt", CLEAN),
     ("empty.py", ""),
+    ("syntax.py", HEADER + "def custom_kernel(data)\n    return data\n"),
 ])
 def test_cli_check_bad_file_exits_nonzero_with_one_line(tmp_path, name, content):
     path = tmp_path / name
