@@ -3,9 +3,12 @@
 build(problem) reads parts/PROBLEM/manifest.yml, inlines the CUDA parts into
 one translation unit and the Python parts into one module, renders
 templates/submission.py.j2, checks the result (preflight rules, imports limited
-to torch and the standard library) and writes it atomically. Same parts in,
-same bytes out: the provenance names the last commit that touched the
-builder's inputs, not the current HEAD.
+to torch, the standard library and the manifest's run_folder_imports) and
+writes it atomically. The header's leaderboard and GPU come from the problem's
+record (checks/cases/PROBLEM.yml) when it has one. A manifest with no CUDA parts
+builds a pure-Python file that compiles nothing. Same parts in, same bytes out:
+the provenance names the last commit that touched the builder's inputs, not the
+current HEAD.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from pathlib import Path
 import jinja2
 import yaml
 
+from checks import problems
 from popcorn.errors import PopkitError
 from popcorn.preflight import BANNED, PreflightReport, preflight_bytes
 
@@ -29,6 +33,9 @@ ROOT = Path(__file__).resolve().parent
 PARTS = ROOT / "parts"
 TEMPLATES = ROOT / "templates"
 TEMPLATE = "submission.py.j2"
+CASES_DIR = problems.CASES_DIR
+DEFAULT_GPU = "B200"
+SUBMISSION_SOURCE = "@SUBMISSION@"      # task.yml's source of the submission itself in the run folder
 INLINE_MARK = "# popkit: inline"
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 ALLOWED_IMPORTS = {"torch"} | set(sys.stdlib_module_names)
@@ -68,18 +75,55 @@ def read_part(rel: str) -> Part:
 
 
 def load_manifest(problem: str) -> dict:
+    """The manifest, checked: problem (= its folder), title, cuda and python lists, run_folder_imports."""
     path = PARTS / problem / "manifest.yml"
     if not path.is_file():
         known = sorted(p.parent.name for p in PARTS.glob("*/manifest.yml"))
         raise PopkitError(f"unknown problem {problem!r}: no {path.relative_to(ROOT)} (known: {', '.join(known)})")
     try:
-        manifest = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        raise PopkitError(f"{path}: not valid YAML ({exc})") from None
+        manifest = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise PopkitError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+    if not isinstance(manifest, dict):
+        raise PopkitError(f"{path}: empty or not a mapping; a manifest needs the keys problem, title, cuda, python")
     for key in ("problem", "title", "cuda", "python"):
         if key not in manifest:
             raise PopkitError(f"{path}: missing key {key!r}")
+    if manifest["problem"] != problem:
+        raise PopkitError(f"{path}: problem: {manifest['problem']!r} does not match its folder {problem!r}")
+    for key in ("cuda", "python", "run_folder_imports"):
+        manifest[key] = _string_list(manifest.get(key), key, path)
+    if not manifest["python"]:
+        raise PopkitError(f"{path}: 'python' lists no parts; the last one must define custom_kernel")
+    for name in manifest["run_folder_imports"]:
+        if not name.isidentifier():
+            raise PopkitError(f"{path}: run_folder_imports: {name!r} is not a module name (reference, not reference.py)")
     return manifest
+
+
+def _string_list(value, key: str, path: Path) -> list[str]:
+    """A manifest list; an absent or empty value is an empty list."""
+    if value is None:
+        return []
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise PopkitError(f"{path}: {key!r} must be a list of names ([] for none)")
+    return value
+
+
+def header_facts(problem: str) -> tuple[str, str, set[str] | None]:
+    """(leaderboard, gpu, modules the runner places beside submission.py) from the problem's record;
+    without a record: the problem's name, B200 and None (unknown, so not checked)."""
+    if not problems.record_path(problem, CASES_DIR).is_file():
+        return problem, DEFAULT_GPU, None
+    try:
+        record = problems.load_problem(problem, CASES_DIR)
+    except problems.ProblemError as exc:
+        raise PopkitError(str(exc)) from None
+    files = record.harness.get("files")
+    if not files:
+        return record.leaderboard, record.gpu, None
+    return record.leaderboard, record.gpu, {Path(str(f["name"])).stem for f in files
+                                            if str(f["name"]).endswith(".py") and f["source"] != SUBMISSION_SOURCE}
 
 
 def assemble_cuda(parts: list[Part]) -> str:
@@ -119,12 +163,14 @@ def inputs_commit() -> str:
     return out or "uncommitted"
 
 
-def check_imports(text: str, where: str) -> None:
-    """Code that goes into the built file may import only torch and the standard library."""
+def check_imports(text: str, where: str, run_folder: list[str] = ()) -> None:
+    """Code that goes into the built file may import only torch, the standard library and the modules
+    the runner places beside it (the manifest's run_folder_imports)."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
         raise PopkitError(f"{where}:{exc.lineno}: not valid Python ({exc.msg})") from None
+    allowed = ALLOWED_IMPORTS | set(run_folder)
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
@@ -133,33 +179,52 @@ def check_imports(text: str, where: str) -> None:
         else:
             continue
         for name in names:
-            if name.split(".")[0] not in ALLOWED_IMPORTS:
-                raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; only torch and the standard library "
-                                  f"are allowed: mark cross-part imports with '{INLINE_MARK}'")
+            if name.split(".")[0] not in allowed:
+                raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; only torch, the standard library and "
+                                  f"the manifest's run_folder_imports are allowed: mark cross-part imports with "
+                                  f"'{INLINE_MARK}'")
 
 
-def render(problem: str, leaderboard: str | None = None, gpu: str = "B200") -> BuildResult:
-    """Render the submission text for a problem (no file is written)."""
+def defines(text: str, name: str) -> bool:
+    """Whether a module assigns NAME at its top level."""
+    return any(isinstance(target, ast.Name) and target.id == name
+               for node in ast.parse(text).body if isinstance(node, (ast.Assign, ast.AnnAssign))
+               for target in (node.targets if isinstance(node, ast.Assign) else [node.target]))
+
+
+def render(problem: str, leaderboard: str | None = None, gpu: str | None = None) -> BuildResult:
+    """Render the submission text for a problem (no file is written); leaderboard and gpu override the record's."""
     manifest = load_manifest(problem)
+    manifest_path = PARTS / problem / "manifest.yml"
+    record_board, record_gpu, placed = header_facts(problem)
+    leaderboard, gpu = leaderboard or record_board, gpu or record_gpu
+    run_folder = manifest["run_folder_imports"]
+    if placed is not None and set(run_folder) - placed:
+        missing = ", ".join(sorted(set(run_folder) - placed))
+        raise PopkitError(f"{manifest_path}: run_folder_imports names {missing}, which the runner does not place "
+                          f"beside submission.py (its task files give: {', '.join(sorted(placed)) or 'none'})")
     cuda_parts = [read_part(rel) for rel in manifest["cuda"]]
     python_parts = [read_part(rel) for rel in manifest["python"]]
     python_texts = [python_part_text(p) for p in python_parts]
     for part, text in zip(python_parts, python_texts):
-        check_imports(text, str(PARTS / part.path))
+        check_imports(text, str(PARTS / part.path), run_folder)
+    if cuda_parts and not any(defines(text, "CUDA") for text in python_texts):
+        raise PopkitError(f"{manifest_path}: CUDA parts need a Python part that defines CUDA, the loader: "
+                          "add common/cuda_loader.py to 'python'")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,
                              keep_trailing_newline=True, autoescape=False)
     try:
         template = env.get_template(TEMPLATE)
         text = template.render(
-            problem=problem, title=manifest["title"], leaderboard=leaderboard or problem, gpu=gpu,
-            commit=inputs_commit(), parts=cuda_parts + python_parts,
+            problem=problem, title=manifest["title"], leaderboard=leaderboard, gpu=gpu,
+            commit=inputs_commit(), parts=cuda_parts + python_parts, has_cuda=bool(cuda_parts),
             cuda_source=assemble_cuda(cuda_parts),
             python_parts=[{"path": p.path, "text": t} for p, t in zip(python_parts, python_texts)])
     except jinja2.TemplateError as exc:
         where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"
         raise PopkitError(f"{where}: template error: {exc}") from None
-    check_imports(text, "the built file")
-    report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard or problem)
+    check_imports(text, "the built file", run_folder)
+    report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
 
 
