@@ -1,23 +1,64 @@
 #!/usr/bin/env bash
-# One device call that does a lot: build both problems, then run each quoted popkit command
-# against the fresh build, logging to $OUT. Usage (on the GPU machine, repo root):
-#   POPKIT_COMMIT=<sha> scripts/gpu_session.sh "check qr_v2 --robust" "bench eigh --baseline" "diff qr_v2 --case '...'"
-# Each command gets --submission /tmp/PROBLEM.py and --log $OUT/performance.jsonl appended;
-# its table goes to $OUT/NN-VERB-PROBLEM.txt. Merge the log into logs/ afterwards.
+# Run a batch of popkit verbs on a GPU host and write their records and tables to one folder.
+#
+#   scripts/gpu_session.sh [-o DIR] "check qr_v2 --seeds 2" "bench qr_v2 --baseline" "diff eigh --case '...'"
+#
+# Each quoted command is a check, bench or diff verb with its options. The problems the commands name are
+# built first (DIR/builds/PROBLEM.py); each command then runs with --submission DIR/builds/PROBLEM.py and
+# --log DIR/performance.jsonl, and its table goes to DIR/NN-VERB-PROBLEM.txt (DIR/gpu.txt names the GPU).
+# DIR defaults to a new folder under ${TMPDIR:-/tmp}. Bring DIR back to your working copy and run
+#   popkit merge DIR/performance.jsonl --tables DIR
+# to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
+# root; a copy without .git records the commit from POPKIT_COMMIT (commit first, pass its sha).
+# PYTHON picks the interpreter (default: .venv/bin/python when present, else python3).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
-OUT=${OUT:-/tmp/popkit-out}
-mkdir -p "$OUT"
-LOG="$OUT/performance.jsonl"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$OUT/gpu.txt"
-for problem in qr_v2 eigh; do
-  python3 -m popcorn build "$problem" -o "/tmp/$problem.py" || exit 1
+
+out="${TMPDIR:-/tmp}/popkit-run-$(date -u +%Y%m%dT%H%M%SZ)"
+if [ "${1:-}" = "-o" ]; then
+  [ $# -ge 2 ] || { echo "error: -o needs a folder" >&2; exit 2; }
+  out=$2
+  shift 2
+fi
+[ $# -ge 1 ] || { echo "error: name at least one verb, e.g. \"check qr_v2\" (see the comment at the top)" >&2; exit 2; }
+if [ -x .venv/bin/python ]; then PYTHON=${PYTHON:-.venv/bin/python}; else PYTHON=${PYTHON:-python3}; fi
+
+problems=()
+for command in "$@"; do
+  read -r verb problem _ <<< "$command"
+  case "$verb" in
+    check|bench|diff) ;;
+    *) echo "error: \"$command\": only check, bench and diff write records (got '${verb:-nothing}')" >&2; exit 2 ;;
+  esac
+  [ -n "${problem:-}" ] || { echo "error: \"$command\" names no problem" >&2; exit 2; }
+  [[ " ${problems[*]} " == *" $problem "* ]] || problems+=("$problem")
 done
+if ! git rev-parse --git-dir >/dev/null 2>&1 && [ -z "${POPKIT_COMMIT:-}" ]; then
+  echo "warning: no git repository and no POPKIT_COMMIT: the records will name no commit" >&2
+fi
+
+mkdir -p "$out/builds" || exit 1
+log="$out/performance.jsonl"
+if command -v nvidia-smi >/dev/null; then
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
+else
+  echo "warning: no nvidia-smi on this host" >&2
+fi
+for problem in "${problems[@]}"; do
+  "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py" || exit 1
+done
+
 step=0
+failed=0
 for command in "$@"; do
   step=$((step + 1))
   read -r verb problem _ <<< "$command"
   echo "=== $command"
-  eval "python3 -m popcorn $command --submission /tmp/$problem.py --log $LOG" 2>&1 \
-    | grep --line-buffered -v ": repeat " | tee "$OUT/$(printf %02d $step)-$verb-$problem.txt"
+  # eval keeps the quoting inside a command (--case 'batch: 4; n: 64; ...')
+  eval "\"\$PYTHON\" -m popcorn $command --submission \"\$out/builds/$problem.py\" --log \"\$log\"" 2>&1 \
+    | grep --line-buffered -v ": repeat " | tee "$out/$(printf %02d $step)-$verb-$problem.txt"
+  [ "${PIPESTATUS[0]}" -eq 0 ] || failed=$((failed + 1))
 done
+echo "=== $step commands, $failed failed; records and tables in $out"
+echo "merge them where you keep logs/: popkit merge $out/performance.jsonl --tables $out"
+[ "$failed" -eq 0 ]
