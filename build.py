@@ -26,6 +26,7 @@ import jinja2
 import yaml
 
 from checks import problems
+from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError
 from popcorn.preflight import BANNED, PreflightReport, preflight_bytes
 
@@ -35,7 +36,6 @@ TEMPLATES = ROOT / "templates"
 TEMPLATE = "submission.py.j2"
 CASES_DIR = problems.CASES_DIR
 DEFAULT_GPU = "B200"
-SUBMISSION_SOURCE = "@SUBMISSION@"      # task.yml's source of the submission itself in the run folder
 INLINE_MARK = "# popkit: inline"
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 ALLOWED_IMPORTS = {"torch"} | set(sys.stdlib_module_names)
