@@ -1,4 +1,4 @@
-"""The core loop through the CLI (click's CliRunner): build, check, bench, diff, promote, on CPU.
+"""The core loop through the CLI (click's CliRunner): build, check, bench, diff, on CPU (promote: test_promote.py).
 
 check/bench/diff spawn a worker process, so each of those tests takes a few seconds; there are few.
 bench and diff time a "steady" copy of the built qr_v2 file whose custom_kernel pads every call to
@@ -7,7 +7,6 @@ A-vs-A diff far from any noise verdict.
 """
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import re
@@ -17,8 +16,9 @@ import pytest
 from click.testing import CliRunner
 
 import build
-import popcorn.promote as promote_mod
-from checks.runner import remap_seed, select_specs
+from checks.harness import remap_seed
+from checks.problems import load_problem
+from checks.runner import select_specs
 from popcorn.cli import main
 from popcorn.provenance import changed_parts
 
@@ -153,7 +153,7 @@ def test_check_of_a_broken_submission_fails(tmp_path):
     assert result.exit_code == 1
     assert result.output.splitlines()[-1] == "FAIL"
     row = next(line for line in result.output.splitlines() if line.startswith("2x8 mixed c1"))
-    assert row.split()[3] == "fail" and "factor:" in row
+    assert row.split()[3:5] == ["3", "fail"] and "factor:" in row   # seed, status
     (rec,) = strict_lines(log)
     assert rec["passed"] is False
     assert rec["cases"][0]["status"] == "fail" and rec["cases"][0]["error"].startswith("factor:")
@@ -172,7 +172,7 @@ def test_check_seeds_doubles_the_cases_with_remapped_seeds(built, tmp_path):
 
 
 def test_select_specs_adds_k_remapped_copies():
-    specs, _ = select_specs("qr_v2", "tests", [SPEC], seeds=2, device="cpu")
+    specs, _ = select_specs(load_problem("qr_v2"), "tests", [SPEC], seeds=2, device="cpu")
     assert [s["seed"] for s in specs] == [3, remap_seed(3, 1), remap_seed(3, 2)]
     assert all({k: v for k, v in s.items() if k != "seed"} == {"batch": 2, "n": 8, "cond": 1, "case": "mixed"}
                for s in specs)
@@ -247,88 +247,3 @@ def test_changed_parts_names_the_parts_that_differ(built, tmp_path):
     shared = {"common/device_utils.cuh", "common/cuda_loader.py"}     # same bytes in both files
     assert changed_parts(built["eigh"], built["qr_v2"]) == sorted(every - shared)
 
-
-# ---------------------------------------------------------------- promote
-
-@pytest.fixture
-def incumbents(tmp_path, monkeypatch):
-    """promote() bound to a tmp incumbents folder (the CLI has no option for it)."""
-    real = {p.name: p.read_bytes() for p in promote_mod.INCUMBENTS.glob("*")} \
-        if promote_mod.INCUMBENTS.is_dir() else {}
-    root = tmp_path / "incumbents"
-    monkeypatch.setattr(promote_mod, "INCUMBENTS", root)
-    monkeypatch.setattr(promote_mod, "promote", functools.partial(promote_mod.promote, root=root))
-    yield root
-    monkeypatch.undo()
-    after = {p.name: p.read_bytes() for p in promote_mod.INCUMBENTS.glob("*")} \
-        if promote_mod.INCUMBENTS.is_dir() else {}
-    assert after == real, "a test touched the real logs/incumbents"
-
-
-@pytest.fixture
-def candidate(tmp_path):
-    path = tmp_path / "candidate.py"
-    path.write_text(BROKEN.replace("3.0", "2.0"))
-    return path
-
-
-def history(root):
-    return [json.loads(line) for line in (root / "history.jsonl").read_text().splitlines()]
-
-
-def test_promote_first_incumbent_needs_no_diff(incumbents, candidate, tmp_path):
-    result = run("promote", "qr_v2", "--submission", candidate, "--log", tmp_path / "perf.jsonl")
-    assert result.exit_code == 0, result.output
-    target = incumbents / "qr_v2.py"
-    assert target.read_bytes() == candidate.read_bytes()
-    sha = sha256(candidate)
-    assert not (incumbents / "archive").exists()          # nothing was replaced
-    assert [(h["sha256"], h["forced"]) for h in history(incumbents)] == [(sha, False)]
-
-
-def test_promote_without_diff_refuses_when_an_incumbent_exists(incumbents, candidate, tmp_path):
-    incumbents.mkdir()
-    target = incumbents / "qr_v2.py"
-    target.write_text("the incumbent\n")
-    log = tmp_path / "perf.jsonl"
-    result = run("promote", "qr_v2", "--submission", candidate, "--log", log)
-    assert result.exit_code == 1
-    lines = result.output.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: no diff record for this file"), result.output
-    assert target.read_text() == "the incumbent\n"
-    assert not (incumbents / "history.jsonl").exists()
-
-    result = run("promote", "qr_v2", "--submission", candidate, "--log", log, "--force")
-    assert result.exit_code == 0, result.output
-    assert target.read_bytes() == candidate.read_bytes()
-    assert [h["forced"] for h in history(incumbents)] == [True]
-    archived = list((incumbents / "archive").glob("qr_v2-*.py"))   # the replaced incumbent is kept
-    assert [p.read_text() for p in archived] == ["the incumbent\n"]
-
-
-def test_promote_follows_the_last_diff_of_this_file(incumbents, candidate, tmp_path):
-    incumbents.mkdir()
-    target = incumbents / "qr_v2.py"
-    target.write_text("the incumbent\n")
-    log = tmp_path / "perf.jsonl"
-    sha = sha256(candidate)
-    diff = {"time": "2026-01-01T00:00:00Z", "problem": "qr_v2", "mode": "diff", "submission_sha256": sha}
-    log.write_text(json.dumps({**diff, "passed": False}) + "\n")
-    result = run("promote", "qr_v2", "--submission", candidate, "--log", log)
-    assert result.exit_code == 1 and "the last diff of this file failed" in result.output
-    assert target.read_text() == "the incumbent\n"
-    with open(log, "a") as handle:
-        handle.write(json.dumps({**diff, "problem": "eigh", "passed": True}) + "\n")      # other problem
-        handle.write(json.dumps({**diff, "submission_sha256": "f" * 64, "passed": True}) + "\n")  # other file
-    assert run("promote", "qr_v2", "--submission", candidate, "--log", log).exit_code == 1
-    with open(log, "a") as handle:
-        handle.write(json.dumps({**diff, "time": "2026-01-02T00:00:00Z", "passed": True}) + "\n")
-    result = run("promote", "qr_v2", "--submission", candidate, "--log", log)
-    assert result.exit_code == 0, result.output
-    assert target.read_bytes() == candidate.read_bytes()
-    assert history(incumbents)[-1]["diff_time"] == "2026-01-02T00:00:00Z"
-
-
-def test_incumbents_folder_follows_the_module_setting(tmp_path, monkeypatch):
-    monkeypatch.setattr(promote_mod, "INCUMBENTS", tmp_path)
-    assert promote_mod.incumbent_path("qr_v2") == tmp_path / "qr_v2.py"

@@ -1,0 +1,113 @@
+"""Runs that hang or crash, and bad options (issue 11, items 4-7 and 10), on CPU with the native qr_v2 checker."""
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from click.testing import CliRunner
+
+from checks import problems, runner
+from popcorn.cli import main
+from popcorn.errors import PopkitError
+
+SPEC = "batch: 2; n: 8; cond: 1; seed: 3; case: dense"
+SLEEPY = '''
+
+import time as _time
+
+_model_kernel = custom_kernel
+
+
+def custom_kernel(data):
+    if data.shape[-1] == 13:
+        _time.sleep(120)
+    return _model_kernel(data)
+'''
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def with_timeouts(monkeypatch, **timeouts_s):
+    """qr_v2 with short task timeouts, as the runner sees it."""
+    real = problems.load_problem
+
+    def load(name, cases_dir=None):
+        prob = real(name, cases_dir)
+        return dataclasses.replace(prob, timeouts_s={**prob.timeouts_s, **timeouts_s})
+    monkeypatch.setattr(runner, "load_problem", load)
+
+
+def test_a_hanging_case_is_named_and_the_run_stops_there(built, tmp_path, monkeypatch):
+    with_timeouts(monkeypatch, test=20)
+    sleepy = tmp_path / "sleepy.py"
+    sleepy.write_text(built["qr_v2"].read_text() + SLEEPY)
+    specs = [SPEC, "batch: 1; n: 13; cond: 1; seed: 4; case: dense", "batch: 1; n: 5; cond: 1; seed: 5; case: dense"]
+    outcome = runner.check("qr_v2", sleepy, specs, device="cpu", log_path=None)
+    statuses = [(c["status"], c["error"] or "") for c in outcome.record["cases"]]
+    assert statuses[0] == ("pass", "")
+    assert statuses[1][0] == "fail" and "timed out after 20 s" in statuses[1][1] and "1x13 dense" in statuses[1][1]
+    assert statuses[2][0] == "fail" and statuses[2][1].startswith("not run")
+
+
+def test_a_submission_that_does_not_import_is_one_line_and_no_record(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def custom_kernel(data)\n    return data\n")
+    log = tmp_path / "perf.jsonl"
+    result = run("check", "qr_v2", "--submission", bad, "--case", SPEC, "--device", "cpu", "--log", log)
+    assert result.exit_code == 1
+    errors = [line for line in result.output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1 and "bad.py" in errors[0] and "SyntaxError" in errors[0]
+    assert "Traceback" not in result.output and "on None" not in result.output
+    assert not log.exists()
+
+
+@pytest.mark.parametrize("device, message", [("gpu", "use cuda, cuda:N or cpu"), ("cuda:x", "use cuda")])
+def test_device_is_validated(built, tmp_path, device, message):
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", device,
+                 "--log", tmp_path / "l")
+    assert result.exit_code == 1 and message in result.output
+
+
+def test_cuda_without_a_gpu_is_one_line(built, tmp_path, monkeypatch):
+    import torch
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(PopkitError, match="no CUDA GPU is visible"):
+        runner.check("qr_v2", built["qr_v2"], [SPEC], device="cuda", log_path=None)
+
+
+def test_negative_seeds_and_unknown_families_are_refused_up_front(built, tmp_path):
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--seeds", -1, "--device", "cpu")
+    assert result.exit_code == 1 and "--seeds -1" in result.output
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case",
+                 "batch: 2; n: 8; cond: 1; seed: 3; case: bogus", "--device", "cpu")
+    assert result.exit_code == 1 and "unknown qr_v2 family 'bogus'" in result.output
+
+
+def test_cases_dropped_by_the_cpu_size_limit_say_why(built):
+    with pytest.raises(PopkitError, match="no cases to run: no GPU: running the CPU path on 0 of 1"):
+        runner.check("qr_v2", built["qr_v2"], ["batch: 640; n: 4096; cond: 1; seed: 3; case: dense"],
+                     device="cpu", log_path=None)
+
+
+@pytest.mark.parametrize("verb", ["bench", "diff"])
+def test_native_timing_on_cpu_needs_chosen_cases(built, tmp_path, verb):
+    extra = ["--incumbent", built["qr_v2"]] if verb == "diff" else []
+    result = run(verb, "qr_v2", "--submission", built["qr_v2"], *extra, "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 1 and "pass --case SPEC" in result.output and not (tmp_path / "l").exists()
+
+
+def test_check_builds_the_problem_when_submission_py_is_another_problems(tmp_path, monkeypatch):
+    import build
+    from popcorn import cli_loop
+    other = tmp_path / "submission.py"
+    build.build("qr_v2", other)
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", other)
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    result = run("check", "eigh", "--case", SPEC, "--device", "cpu",
+                 "--log", tmp_path / "l")
+    assert result.exit_code == 0, result.output
+    assert "is not built for eigh: built parts/eigh to" in result.output
+    assert (tmp_path / "popkit-builds" / "eigh.py").is_file()
