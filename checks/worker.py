@@ -14,13 +14,18 @@ import traceback
 
 import torch
 
-from checks import gates, generators, timing, verdicts
-from checks.problems import short_spec
+from checks import timing, verdicts
+from checks.native import native_checker
+from checks.native.gate_tools import GateReport
+from checks.problems import ProblemError, short_spec
 
-BASELINES = {
-    "qr_v2": ("torch.geqrf", lambda A: torch.geqrf(A)),
-    "eigh": ("torch.linalg.eigh", lambda A: tuple(reversed(torch.linalg.eigh(A)))),
-}
+
+def checker(problem: str):
+    """The problem's native checker module (generators, gates, baseline)."""
+    module = native_checker(problem)
+    if module is None:
+        raise ProblemError(f"{problem} has no native checker (checks/native/{problem}.py)")
+    return module
 
 
 def import_submission(path: str, module_name: str):
@@ -43,14 +48,14 @@ def sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
-def check_once(problem: str, kernel, A: torch.Tensor) -> gates.GateReport:
+def check_once(problem: str, kernel, A: torch.Tensor) -> GateReport:
     """Call the kernel on a copy of A (so an in-place change cannot fool the gates) and check it."""
     output = kernel(A.clone())
-    return gates.check_output(problem, A, output)
+    return checker(problem).check_output(A, output)
 
 
 def run_check_case(problem, kernel, spec, device) -> dict:
-    A = generators.generate(problem, spec, device)
+    A = checker(problem).generate(spec, device)
     report = check_once(problem, kernel, A)
     return {"status": "pass" if report.passed else "fail", "error": report.message,
             "residuals": report.residuals, "info": report.info}
@@ -61,7 +66,7 @@ def recheck_all(problem, references):
     change of an input by the kernel cannot make its own output look right."""
     def recheck(outputs):
         for A, out in zip(references, outputs):
-            report = gates.check_output(problem, A, out)
+            report = checker(problem).check_output(A, out)
             if not report.passed:
                 raise AssertionError(f"re-check failed: {report.message}")
     return recheck
@@ -77,7 +82,7 @@ def time_kernel(problem, kernel, inputs, device, rule, send, label, recheck=True
     Returns (the first input's gate report, Stats)."""
     references = [A.clone() for A in inputs]
     outputs = [kernel(A.clone()) for A in inputs]
-    reports = [gates.check_output(problem, A, out) for A, out in zip(references, outputs)]
+    reports = [checker(problem).check_output(A, out) for A, out in zip(references, outputs)]
     del outputs
     failed = [r for r in reports if not r.passed]
     if failed:
@@ -98,7 +103,7 @@ WARMUP_BUDGET_S = 0.1   # eval.py's benchmark mode: one untimed run of the first
 def warm_up(problem, kernel, spec, device) -> None:
     """eval.py's benchmark-mode warm-up: the first case once through the timing loop, result ignored."""
     try:
-        inputs = generators.benchmark_inputs(problem, spec, device)
+        inputs = checker(problem).benchmark_inputs(spec, device)
         rule = timing.StopRule("benchmark", budget_s=WARMUP_BUDGET_S)
         time_kernel(problem, kernel, inputs, device, rule, lambda message: None, "warm-up", recheck=False)
     except Exception:   # the timed run of the same case reports any failure
@@ -107,21 +112,21 @@ def warm_up(problem, kernel, spec, device) -> None:
 
 
 def run_bench_case(problem, kernel, spec, device, baseline, send) -> dict:
-    inputs = generators.benchmark_inputs(problem, spec, device)
+    inputs = checker(problem).benchmark_inputs(spec, device)
     first, stats = time_kernel(problem, kernel, inputs, device, timing.StopRule("benchmark"), send, short_spec(spec))
     result = {"status": "pass", "error": None, "residuals": first.residuals, **stats.as_us_dict(),
               "baseline_us": None}
     if baseline:
-        name, reference = BASELINES[problem]
-        _, base = time_kernel(problem, reference, inputs, device, timing.StopRule("benchmark"), send,
-                              f"{short_spec(spec)} {name}", recheck=False)
+        native = checker(problem)
+        _, base = time_kernel(problem, native.baseline, inputs, device, timing.StopRule("benchmark"), send,
+                              f"{short_spec(spec)} {native.BASELINE_NAME}", recheck=False)
         result["baseline_us"] = base.mean / 1e3
     return result
 
 
 def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
     """Candidate vs incumbent in alternating rounds of grader-style timing, on the same inputs."""
-    inputs = generators.benchmark_inputs(problem, spec, device)
+    inputs = checker(problem).benchmark_inputs(spec, device)
     reports, samples = {}, {name: [] for name in kernels}
     rule = timing.StopRule("benchmark", budget_s=1.0, max_repeats=50)
 

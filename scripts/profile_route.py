@@ -8,14 +8,14 @@ import sys
 import torch
 
 sys.path.insert(0, ".")
-from checks.generators import generate  # noqa: E402
-from checks.problems import parse_spec  # noqa: E402
+from checks.problems import load_problem, parse_spec  # noqa: E402
 from checks.worker import import_submission  # noqa: E402
 
 
 def main(path: str, problem: str, spec_text: str) -> None:
     kernel = import_submission(path, "profiled").custom_kernel
-    A = generate(problem, parse_spec(spec_text), "cuda")
+    prob = load_problem(problem)
+    A = prob.native.generate(parse_spec(spec_text, prob), "cuda")
     for _ in range(2):
         kernel(A)
     torch.cuda.synchronize()

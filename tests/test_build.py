@@ -13,8 +13,7 @@ import pytest
 import torch
 
 import build
-from checks.gates import check_output
-from checks.generators import generate
+from checks.native import native_checker
 from popcorn.errors import PopkitError
 
 PROBLEMS = ("qr_v2", "eigh")
@@ -255,8 +254,9 @@ def test_embedded_cuda_is_the_assembled_translation_unit(problem, fresh, import_
 @pytest.mark.parametrize("problem,n", [(p, n) for p in PROBLEMS for n in CPU_SIZES[p]])
 def test_built_file_passes_the_gates_on_cpu(problem, n, built, import_module):
     module = import_module(built[problem])
-    A = generate(problem, {"batch": 3, "n": n, "cond": 1, "seed": 11, "case": "mixed"})
-    report = check_output(problem, A, module.custom_kernel(A.clone()))
+    native = native_checker(problem)
+    A = native.generate({"batch": 3, "n": n, "cond": 1, "seed": 11, "case": "mixed"})
+    report = native.check_output(A, module.custom_kernel(A.clone()))
     assert report.passed, report.message
     if not torch.cuda.is_available():
         assert module.CUDA.compile_s is None      # no GPU: nothing was compiled at import

@@ -6,8 +6,7 @@ import itertools
 import pytest
 import torch
 
-from checks.gates import check_output
-from checks.generators import families, generate
+from checks.native import eigh, qr_v2
 from parts.eigh.model import jacobi_eigh_model, tournament_pairs
 from parts.qr_v2.model import blocked_qr, factor_panel_model, householder_qr_model, reflector
 
@@ -19,7 +18,7 @@ QR_SIZES = (48, 70)
 
 
 def qr_input(case: str, n: int, batch: int = 3, seed: int = 5):
-    return generate("qr_v2", {"batch": batch, "n": n, "cond": 1, "seed": seed, "case": case})
+    return qr_v2.generate({"batch": batch, "n": n, "cond": 1, "seed": seed, "case": case})
 
 
 def fixed(width: int):
@@ -58,7 +57,7 @@ def test_qr_models_agree_with_geqrf(model, n, case):
 @pytest.mark.parametrize("case", QR_GATE_FAMILIES)
 def test_qr_models_pass_the_gates(model, n, case):
     A = qr_input(case, n)
-    report = check_output("qr_v2", A, QR_MODELS[model](A))
+    report = qr_v2.check_output(A, QR_MODELS[model](A))
     assert report.passed, report.message
 
 
@@ -87,7 +86,7 @@ def test_zero_column_gives_tau_zero():
         H, tau = model(A)
         assert torch.all(tau[:, 0] == 0)
         assert torch.all(H[:, :, 0] == 0)
-        assert check_output("qr_v2", A, (H, tau)).passed
+        assert qr_v2.check_output(A, (H, tau)).passed
 
 
 def test_reflector_extreme_magnitudes_do_not_overflow():
@@ -142,18 +141,18 @@ def test_factor_panel_T_is_the_compact_wy_factor(n, k0, w):
 # ---------------------------------------------------------------- eigh
 
 @pytest.mark.parametrize("n", (1, 2, 7, 32))
-@pytest.mark.parametrize("case", families("eigh"))
+@pytest.mark.parametrize("case", eigh.families())
 def test_jacobi_model_passes_the_eigh_gates(case, n):
-    A = generate("eigh", {"batch": 3, "n": n, "cond": 2, "seed": 9, "case": case})
+    A = eigh.generate({"batch": 3, "n": n, "cond": 2, "seed": 9, "case": case})
     Q, L = jacobi_eigh_model(A)
     assert Q.shape == (3, n, n) and L.shape == (3, n) and Q.dtype == L.dtype == torch.float32
-    report = check_output("eigh", A, (Q, L))
+    report = eigh.check_output(A, (Q, L))
     assert report.passed, report.message
     assert torch.all(L[:, 1:] >= L[:, :-1]), "eigenvalues not ascending"
 
 
 def test_jacobi_model_agrees_with_eigvalsh():
-    A = generate("eigh", {"batch": 4, "n": 20, "cond": 1, "seed": 2, "case": "dense"})
+    A = eigh.generate({"batch": 4, "n": 20, "cond": 1, "seed": 2, "case": "dense"})
     _, L = jacobi_eigh_model(A)
     torch.testing.assert_close(L.double(), torch.linalg.eigvalsh(A.double()), rtol=0,
                                atol=1e-5 * float(A.abs().max()))

@@ -295,14 +295,15 @@ def test_alternate_needs_three_rounds():
 
 # --- the worker's benchmark flow (checks/worker.py), as eval.py runs a case ---------------------
 
-from checks import generators, worker  # noqa: E402
+from checks import worker  # noqa: E402
+from checks.native import qr_v2  # noqa: E402
 
 TINY = {"batch": 2, "n": 8, "cond": 1, "seed": 5, "case": "dense"}
 FAST = StopRule("benchmark", max_repeats=3, min_time_s=0.0)
 
 
 def tiny_inputs(count=2):
-    return generators.benchmark_inputs("qr_v2", TINY)[:count]
+    return qr_v2.benchmark_inputs(TINY)[:count]
 
 
 def test_recheck_is_against_pristine_copies_of_the_inputs():

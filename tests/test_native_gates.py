@@ -1,15 +1,21 @@
-"""checks.gates: torch's own factorizations pass, corrupted ones fail, values follow the formulas."""
+"""The qr_v2 and eigh native gates: torch's own factorizations pass, corrupted ones fail, values follow the formulas."""
 import pytest
 import torch
 
-import checks.gates as gates
-from checks.gates import EPS, check_output
-from checks.generators import families, generate
+import checks.native.gate_tools as gate_tools
+from checks.native import native_checker
+from checks.native.gate_tools import EPS
 from checks.problems import ProblemError
+
+MODULES = {problem: native_checker(problem) for problem in ("qr_v2", "eigh")}
 
 
 def inputs(problem, case="dense", n=16, batch=4, cond=1, seed=3):
-    return generate(problem, {"batch": batch, "n": n, "cond": cond, "seed": seed, "case": case})
+    return MODULES[problem].generate({"batch": batch, "n": n, "cond": cond, "seed": seed, "case": case})
+
+
+def check_output(problem, A, output):
+    return MODULES[problem].check_output(A, output)
 
 
 def torch_qr(A):
@@ -36,13 +42,13 @@ def assert_fails(report, gate):
 
 # ---------------------------------------------------------------- torch's own outputs pass
 
-@pytest.mark.parametrize("problem,case", [(p, c) for p in SOLVERS for c in families(p)])
+@pytest.mark.parametrize("problem,case", [(p, c) for p in SOLVERS for c in MODULES[p].families()])
 def test_torch_outputs_pass_every_family(problem, case):
     A = inputs(problem, case, n=24, batch=3, cond=2)
     report = check_output(problem, A, solve(problem, A))
     assert report.passed, report.message
     assert report.message is None
-    assert list(report.residuals) == [g.name for g in gates.GATES[problem]]
+    assert list(report.residuals) == [g.name for g in MODULES[problem].GATES]
     for value, limit in report.residuals.values():
         assert 0 <= value <= limit
 
@@ -151,12 +157,12 @@ def test_structure(problem):
     assert check_output(problem, A, (first, second)).passed
 
 
-def test_unknown_problem_and_bad_input():
+def test_bad_input():
     A = inputs("qr_v2")
-    with pytest.raises(ProblemError):
-        check_output("cholesky", A, torch_qr(A))
-    with pytest.raises(ProblemError):
+    with pytest.raises(ProblemError, match="batch x n x n"):
         check_output("qr_v2", A[0], torch_qr(A[0]))
+    with pytest.raises(ProblemError, match="batch x n x n"):
+        check_output("eigh", A[..., :-1], torch_eigh(A))
 
 
 # ---------------------------------------------------------------- the zero matrix
@@ -210,7 +216,7 @@ def test_chunked_work_gives_the_same_report(problem, monkeypatch):
     out = solve(problem, A)
     out[0][5] *= 1.01   # the worst matrix lies in a late chunk
     whole = check_output(problem, A, out)
-    monkeypatch.setattr(gates, "CHUNK_ELEMENTS", 2 * 16 * 16)   # chunks of 2 matrices
+    monkeypatch.setattr(gate_tools, "CHUNK_ELEMENTS", 2 * 16 * 16)   # chunks of 2 matrices
     chunked = check_output(problem, A, out)
     assert chunked == whole
     assert "matrix 5 " in whole.message

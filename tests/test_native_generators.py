@@ -1,14 +1,24 @@
-"""checks.generators: shape, determinism and the defining property of every input family."""
+"""The qr_v2 and eigh native generators: shape, determinism and the defining property of every input family."""
 from collections import Counter
 
 import pytest
 import torch
 
-from checks.generators import (EPS, FAMILIES, HIGH, LOW, MIXED_WEIGHTS, ULP, benchmark_count,
-                               benchmark_inputs, families, generate, mixed_profiles)
+from checks.native import native_checker
+from checks.native.draw import EPS, HIGH, LOW, ULP
+from checks.native.matrix_specs import benchmark_count
 from checks.problems import ProblemError, load_problem
 
-ALL = [(p, f) for p in FAMILIES for f in families(p)]
+MODULES = {problem: native_checker(problem) for problem in ("qr_v2", "eigh")}
+ALL = [(p, f) for p, m in MODULES.items() for f in m.families()]
+
+
+def generate(problem, spec):
+    return MODULES[problem].generate(spec)
+
+
+def mixed_profiles(problem, spec):
+    return MODULES[problem].mixed_profiles(spec)
 
 
 def gen(problem, case, n=32, batch=4, cond=0, seed=7):
@@ -46,21 +56,21 @@ def test_every_family_shape_dtype_determinism(problem, case, n):
 
 
 def test_official_cases_all_have_generators():
-    for problem in FAMILIES:
+    for problem, module in MODULES.items():
         spec = load_problem(problem)
         for s in spec.tests + spec.benchmarks:
-            assert s["case"] in FAMILIES[problem], s
+            assert s["case"] in module.families(), s
 
 
 def test_lapack_families_cover_the_official_names():
     names = {s["case"] for s in load_problem("eigh").tests if s["case"].startswith("lapack_")}
     assert len(names) == 18
-    assert names <= set(families("eigh"))
+    assert names <= set(MODULES["eigh"].families())
 
 
 def test_family_functions_have_docstrings():
     for problem, case in ALL:
-        assert FAMILIES[problem][case].__doc__, (problem, case)
+        assert MODULES[problem].FAMILIES[case].__doc__, (problem, case)
 
 
 def test_seed_changes_the_draw():
@@ -71,8 +81,7 @@ def test_seed_changes_the_draw():
 def test_unknown_family_and_problem():
     with pytest.raises(ProblemError, match="known: dense, upper"):
         gen("qr_v2", "nosuch")
-    with pytest.raises(ProblemError, match="cholesky"):
-        families("cholesky")
+    assert native_checker("nosuch") is None
 
 
 def test_default_case_is_dense():
@@ -296,18 +305,18 @@ def test_lapack_band_random_bandwidth_per_matrix():
 
 # ---------------------------------------------------------------- mixed
 
-@pytest.mark.parametrize("problem", list(MIXED_WEIGHTS))
+@pytest.mark.parametrize("problem", list(MODULES))
 def test_mixed_weights_over_many_draws(problem):
     spec = {"batch": 4000, "n": 8, "cond": 2, "seed": 3, "case": "mixed"}
     counts = Counter(mixed_profiles(problem, spec))
-    weights = MIXED_WEIGHTS[problem]
+    weights = MODULES[problem].MIXED_WEIGHTS
     total = sum(weights.values())
     assert set(counts) == set(weights)
     for name, w in weights.items():
         assert abs(counts[name] / 4000 - w / total) < 0.03, (name, counts)
 
 
-@pytest.mark.parametrize("problem", list(MIXED_WEIGHTS))
+@pytest.mark.parametrize("problem", list(MODULES))
 def test_mixed_has_dense_and_non_dense(problem):
     for seed in range(200):
         for batch in (2, 3):
@@ -440,7 +449,7 @@ def test_lapack_band_widths_drawn_after_q_from_0_to_n_minus_1():
 
 def official_profiles(problem, b, n, seed):
     """The stated mixed procedure: A0, a float32-weight multinomial, a repair that draws only when needed."""
-    names, weights = list(MIXED_WEIGHTS[problem]), list(MIXED_WEIGHTS[problem].values())
+    names, weights = list(MODULES[problem].MIXED_WEIGHTS), list(MODULES[problem].MIXED_WEIGHTS.values())
     g = seeded(seed)
     torch.randn(b, n, n, generator=g)
     picks = torch.multinomial(torch.tensor(weights, dtype=torch.float32), b, True, generator=g)
@@ -453,7 +462,7 @@ def official_profiles(problem, b, n, seed):
     return [names[p] for p in picks.tolist()]
 
 
-@pytest.mark.parametrize("problem", list(MIXED_WEIGHTS))
+@pytest.mark.parametrize("problem", list(MODULES))
 def test_mixed_profiles_follow_the_official_draws(problem):
     for seed in range(40):
         for b in (1, 2, 3, 17):
@@ -481,7 +490,7 @@ def test_benchmark_count():
 
 def test_benchmark_inputs_seeds():
     spec = {"batch": 128, "n": 256, "cond": 1, "seed": 100, "case": "rankdef"}   # count 8
-    inputs = benchmark_inputs("qr_v2", spec)
+    inputs = MODULES["qr_v2"].benchmark_inputs(spec)
     assert len(inputs) == 8
     for i in (0, 7):
         assert torch.equal(inputs[i], generate("qr_v2", {**spec, "seed": 100 + 42 * (i + 1)}))

@@ -3,23 +3,23 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from checks.generators import families
-from checks.problems import normalize_spec
-from checks.robustness import LARGE_SIZES, SMALL_SIZES, robustness_specs
+from checks.native import native_checker
+from checks.native.matrix_specs import LARGE_SIZES, SMALL_SIZES
 from popcorn.cli import main
 
 
 def test_every_family_at_every_small_size_and_sizes_straddle_powers_of_two():
     for problem in ("qr_v2", "eigh"):
-        specs = robustness_specs(problem)
+        native = native_checker(problem)
+        specs = native.robustness_specs()
         small = {(s["n"], s["case"]) for s in specs if s["n"] in SMALL_SIZES}
-        assert small == {(n, f) for n in SMALL_SIZES for f in families(problem)}
+        assert small == {(n, f) for n in SMALL_SIZES for f in native.families()}
         sizes = {s["n"] for s in specs}
         for power in (32, 64, 128, 256, 512, 1024, 2048):
             assert {power - 1, power + 1} & sizes, power
         assert {1, 3} <= {s["batch"] for s in specs}
         assert len({s["seed"] for s in specs}) == len(specs)          # no two cases share inputs
-        assert all(normalize_spec(s) == s for s in specs)             # valid specs as they are
+        assert all(native.normalize_spec(s) == s for s in specs)      # valid specs as they are
 
 
 def test_robust_check_runs_the_cpu_path(built, tmp_path):
