@@ -11,6 +11,12 @@ import sys
 import click
 
 from popcorn.errors import PopkitError
+from popcorn.logs import ROOT
+
+# build.py sits at the project root and is not installed as a module (`build` is PyPA's name):
+# the root goes first on the path so the verbs that build import this project's builder.
+if (ROOT / "build.py").is_file() and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
 
 
 def fail_cleanly(func):
@@ -36,8 +42,8 @@ def main():
 
 def _register_all():
     # Each module adds its verbs to `main`; kept in separate files by topic.
-    from popcorn import cli_loop, cli_leaderboard, cli_problem, cli_report
-    for module in (cli_loop, cli_problem, cli_leaderboard, cli_report):
+    from popcorn import cli_loop, cli_leaderboard, cli_problem, cli_records, cli_report
+    for module in (cli_loop, cli_problem, cli_leaderboard, cli_report, cli_records):
         module.register(main)
 
 

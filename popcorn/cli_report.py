@@ -5,6 +5,7 @@ from pathlib import Path
 
 import click
 
+from popcorn.errors import PopkitError
 from popcorn.logs import DEFAULT_LOG
 
 
@@ -18,12 +19,20 @@ def register(main):
                   help="Folder for index.html and its PNG charts.  [default: report/]")
     @click.option("--log", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_LOG,
                   help="Evidence log to read.  [default: logs/performance.jsonl]")
+    @click.option("--include-cpu", is_flag=True, help="also count check, bench and diff runs made on a CPU")
+    @click.option("--all-cases", is_flag=True, help="also count runs of chosen cases (--case), not only the "
+                                                    "full official lists")
     @fail_cleanly
-    def report(problem, out_dir, log):
-        """Write a dashboard of the evidence log (all problems, or PROBLEM) and print its summary."""
-        from popcorn.report import DEFAULT_OUT, build_report, summary  # matplotlib: this verb only
+    def report(problem, out_dir, log, include_cpu, all_cases):
+        """Write a dashboard of the evidence log (all problems, or PROBLEM) and print its summary.
+        By default only GPU runs of the full official lists count."""
+        try:
+            from popcorn.report import DEFAULT_OUT, build_report, summary  # matplotlib: this verb only
+        except ImportError as exc:
+            raise PopkitError(f"popkit report draws its charts with matplotlib, which does not import here ({exc}): "
+                              "pip install matplotlib") from None
 
-        result = build_report(log, out_dir or DEFAULT_OUT, problem)
+        result = build_report(log, out_dir or DEFAULT_OUT, problem, include_cpu, all_cases)
         for line in result.evidence.notes:
             click.echo(f"warning: {line}", err=True)
         click.echo(summary(result))

@@ -2,7 +2,9 @@
 
 The record shape is the contract in ../shared/docs/design.md ("Evidence"):
 time, problem, mode, commit, submission_sha256, gpu, torch, cuda, compile_s,
-cases[...], geomean_us, baseline_geomean_us, baseline. Extra keys are allowed.
+cases[...], geomean_us, baseline_geomean_us, baseline. Extra keys are allowed;
+"device" (the torch device a local run used) says, with "gpu", where it ran.
+Records made on another machine come in through merge_logs.
 """
 from __future__ import annotations
 
@@ -11,12 +13,19 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from popcorn.errors import PopkitError
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
 MODES = ("check", "bench", "diff", "leaderboard")
+CONTRACT = ("time", "problem", "mode", "commit", "submission_sha256", "gpu", "torch", "cuda", "compile_s",
+            "cases", "geomean_us", "baseline_geomean_us", "baseline")
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
 
 def utc_now() -> str:
@@ -67,10 +76,43 @@ def new_record(problem: str, mode: str, **fields) -> dict:
     record = {
         "time": utc_now(), "problem": problem, "mode": mode, "commit": git_commit(),
         "submission_sha256": None, "gpu": None, "torch": None, "cuda": None, "compile_s": None,
-        "cases": [], "geomean_us": None, "baseline_geomean_us": None, "baseline": None,
+        "cases": [], "geomean_us": None, "baseline_geomean_us": None, "baseline": None, "device": None,
     }
     record.update(fields)
+    if record["gpu"] is None and record["device"] == "cpu":
+        record["gpu"] = "cpu"     # a run that failed before reporting its environment still says where it ran
     return record
+
+
+def ran_on_gpu(record: dict) -> bool:
+    """Whether a record is GPU evidence: its torch device when it names one, else its gpu field
+    (a leaderboard record has only the server's GPU name)."""
+    device, gpu = record.get("device"), record.get("gpu")
+    if isinstance(device, str) and device:
+        return device.startswith("cuda")
+    return isinstance(gpu, str) and gpu.strip().lower() not in ("", "cpu", "?")
+
+
+def spec_key(spec: dict) -> str:
+    """A case spec as a comparable string (key order does not matter)."""
+    return json.dumps(spec, sort_keys=True)
+
+
+def covers(record: dict, specs: list[dict]) -> bool:
+    """Whether the record ran every one of specs (a full official list); extra cases do not matter."""
+    cases = record.get("cases") if isinstance(record.get("cases"), list) else []
+    ran = {spec_key(c["spec"]) for c in cases if isinstance(c, dict) and isinstance(c.get("spec"), dict)}
+    return all(spec_key(s) in ran for s in specs)
+
+
+def record_passed(record: dict) -> bool:
+    """The record's own verdict ("passed"); without one, every case (at least one) passed."""
+    passed = record.get("passed")
+    if isinstance(passed, bool):
+        return passed
+    cases = record.get("cases")
+    return isinstance(cases, list) and bool(cases) and all(
+        isinstance(c, dict) and c.get("status") == "pass" for c in cases)
 
 
 def strict_json(value):
@@ -119,3 +161,154 @@ def read_records(path: Path | str = DEFAULT_LOG) -> tuple[list[dict], list[str]]
             continue
         records.append(value)
     return records, problems
+
+
+# ---- records from another machine -------------------------------------------------------------
+
+def record_problem(record) -> str | None:
+    """What keeps a value from being a record under the contract; None when it is one."""
+    if not isinstance(record, dict):
+        return "not a JSON object"
+    missing = [key for key in CONTRACT if key not in record]
+    if missing:
+        return f"missing {', '.join(missing)}"
+    if not isinstance(record["time"], str) or _parse_time(record["time"]) is None:
+        return f"time {record['time']!r} is not an ISO 8601 UTC time"
+    if not isinstance(record["problem"], str) or not record["problem"]:
+        return "problem is not a name"
+    if record["mode"] not in MODES:
+        return f"mode {record['mode']!r} is not one of {', '.join(MODES)}"
+    sha = record["submission_sha256"]
+    if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
+        return "submission_sha256 is not a sha256"
+    for key in ("commit", "gpu", "torch", "cuda", "baseline", "device"):
+        if record.get(key) is not None and not isinstance(record[key], str):
+            return f"{key} is not a string"
+    for key in ("compile_s", "geomean_us", "baseline_geomean_us"):
+        value = record[key]
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+            return f"{key} is not a number"
+    if not isinstance(record["cases"], list):
+        return "cases is not a list"
+    for index, case in enumerate(record["cases"]):
+        if not isinstance(case, dict) or not isinstance(case.get("spec"), dict):
+            return f"case {index} has no spec object"
+        if case.get("status") not in ("pass", "fail"):
+            return f"case {index} status {case.get('status')!r} is not pass or fail"
+    return None
+
+
+def _parse_time(text: str) -> _dt.datetime | None:
+    if not text.endswith("Z"):
+        return None
+    try:
+        return _dt.datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        return None
+
+
+def identity(record: dict) -> tuple:
+    """What makes two records the same run: merging a file twice adds nothing."""
+    return tuple(record.get(key) for key in ("time", "problem", "mode", "submission_sha256"))
+
+
+@dataclass
+class Merge:
+    """What merge_logs did: records read, added and already present, and each bad line as file:line."""
+    read: int = 0
+    added: int = 0
+    present: int = 0
+    bad: list[str] = field(default_factory=list)
+    tables: list[Path] = field(default_factory=list)     # the table copies written
+
+
+def _refuse_constant(name: str):
+    raise ValueError(f"{name} is not strict JSON")
+
+
+def read_strict(path: Path) -> tuple[list[dict], list[str]]:
+    """The contract records of a file; every other line as 'file:line: why'."""
+    records, bad = [], []
+    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
+        except UnicodeDecodeError:
+            bad.append(f"{path}:{number}: not UTF-8")
+            continue
+        except ValueError as exc:      # JSONDecodeError, or NaN / Infinity
+            bad.append(f"{path}:{number}: not strict JSON ({getattr(exc, 'msg', exc)})")
+            continue
+        why = record_problem(value)
+        if why:
+            bad.append(f"{path}:{number}: {why}")
+        else:
+            records.append(value)
+    return records, bad
+
+
+def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tables: Path | str | None = None) -> Merge:
+    """Add the valid records of SOURCES (performance.jsonl files made elsewhere) to TARGET.
+
+    Records already in TARGET (same time, problem, mode and submission_sha256) are skipped; the new
+    ones are appended in time order and the file is replaced in one step, so a reader never sees half
+    a merge. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET."""
+    target = Path(target)
+    paths = [Path(p) for p in sources]
+    for path in paths:
+        if not path.is_file():
+            raise PopkitError(f"{path}: no such file")
+    result = Merge()
+    seen = {identity(r) for r in read_records(target)[0]}
+    incoming, times = [], []
+    for path in paths:
+        records, bad = read_strict(path)
+        result.read += len(records)
+        result.bad += bad
+        times += [r["time"] for r in records]
+        for record in records:
+            if identity(record) in seen:
+                result.present += 1
+            else:
+                seen.add(identity(record))
+                incoming.append(record)
+    stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
+    copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
+    if incoming:
+        old = target.read_bytes() if target.is_file() else b""
+        if old and not old.endswith(b"\n"):
+            old += b"\n"     # a torn last line stays a line of its own
+        new = "".join(json.dumps(r, allow_nan=False) + "\n" for r in sorted(incoming, key=lambda r: r["time"]))
+        write_atomic(target, old + new.encode())
+    for source, dest in copies:
+        write_atomic(dest, source.read_bytes())
+    result.added, result.tables = len(incoming), [dest for _, dest in copies]
+    return result
+
+
+def _table_copies(folder: Path, device_dir: Path, stamp: str) -> list[tuple[Path, Path]]:
+    """(source, destination) for each .txt file in FOLDER, prefixed with STAMP (the run's first record
+    time) so the numbered tables of different runs never overwrite each other. Checked before anything
+    is written; an identical copy already there is left alone."""
+    if not folder.is_dir():
+        raise PopkitError(f"--tables {folder}: no such folder")
+    copies = []
+    for source in sorted(folder.glob("*.txt")):
+        if not source.is_file():
+            continue
+        dest = device_dir / f"{stamp}-{source.name}"
+        if dest.exists() and dest.read_bytes() != source.read_bytes():
+            raise PopkitError(f"{dest} exists with other content: move it away, or merge without --tables")
+        if not dest.exists():
+            copies.append((source, dest))
+    return copies
+
+
+def write_atomic(path: Path, data: bytes) -> Path:
+    """Write PATH whole through a temporary file and a rename."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+    return path

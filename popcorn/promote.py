@@ -2,49 +2,89 @@
 
 `promote` copies the built file to logs/incumbents/PROBLEM.py (the one `diff`
 compares against by default), moves the incumbent it replaces to
-logs/incumbents/archive/, and records in history.jsonl which diff justified
+logs/incumbents/archive/, and records in history.jsonl which runs justified
 it, so nothing earlier is lost.
+
+The evidence must be about the very file (its sha256), made on a GPU, over the
+problem's full official list: a passing diff of every benchmark case to replace
+an incumbent; a passing check of every test and a passing bench of every
+benchmark case for the first one. --force skips the evidence, never the
+problem and leaderboard checks.
 """
 from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 from pathlib import Path
 
+from checks.problems import Problem, ProblemError, load_problem
+from checks.runner import require_submission_for
 from popcorn import logs
 from popcorn.errors import PopkitError
 
 INCUMBENTS = logs.ROOT / "logs" / "incumbents"
+FULL_LIST = {"check": "tests", "bench": "benchmarks", "diff": "benchmarks"}
 
 
 def incumbent_path(problem: str, root: Path | None = None) -> Path:
     return (root or INCUMBENTS) / f"{problem}.py"
 
 
-def last_diff_for(problem: str, sha: str, log_path: Path) -> dict | None:
-    records, _ = logs.read_records(log_path)
+def newest_evidence(records: list[dict], prob: Problem, sha: str, mode: str) -> tuple[dict | None, Counter]:
+    """The newest GPU record of MODE for this file over the full official list, and how many records
+    of this file and mode were passed over (on CPU, or on chosen cases only)."""
+    specs = getattr(prob, FULL_LIST[mode])
+    passed_over = Counter()
     for record in reversed(records):
-        if record.get("problem") == problem and record.get("mode") == "diff" \
-                and record.get("submission_sha256") == sha:
-            return record
-    return None
+        if (record.get("problem"), record.get("mode"), record.get("submission_sha256")) != (prob.name, mode, sha):
+            continue
+        if not logs.ran_on_gpu(record):
+            passed_over["CPU run"] += 1
+        elif not logs.covers(record, specs):
+            passed_over["run on chosen cases only"] += 1
+        else:
+            return record, passed_over
+    return None, passed_over
+
+
+def _missing(mode: str, prob: Problem, submission: Path, record: dict | None, passed_over: Counter) -> str:
+    """What one missing piece of evidence is, and the command that makes it."""
+    count = len(getattr(prob, FULL_LIST[mode]))
+    scope = f"all {count} tests" if mode == "check" else f"all {count} benchmark cases"
+    command = f"`popkit {mode} {prob.name} --submission {submission}` on a GPU"
+    if record is not None:
+        return f"the newest GPU {mode} of this file over {scope} failed ({record.get('time')}): fix it and rerun {command}"
+    ignored = ", ".join(f"{n} {why}" for why, n in passed_over.items())
+    return f"no GPU {mode} of this file over {scope}" + (f" (ignored: {ignored})" if ignored else "") + f": run {command}"
 
 
 def promote(problem: str, submission: Path, root: Path | None = None, log_path: Path = logs.DEFAULT_LOG,
             force: bool = False) -> Path:
-    """Make the candidate the incumbent; without force it needs a passing diff of this exact file."""
+    """Make the candidate the incumbent. Without force it needs GPU evidence of this exact file (see above)."""
+    try:
+        prob = load_problem(problem)      # read now: `popkit problem add` adds problems at runtime
+    except ProblemError as exc:
+        raise PopkitError(str(exc)) from None
+    submission = Path(submission)
+    require_submission_for(prob, submission)
     root = root or INCUMBENTS
-    if not submission.is_file():
-        raise PopkitError(f"{submission}: no such file")
     sha = logs.file_sha256(submission)
     target = incumbent_path(problem, root)
-    evidence = last_diff_for(problem, sha, log_path)
-    if target.exists() and not force:
-        if evidence is None:
-            raise PopkitError(f"no diff record for this file ({sha[:12]}): run `popkit diff {problem}` first, "
-                              "or pass --force")
-        if not evidence.get("passed"):
-            raise PopkitError(f"the last diff of this file failed (at {evidence.get('time')}); --force overrides")
+    used = {}
+    if not force:
+        records, _ = logs.read_records(log_path)
+        missing = []
+        for mode in ("diff",) if target.is_file() else ("check", "bench"):
+            record, passed_over = newest_evidence(records, prob, sha, mode)
+            if record is not None and logs.record_passed(record):
+                used[mode] = record.get("time")
+            else:
+                missing.append(_missing(mode, prob, submission, record, passed_over))
+        if missing:
+            role = f"the {problem} incumbent" if target.is_file() else f"the first {problem} incumbent"
+            raise PopkitError(f"cannot make {submission} ({sha[:12]}) {role}: " + "; ".join(missing)
+                              + " (or pass --force)")
     root.mkdir(parents=True, exist_ok=True)
     if target.exists():
         archive = root / "archive"
@@ -53,6 +93,5 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
     shutil.copyfile(submission, target)
     with open(root / "history.jsonl", "a") as history:
         history.write(json.dumps({"time": logs.utc_now(), "problem": problem, "sha256": sha,
-                                  "diff_time": evidence.get("time") if evidence else None,
-                                  "forced": force}) + "\n")
+                                  "evidence": used, "forced": force}) + "\n")
     return target

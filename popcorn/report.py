@@ -27,11 +27,12 @@ class Report:
 
 
 def build_report(log: Path | str = DEFAULT_LOG, out_dir: Path | str = DEFAULT_OUT,
-                 problem: str | None = None) -> Report:
-    """Write OUT_DIR/index.html and one PNG per drawable section; PROBLEM limits it to one problem."""
+                 problem: str | None = None, include_cpu: bool = False, all_cases: bool = False) -> Report:
+    """Write OUT_DIR/index.html and one PNG per drawable section; PROBLEM limits it to one problem.
+    Only GPU runs of the full official lists count unless include_cpu / all_cases."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    evidence = load_evidence(log, problem)
+    evidence = load_evidence(log, problem, include_cpu, all_cases)
     charts, notes = {}, {}
     for ev in evidence.problems:
         charts[ev.name], notes[ev.name] = {}, ev.notes()
@@ -70,6 +71,8 @@ def summary(report: Report) -> str:
     for ev in report.evidence.problems:
         counts = ", ".join(f"{mode} {n}" for mode, n in sorted(ev.counts.items())) or "no records"
         out.append(f"== {ev.name} ({counts})")
+        if ev.hidden_line():
+            out.append(ev.hidden_line())
         if ev.bench:
             out.append(f"bench on {ev.bench.gpu}: {ev.bench.runs} run(s), newest geomean "
                        f"{_us(ev.bench.geomean_us)} (baseline {_us(ev.bench.baseline_geomean_us)})")

@@ -14,7 +14,9 @@ from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
 from popcorn.report_data import Bench, Check, Diff, FrontierLine
+from popcorn.tables import fmt_sig
 
+MIN_RATIO_SPAN = 0.05     # the diff axis shows at least 1 +- 5%, so run-to-run noise looks small
 COLORS = {"first": "#b8b8b8", "best": "#2a9d58", "newest": "#3465a4", "baseline": "#222222",
           "faster": "#2a9d58", "slower": "#cc3333", "within noise": "#9a9a9a", None: "#dddddd"}
 
@@ -82,7 +84,7 @@ def diff_chart(diff: Diff, title: str, path: Path) -> None:
     ratio_ax.set_xlabel("candidate / incumbent mean time (< 1 is faster)")
     ratio_ax.set_yticks(list(ys), [c.label for c in diff.cases])
     ratio_ax.invert_yaxis()
-    ratio_ax.margins(x=0.25)
+    ratio_ax.set_xlim(*ratio_limits([c.ratio for c in diff.cases if c.ratio]))
     for offset, side, color in ((-0.2, "margin", COLORS["newest"]),
                                 (0.2, "incumbent_margin", COLORS["first"])):
         points = [(y + offset, getattr(c, side)) for y, c in zip(ys, diff.cases)
@@ -94,6 +96,13 @@ def diff_chart(diff: Diff, title: str, path: Path) -> None:
     gate_ax.legend(fontsize=8, loc="lower right")
     fig.suptitle(title)
     _save(fig, path)
+
+
+def ratio_limits(ratios: list[float]) -> tuple[float, float]:
+    """An axis centred on 1 that holds every ratio with room for its label, at least 1 +- MIN_RATIO_SPAN
+    (cut at 0 below: a ratio is positive)."""
+    span = max([MIN_RATIO_SPAN] + [1.3 * abs(r - 1) for r in ratios])
+    return max(0.0, 1 - span), 1 + span
 
 
 def check_chart(check: Check, title: str, path: Path) -> None:
@@ -108,7 +117,7 @@ def check_chart(check: Check, title: str, path: Path) -> None:
         for x, value in enumerate(row):
             if value is not None:
                 dark = value < 0.15 or value > 0.8  # the colour map's deep green and red ends
-                ax.text(x, y, f"{value:.2g}", ha="center", va="center", fontsize=9,
+                ax.text(x, y, fmt_sig(value), ha="center", va="center", fontsize=9,
                         color="white" if dark else "black")
     ax.set_xticks(range(len(check.gates)), check.gates)
     ax.set_yticks(range(len(check.cases)),

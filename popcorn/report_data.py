@@ -3,11 +3,13 @@
 Reading is tolerant by design: a missing key, a null, a failing case or an unknown mode
 leaves a gap (None, an empty list) that the page turns into a note, never an exception.
 "Newest" means last in the file: the log is append-only, so file order is time order.
+By default check, bench and diff records count only when they ran on a GPU over the problem's
+full official list (tests for check, benchmarks for bench and diff); the others are counted as
+hidden, and shown when asked (include_cpu, all_cases).
 """
 from __future__ import annotations
 
 import datetime as dt
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -15,10 +17,12 @@ from pathlib import Path
 
 from checks.problems import ProblemError, known_problems, load_problem, short_spec
 from popcorn.errors import PopkitError
-from popcorn.logs import read_records
+from popcorn.logs import covers, ran_on_gpu, read_records, spec_key
 
 VERDICTS = ("faster", "slower", "within noise")
 NEWEST_SUBMISSIONS = 10
+HIDDEN = {"CPU": "{n} CPU run(s) (--include-cpu shows them)",
+          "chosen cases": "{n} run(s) of chosen cases only (--all-cases shows them)"}
 
 
 @dataclass
@@ -113,11 +117,17 @@ class Submission:
 class ProblemEvidence:
     name: str
     counts: Counter
+    hidden: Counter          # why check/bench/diff records were left out -> how many
     bench: Bench | None
     frontier: list[FrontierLine]
     diff: Diff | None
     check: Check | None
     submissions: list[Submission]
+
+    def hidden_line(self) -> str | None:
+        """Which check, bench and diff records were left out and the option that shows them."""
+        parts = [text.format(n=self.hidden[why]) for why, text in HIDDEN.items() if self.hidden[why]]
+        return "Left out: " + ", ".join(parts) + "." if parts else None
 
     def notes(self) -> dict[str, str]:
         """Why a section has nothing to draw, keyed by section; absent sections are drawable."""
@@ -147,10 +157,14 @@ class Evidence:
     log: Path
     problems: list[ProblemEvidence]
     notes: list[str]
+    include_cpu: bool = False
+    all_cases: bool = False
 
 
-def load_evidence(log: Path | str, problem: str | None = None) -> Evidence:
-    """Read the log and aggregate it per problem (only PROBLEM when given)."""
+def load_evidence(log: Path | str, problem: str | None = None, include_cpu: bool = False,
+                  all_cases: bool = False) -> Evidence:
+    """Read the log and aggregate it per problem (only PROBLEM when given); CPU runs and runs of
+    chosen cases count only when asked."""
     log = Path(log)
     records, notes = read_records(log)
     if not log.is_file():
@@ -162,17 +176,30 @@ def load_evidence(log: Path | str, problem: str | None = None) -> Evidence:
         raise PopkitError(f"no records for problem {problem!r} in {log}, and popkit does not know it")
     names = [problem] if problem else sorted(by_problem)
     root = log.resolve().parent.parent
-    return Evidence(log, [problem_evidence(n, by_problem.get(n, []), root) for n in names], notes)
+    return Evidence(log, [problem_evidence(n, by_problem.get(n, []), root, include_cpu, all_cases)
+                          for n in names], notes, include_cpu, all_cases)
 
 
-def problem_evidence(name: str, records: list[dict], root: Path) -> ProblemEvidence:
+def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bool = False,
+                     all_cases: bool = False) -> ProblemEvidence:
     """Everything the report shows for one problem; raw_result paths resolve against root."""
-    modes = {mode: [r for r in records if r.get("mode") == mode]
-             for mode in ("check", "bench", "diff", "leaderboard")}
+    official = _official_lists(name)
+    hidden = Counter()
+    modes = {"leaderboard": [r for r in records if r.get("mode") == "leaderboard"]}
+    for mode, which in (("check", "tests"), ("bench", "benchmarks"), ("diff", "benchmarks")):
+        modes[mode] = []
+        for record in (r for r in records if r.get("mode") == mode):
+            if not include_cpu and not ran_on_gpu(record):
+                hidden["CPU"] += 1
+            elif not all_cases and not covers(record, official[which]):
+                hidden["chosen cases"] += 1
+            else:
+                modes[mode].append(record)
     return ProblemEvidence(
         name=name,
         counts=Counter(str(r.get("mode")) for r in records),
-        bench=bench_cases(modes["bench"], _official_benchmarks(name)),
+        hidden=hidden,
+        bench=bench_cases(modes["bench"], official["benchmarks"]),
         frontier=frontier(modes["bench"] + modes["leaderboard"]),
         diff=newest_diff(modes["diff"]),
         check=newest_check(modes["check"]),
@@ -192,10 +219,10 @@ def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
     gpu = (timed or records)[-1].get("gpu")
     runs = [r for r in records if r.get("gpu") == gpu]
     specs, times, baselines = list(official), {}, {}
-    seen = {_key(s) for s in specs}
+    seen = {spec_key(s) for s in specs}
     for record in runs:
         for case in _cases(record):
-            key = _key(case["spec"])
+            key = spec_key(case["spec"])
             if key not in seen:
                 seen.add(key)
                 specs.append(case["spec"])
@@ -205,8 +232,8 @@ def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
                 baselines[key] = baseline
     rows = []
     for spec, label in zip(specs, _labels(specs)):
-        row = CaseTimes(label, baseline_us=baselines.get(_key(spec)))
-        points = times.get(_key(spec))
+        row = CaseTimes(label, baseline_us=baselines.get(spec_key(spec)))
+        points = times.get(spec_key(spec))
         if points:
             row.best_time, row.best_us = min(points, key=lambda p: p[1])
             row.first_us, row.newest_us = points[0][1], points[-1][1]
@@ -280,26 +307,33 @@ def newest_submissions(records: list[dict], root: Path) -> list[Submission]:
 
 
 def case_label(spec: dict) -> str:
-    """short_spec's label, or the spec itself where it lacks a key."""
+    """short_spec's label; for a spec it cannot read (any keys may appear), 'k=v' pairs."""
     try:
         return short_spec(spec)
-    except KeyError:
-        return json.dumps(spec, sort_keys=True)
+    except (KeyError, TypeError, ValueError):
+        return generic_label(spec)
+
+
+def generic_label(spec: dict) -> str:
+    return " ".join(f"{k}={v}" for k, v in spec.items()) or "{}"
 
 
 def _labels(specs: list[dict]) -> list[str]:
-    """Labels for a list of specs; labels shared by different specs get their seed added."""
+    """Labels for a list of specs; labels shared by different specs get their seed added (or, without
+    a seed, every key)."""
     labels = [case_label(s) for s in specs]
     shared = {label for label, n in Counter(labels).items() if n > 1}
-    return [f"{label} s{spec.get('seed')}" if label in shared else label
+    return [label if label not in shared else f"{label} s{spec['seed']}" if "seed" in spec else generic_label(spec)
             for label, spec in zip(labels, specs)]
 
 
-def _official_benchmarks(name: str) -> list[dict]:
+def _official_lists(name: str) -> dict[str, list[dict]]:
+    """The problem's official tests and benchmarks; empty for a problem popkit does not know."""
     try:
-        return load_problem(name).benchmarks
+        prob = load_problem(name)
     except ProblemError:
-        return []
+        return {"tests": [], "benchmarks": []}
+    return {"tests": prob.tests, "benchmarks": prob.benchmarks}
 
 
 def _cases(record: dict) -> list[dict]:
@@ -312,10 +346,6 @@ def _cases(record: dict) -> list[dict]:
 def _passing_time(case: dict) -> float | None:
     """A case's mean time, unless it failed."""
     return None if case.get("status") == "fail" else _num(case.get("mean_us"))
-
-
-def _key(spec: dict) -> str:
-    return json.dumps(spec, sort_keys=True)
 
 
 def _num(value) -> float | None:

@@ -8,7 +8,7 @@ from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from popcorn.logs import ROOT, utc_now
 from popcorn.report_data import Evidence
-from popcorn.tables import fmt_us
+from popcorn.tables import fmt_sig, fmt_us
 
 TEMPLATE = ROOT / "templates" / "report.html.j2"
 
@@ -31,7 +31,7 @@ def write_page(evidence: Evidence, charts: dict[str, dict[str, str]],
     """Render the page; charts and notes map problem -> section -> PNG file name / note text."""
     env = Environment(loader=FileSystemLoader(TEMPLATE.parent), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(us=fmt_us, when=fmt_time, num=fmt_number)
+    env.filters.update(us=fmt_us, when=fmt_time, num=fmt_number, sig=fmt_sig)
     html = env.get_template(TEMPLATE.name).render(
         evidence=evidence, charts=charts, notes=notes, generated=utc_now())
     path.write_text(html)

@@ -1,6 +1,8 @@
 """Plain-text tables for the terminal (no dependency beyond the standard library)."""
 from __future__ import annotations
 
+import math
+
 
 def fmt_us(value: float | None) -> str:
     """Microseconds with sensible precision; '-' for missing."""
@@ -11,6 +13,20 @@ def fmt_us(value: float | None) -> str:
     if value >= 10:
         return f"{value:.1f}"
     return f"{value:.2f}"
+
+
+def fmt_sig(value: float | None, digits: int = 2) -> str:
+    """A number with DIGITS significant digits, never rounded to zero: 0.0016, 0.31, 1.4, 123; '-' for missing."""
+    if value is None:
+        return "-"
+    if value == 0 or not math.isfinite(value):
+        return f"{value:g}"
+    magnitude = math.floor(math.log10(abs(value)))
+    if magnitude >= digits - 1:
+        return f"{value:,.0f}"
+    if magnitude < -4:
+        return f"{value:.{digits - 1}e}"
+    return f"{value:.{digits - 1 - magnitude}f}"
 
 
 def render_table(headers: list[str], rows: list[list], right_align: set[int] | None = None) -> str:

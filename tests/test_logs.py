@@ -122,3 +122,42 @@ def test_record_commit_uses_the_fallback(monkeypatch):
     monkeypatch.setattr(subprocess, "run", failing)
     monkeypatch.setenv("POPKIT_COMMIT", "feed" * 10)
     assert logs.new_record("eigh", "check")["commit"] == "feed" * 10
+
+
+# ---------------------------------------------------------------- where a record ran, what it covers
+
+def test_records_say_where_they_ran():
+    assert logs.new_record("qr_v2", "check")["device"] is None
+    cpu = logs.new_record("qr_v2", "check", device="cpu")
+    assert cpu["gpu"] == "cpu" and not logs.ran_on_gpu(cpu)
+    gpu = logs.new_record("qr_v2", "check", device="cuda:1", gpu="NVIDIA H200")
+    assert logs.ran_on_gpu(gpu)
+
+
+@pytest.mark.parametrize("fields, on_gpu", [
+    ({"device": "cuda", "gpu": "NVIDIA H200"}, True),
+    ({"device": "cpu", "gpu": "NVIDIA H200"}, False),        # the torch device decides when it is there
+    ({"gpu": "B200"}, True),                                  # a leaderboard record names only the server GPU
+    ({"gpu": "cpu"}, False),
+    ({"gpu": "CPU"}, False),
+    ({"gpu": None}, False),
+    ({}, False),
+])
+def test_ran_on_gpu(fields, on_gpu):
+    assert logs.ran_on_gpu(fields) is on_gpu
+
+
+def test_covers_needs_every_spec_in_any_key_order():
+    a, b = {"size": 8, "seed": 1}, {"size": 16, "seed": 2}
+    record = {"cases": [{"spec": {"seed": 2, "size": 16}}, {"spec": a}, {"spec": {"size": 8, "seed": 9}}, "junk"]}
+    assert logs.covers(record, [a, b]) and logs.covers(record, [])
+    assert not logs.covers(record, [a, b, {"size": 32, "seed": 3}])
+    assert not logs.covers({"cases": None}, [a])
+
+
+def test_record_passed_uses_the_verdict_then_the_cases():
+    assert logs.record_passed({"passed": True, "cases": []})
+    assert not logs.record_passed({"passed": False, "cases": [{"status": "pass"}]})
+    assert logs.record_passed({"cases": [{"status": "pass"}]})
+    assert not logs.record_passed({"cases": [{"status": "pass"}, {"status": "fail"}]})
+    assert not logs.record_passed({"cases": []})

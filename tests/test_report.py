@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
+import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -12,10 +14,15 @@ import pytest
 from click.testing import CliRunner
 
 from checks.problems import load_problem, short_spec
+from popcorn import report_data
 from popcorn.cli import main
-from popcorn.report import build_report
+from popcorn.report import build_report, summary
+from popcorn.report_charts import ratio_limits
+from popcorn.report_data import _labels, case_label
+from popcorn.tables import fmt_sig
 
 SPECS = load_problem("qr_v2").benchmarks
+TESTS = load_problem("qr_v2").tests
 BASE_US = [40.0 * (i + 1) for i in range(len(SPECS))]  # the first run's time per case
 RUN_FACTORS = (1.0, 0.8, 0.9)                          # three H200 bench runs: the second is best
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -45,21 +52,23 @@ def _geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values))
 
 
-def _check():
-    fractions = [(0.31, 0.12), (0.9, 0.05), (1.4, 0.2)]  # factor, orthogonality: near, then over
+def _check(**extra):
+    """Every official test: the first three near, nearer and over a limit, the rest far below."""
+    fractions = [(0.31, 0.12), (0.9, 0.05), (1.4, 0.2)] + [(0.0016, 0.00004)] * (len(TESTS) - 3)
     cases = [_case(s, status="pass" if f < 1 else "fail",
                    residuals={"factor": [f * 20.0, 20.0], "orthogonality": [o * 100.0, 100.0]})
-             for s, (f, o) in zip(SPECS, fractions)]
-    return _record("check", "2026-12-01T12:00:00Z", cases)
+             for s, (f, o) in zip(TESTS, fractions)]
+    return _record("check", "2026-12-01T12:00:00Z", cases, **extra)
 
 
-def _diff():
-    rows = [(100.0, 80.0, "faster"), (200.0, 230.0, "slower"), (300.0, 301.0, "within noise")]
+def _diff(**extra):
+    """Every benchmark case: one faster, one slower, the rest within noise."""
+    rows = [(100.0, 80.0, "faster"), (200.0, 230.0, "slower")] + [(300.0, 301.0, "within noise")] * (len(SPECS) - 2)
     cases = [_case(s, cand, incumbent_us=inc, ratio=cand / inc, verdict=v,
                    residuals={"factor": [2.0, 20.0]}, incumbent_residuals={"factor": [4.0, 20.0]})
              for s, (inc, cand, v) in zip(SPECS, rows)]
     return _record("diff", "2026-12-01T13:00:00Z", cases, incumbent_sha256="cd" * 32,
-                   passed=False, changed_parts=["qr_v2/panel.cu"])
+                   passed=False, changed_parts=["qr_v2/panel.cu"], **extra)
 
 
 def _leaderboard(time, submission_id, public_s, secret_s):
@@ -182,6 +191,7 @@ def test_newest_diff_case_by_case(full):
     rows = _rows(page.tables["qr_v2-diff"])
     assert rows[short_spec(SPECS[0])] == ["100.0", "80.0", "0.800", "faster", "0.10", "0.20"]
     assert rows[short_spec(SPECS[1])] == ["200.0", "230.0", "1.150", "slower", "0.10", "0.20"]
+    assert len(rows) == len(SPECS)
     assert rows[short_spec(SPECS[2])] == ["300.0", "301.0", "1.003", "within noise", "0.10", "0.20"]
     assert "did not pass" in html and "qr_v2/panel.cu" in html
 
@@ -191,9 +201,10 @@ def test_newest_check_fractions_of_limits(full):
     table = page.tables["qr_v2-check"]
     assert table[0] == ["case", "status", "factor", "orthogonality", "error"]
     rows = _rows(table)
-    assert rows[short_spec(SPECS[0])] == ["pass", "0.31", "0.12", ""]
-    assert rows[short_spec(SPECS[1])] == ["pass", "0.90", "0.05", ""]
-    assert rows[short_spec(SPECS[2])] == ["fail", "1.40", "0.20", "boom"]
+    assert rows[short_spec(TESTS[0])] == ["pass", "0.31", "0.12", ""]
+    assert rows[short_spec(TESTS[1])] == ["pass", "0.90", "0.050", ""]
+    assert rows[short_spec(TESTS[2])] == ["fail", "1.4", "0.20", "boom"]
+    assert rows[short_spec(TESTS[3])] == ["pass", "0.0016", "4.0e-05", ""]     # significant digits, never 0.00
 
 
 def test_submissions_newest_first(full):
@@ -227,7 +238,7 @@ def test_partial_records_are_tolerated(tmp_path):
         [1, 2],                               # not an object
     ]
     log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
-    report = build_report(log, tmp_path / "out")
+    report = build_report(log, tmp_path / "out", include_cpu=True, all_cases=True)   # show every odd record
     assert [ev.name for ev in report.evidence.problems] == ["?", "qr_v2"]
     assert set(report.charts["qr_v2"]) == {"cases", "frontier", "check"}
     assert report.evidence.problems[1].bench.runs == 1  # the empty newest bench hides nothing
@@ -243,7 +254,7 @@ def test_failing_bench_counts_for_no_time_and_no_frontier(tmp_path):
     failed = _record("bench", "2026-12-01T10:00:00Z", [_case(SPECS[0], 10.0, status="fail")],
                      geomean_us=10.0)
     log.write_text(json.dumps(failed) + "\n")
-    report = build_report(log, tmp_path / "out")
+    report = build_report(log, tmp_path / "out", all_cases=True)
     assert report.charts["qr_v2"] == {}
     assert report.notes["qr_v2"]["cases"] == "The bench records for qr_v2 hold no passing, timed case."
     assert report.notes["qr_v2"]["frontier"].startswith("No geomean yet")
@@ -257,9 +268,9 @@ def test_cli_prints_summary_and_writes_page(tmp_path):
     out = result.output
     assert f"performance.jsonl:{CORRUPT_LINE}: not JSON" in out
     assert f"newest geomean {_geomean(BASE_US) * 0.9:.1f} us" in out
-    assert "newest diff 2026-12-01 13:00: did not pass (1 faster, 1 slower, 1 within noise)" in out
-    assert ("newest check 2026-12-01 12:00: 2/3 cases pass, tightest: factor at 1.4 of its limit"
-            f" on {short_spec(SPECS[2])}") in out
+    assert f"newest diff 2026-12-01 13:00: did not pass (1 faster, 1 slower, {len(SPECS) - 2} within noise)" in out
+    assert (f"newest check 2026-12-01 12:00: {len(TESTS) - 1}/{len(TESTS)} cases pass, tightest: factor at 1.4 of "
+            f"its limit on {short_spec(TESTS[2])}") in out
     assert "newest submission 102 (leaderboard, B200) 2026-12-03 12:00: public 120.0 us" in out
     assert (tmp_path / "out" / "index.html").is_file()
 
@@ -286,3 +297,131 @@ def test_page_renders_in_headless_chromium(full, tmp_path):
                    check=True, capture_output=True, timeout=60)
     data = shot.read_bytes()
     assert data.startswith(PNG_MAGIC) and len(data) > 50_000
+
+
+# ---- GPU evidence of the full lists by default ------------------------------------------------------
+
+def _mixed_log(tmp_path) -> Path:
+    """GPU runs of the full lists first, then newer CPU and chosen-case runs that must not hide them."""
+    toy = [_case(SPECS[0], status="pass", residuals={"factor": [0.1, 20.0]})]
+    records = [
+        _bench("2026-12-01T10:00:00Z", 1.0),
+        _check(),
+        _diff(),
+        {**_bench("2026-12-02T10:00:00Z", 0.01, gpu="cpu"), "device": "cpu",
+         "cases": [_case(s, 0.4) for s in SPECS[:3]], "geomean_us": 0.4},          # a CPU bench of 3 cases
+        _record("check", "2026-12-02T11:00:00Z", toy, device="cuda"),              # a toy --case check on the GPU
+        _record("diff", "2026-12-02T12:00:00Z", [{**toy[0], "ratio": 2.0}], device="cpu", gpu="cpu"),
+    ]
+    log = tmp_path / "performance.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return log
+
+
+def test_cpu_and_chosen_case_runs_are_left_out_by_default(tmp_path):
+    report = build_report(_mixed_log(tmp_path), tmp_path / "out", "qr_v2")
+    [ev] = report.evidence.problems
+    assert ev.bench.gpu == "NVIDIA H200" and ev.bench.runs == 1
+    assert [line.gpu for line in ev.frontier] == ["NVIDIA H200"]
+    assert len(ev.check.cases) == len(TESTS) and len(ev.diff.cases) == len(SPECS)
+    assert ev.hidden_line() == ("Left out: 2 CPU run(s) (--include-cpu shows them), "
+                                "1 run(s) of chosen cases only (--all-cases shows them).")
+    assert ev.hidden_line() in report.page.read_text()
+    assert ev.hidden_line() in summary(report)
+
+
+def test_cpu_and_chosen_case_runs_when_asked(tmp_path):
+    log = _mixed_log(tmp_path)
+    [ev] = build_report(log, tmp_path / "a", "qr_v2", all_cases=True).evidence.problems
+    assert len(ev.check.cases) == 1 and ev.bench.gpu == "NVIDIA H200"              # the CPU runs stay out
+    assert ev.hidden_line() == "Left out: 2 CPU run(s) (--include-cpu shows them)."
+    [ev] = build_report(log, tmp_path / "b", "qr_v2", include_cpu=True, all_cases=True).evidence.problems
+    assert ev.bench.gpu == "cpu" and ev.diff.cases[0].ratio == 2.0 and ev.hidden_line() is None
+    assert {line.gpu for line in ev.frontier} == {"NVIDIA H200", "cpu"}
+
+
+def test_cli_report_options(tmp_path):
+    log = _mixed_log(tmp_path)
+    out = CliRunner().invoke(main, ["report", "qr_v2", "--log", str(log), "-o", str(tmp_path / "a")]).output
+    assert "Left out: 2 CPU run(s)" in out and "on NVIDIA H200: 1 run(s)" in out
+    result = CliRunner().invoke(main, ["report", "qr_v2", "--log", str(log), "-o", str(tmp_path / "b"),
+                                       "--include-cpu", "--all-cases"])
+    assert result.exit_code == 0, result.output
+    assert "Left out" not in result.output and "bench on cpu: 1 run(s)" in result.output
+
+
+# ---- specs with any keys ----------------------------------------------------------------------------
+
+def test_case_labels_for_specs_with_any_keys(monkeypatch):
+    assert case_label({"size": 1024, "seed": 5}) == "size=1024"
+    assert case_label({"seqlen": 64, "bs": 2, "dim": 128, "seed": 1}) == "seqlen=64 bs=2 dim=128"
+    assert _labels([{"size": 8, "seed": 1}, {"size": 8, "seed": 2}]) == ["size=8 s1", "size=8 s2"]
+
+    def unreadable(spec):
+        raise KeyError("n")
+    monkeypatch.setattr(report_data, "short_spec", unreadable)       # a label helper that assumes its keys
+    assert case_label({"batch": 4, "seed": 3}) == "batch=4 seed=3"
+    assert _labels([{"m": 1}, {"m": 2}]) == ["m=1", "m=2"]
+
+
+def test_report_of_a_harness_problem_with_size_specs(tmp_path):
+    specs = [{"size": 2 ** k, "seed": k} for k in range(10, 13)]
+    cases = [{"spec": s, "status": "pass", "mean_us": 10.0 * (i + 1), "residuals": {}} for i, s in enumerate(specs)]
+    diff_cases = [{**c, "incumbent_us": c["mean_us"] * 1.002, "ratio": 1 / 1.002, "verdict": "within noise"}
+                  for c in cases]
+    records = [{**_record("bench", "2026-12-01T10:00:00Z", cases, geomean_us=20.0), "problem": "vectorsum"},
+               {**_record("diff", "2026-12-01T11:00:00Z", diff_cases, passed=True), "problem": "vectorsum"}]
+    log = tmp_path / "performance.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = build_report(log, tmp_path / "out")
+    assert set(report.charts["vectorsum"]) == {"cases", "frontier", "diff"}
+    assert [c.label for c in report.evidence.problems[0].bench.cases] == ["size=1024", "size=2048", "size=4096"]
+
+
+# ---- number formats and the diff axis ---------------------------------------------------------------
+
+@pytest.mark.parametrize("value, text", [(None, "-"), (0.0, "0"), (0.31, "0.31"), (0.9, "0.90"), (1.4, "1.4"),
+                                         (0.0016, "0.0016"), (4e-05, "4.0e-05"), (123.4, "123"), (12345.0, "12,345")])
+def test_fmt_sig_keeps_significant_digits(value, text):
+    assert fmt_sig(value) == text
+
+
+def test_diff_axis_is_centred_on_one_with_at_least_five_percent():
+    assert ratio_limits([0.997, 1.003]) == pytest.approx((0.95, 1.05))
+    assert ratio_limits([]) == pytest.approx((0.95, 1.05))
+    assert ratio_limits([0.5, 1.1]) == pytest.approx((0.35, 1.65))
+    assert ratio_limits([3.0]) == pytest.approx((0.0, 3.6))
+
+
+# ---- dependencies -----------------------------------------------------------------------------------
+
+def test_report_without_matplotlib_is_one_line(tmp_path, monkeypatch):
+    import popcorn
+    for name in ("report", "report_charts"):       # drop the loaded modules, so the verb imports them again
+        monkeypatch.delitem(sys.modules, f"popcorn.{name}", raising=False)
+        monkeypatch.delattr(popcorn, name, raising=False)
+    monkeypatch.setitem(sys.modules, "matplotlib", None)              # import matplotlib now fails
+    result = CliRunner().invoke(main, ["report", "--log", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith("error: popkit report draws its charts with matplotlib") and "pip install" in line
+
+
+# ---- packaging (pyproject.toml) ---------------------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_matplotlib_is_a_runtime_dependency_and_build_is_not_installed():
+    tomllib = pytest.importorskip("tomllib")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert any(dep.startswith("matplotlib") for dep in project["project"]["dependencies"])
+    assert "build" not in project.get("tool", {}).get("setuptools", {}).get("py-modules", [])
+
+
+def test_the_cli_finds_build_py_from_any_folder(tmp_path):
+    """Outside the project folder, the installed popkit still imports this project's build.py."""
+    code = ("import popcorn.cli, build, pathlib; "
+            f"assert pathlib.Path(build.__file__).resolve() == pathlib.Path({str(ROOT / 'build.py')!r}), build.__file__")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, timeout=120)

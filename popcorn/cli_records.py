@@ -1,0 +1,34 @@
+"""The `merge` verb: bring evidence made on another machine (a GPU host) into logs/ (see popcorn.logs.merge_logs)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from popcorn.logs import DEFAULT_LOG, merge_logs
+
+
+def register(main):
+    """Add this module's verbs to the `popkit` group."""
+    from popcorn.cli import fail_cleanly  # here, not at import: popcorn.cli imports this module
+
+    @main.command("merge")
+    @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
+    @click.option("--tables", type=click.Path(file_okay=False, path_type=Path),
+                  help="also copy the run's .txt tables from this folder into logs/device/ (named after "
+                       "the run's first record time)")
+    @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_LOG,
+                  show_default=True, help="the evidence log to merge into")
+    @fail_cleanly
+    def merge_cmd(files, tables, log_path):
+        """Merge performance.jsonl FILES made on another machine into the evidence log.
+
+        Each line must be a strict-JSON record of the evidence contract; bad lines are named and
+        skipped, records already in the log are skipped, and the log is replaced in one step."""
+        result = merge_logs(files, log_path, tables)
+        for line in result.bad:
+            click.echo(f"warning: skipped {line}", err=True)
+        click.echo(f"merged into {log_path}: {result.added} record(s) added, {result.present} already there, "
+                   f"{len(result.bad)} bad line(s) skipped (of {result.read} valid record(s) read)")
+        for path in result.tables:
+            click.echo(f"table: {path}")

@@ -1,0 +1,229 @@
+"""popcorn.promote: an incumbent needs GPU evidence of the very file over the full official lists.
+
+Everything lives under tmp_path: the incumbents folder is passed in (or bound for the CLI), the
+log is written here; nothing reads or writes the real logs/.
+"""
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+from click.testing import CliRunner
+
+import popcorn.promote as promote_mod
+from checks.problems import load_problem
+from popcorn import logs
+from popcorn.cli import main
+from popcorn.errors import PopkitError
+from popcorn.promote import promote
+
+QR = load_problem("qr_v2")
+CANDIDATE = '''#!POPCORN leaderboard qr_v2
+#!POPCORN gpu B200
+import torch
+
+
+def custom_kernel(data):
+    return torch.linalg.qr(data)
+'''
+
+
+@pytest.fixture
+def candidate(tmp_path):
+    path = tmp_path / "candidate.py"
+    path.write_text(CANDIDATE)
+    return path
+
+
+@pytest.fixture
+def root(tmp_path):
+    return tmp_path / "incumbents"
+
+
+@pytest.fixture
+def log(tmp_path):
+    return tmp_path / "perf.jsonl"
+
+
+def evidence(log, path, mode, specs=None, device="cuda", gpu="NVIDIA H200", passed=True, time=None, problem="qr_v2"):
+    """Append one record of MODE for the file at PATH (the full official list unless SPECS)."""
+    specs = specs if specs is not None else (QR.tests if mode == "check" else QR.benchmarks)
+    cases = [{"spec": s, "status": "pass" if passed else "fail"} for s in specs]
+    record = logs.new_record(problem, mode, submission_sha256=logs.file_sha256(path), gpu=gpu, device=device,
+                             cases=cases, passed=passed, **({"time": time} if time else {}))
+    logs.append_record(record, log)
+    return record
+
+
+def history(root):
+    return [json.loads(line) for line in (root / "history.jsonl").read_text().splitlines()]
+
+
+def with_incumbent(root):
+    root.mkdir()
+    target = root / "qr_v2.py"
+    target.write_text("#!POPCORN leaderboard qr_v2\n# the incumbent\n")
+    return target
+
+
+# ---- what is refused, even with --force ----------------------------------------------------------
+
+def test_unknown_problem_is_refused_even_forced(candidate, root, log):
+    with pytest.raises(PopkitError, match="unknown problem 'foo'"):
+        promote("foo", candidate, root, log, force=True)
+    assert not root.exists()
+
+
+def test_a_file_built_for_another_problem_is_refused_even_forced(candidate, root, log):
+    with pytest.raises(PopkitError, match=r"is a qr_v2 submission .* not eigh"):
+        promote("eigh", candidate, root, log, force=True)
+    assert not root.exists()
+
+
+def test_missing_file_is_one_error(tmp_path, root, log):
+    with pytest.raises(PopkitError, match="no such submission file"):
+        promote("qr_v2", tmp_path / "none.py", root, log, force=True)
+
+
+def test_a_problem_added_at_runtime_is_found(candidate, root, log, monkeypatch, tmp_path):
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    (cases / "late.yml").write_text("leaderboard: qr_v2\ntests: [{size: 4, seed: 1}]\nbenchmarks: [{size: 8, seed: 2}]\n")
+    import checks.problems
+    monkeypatch.setattr(checks.problems, "CASES_DIR", cases)          # what `popkit problem add` writes to
+    assert promote("late", candidate, root, log, force=True) == root / "late.py"
+
+
+# ---- a first incumbent: a passing GPU check and bench of the full lists ---------------------------
+
+def test_first_incumbent_needs_gpu_check_and_bench(candidate, root, log):
+    with pytest.raises(PopkitError) as info:
+        promote("qr_v2", candidate, root, log)
+    message = str(info.value)
+    assert "the first qr_v2 incumbent" in message
+    assert f"no GPU check of this file over all {len(QR.tests)} tests" in message
+    assert f"`popkit check qr_v2 --submission {candidate}` on a GPU" in message
+    assert f"no GPU bench of this file over all {len(QR.benchmarks)} benchmark cases" in message
+    assert not root.exists()
+
+    evidence(log, candidate, "check")
+    with pytest.raises(PopkitError) as info:
+        promote("qr_v2", candidate, root, log)
+    assert "no GPU check" not in str(info.value) and "no GPU bench" in str(info.value)
+
+    bench = evidence(log, candidate, "bench")
+    assert promote("qr_v2", candidate, root, log) == root / "qr_v2.py"
+    assert (root / "qr_v2.py").read_bytes() == candidate.read_bytes()
+    [entry] = history(root)
+    assert entry["evidence"]["bench"] == bench["time"] and not entry["forced"]
+    assert not (root / "archive").exists()
+
+
+def test_cpu_and_partial_runs_do_not_count(candidate, root, log):
+    evidence(log, candidate, "check", device="cpu", gpu="cpu")
+    evidence(log, candidate, "bench", device="cpu", gpu="cpu")
+    evidence(log, candidate, "bench", specs=QR.benchmarks[:3])              # a GPU run of 3 cases
+    evidence(log, candidate, "check", specs=QR.tests[:-1])                  # one test short
+    with pytest.raises(PopkitError) as info:
+        promote("qr_v2", candidate, root, log)
+    message = str(info.value)
+    assert "no GPU check of this file over all 22 tests (ignored: 1 run on chosen cases only, 1 CPU run)" in message
+    assert "no GPU bench of this file over all 12 benchmark cases (ignored: 1 run on chosen cases only, 1 CPU run)" \
+        in message
+
+
+def test_evidence_of_another_file_or_problem_does_not_count(candidate, root, log, tmp_path):
+    other = tmp_path / "other.py"
+    other.write_text(CANDIDATE + "# changed\n")
+    for mode in ("check", "bench"):
+        evidence(log, other, mode)
+        evidence(log, candidate, mode, problem="eigh")
+    with pytest.raises(PopkitError, match="no GPU check of this file"):
+        promote("qr_v2", candidate, root, log)
+
+
+def test_extra_cases_and_leaderboard_gpu_names_count(candidate, root, log):
+    extra = [{**QR.tests[0], "seed": 99}]
+    evidence(log, candidate, "check", specs=QR.tests + extra, device=None)   # a record with only gpu
+    evidence(log, candidate, "bench")
+    promote("qr_v2", candidate, root, log)
+    assert (root / "qr_v2.py").is_file()
+
+
+# ---- replacing an incumbent: a passing GPU diff of the full benchmark list ------------------------
+
+def test_replacing_needs_a_full_gpu_diff(candidate, root, log):
+    target = with_incumbent(root)
+    evidence(log, candidate, "check")
+    evidence(log, candidate, "bench")
+    evidence(log, candidate, "diff", device="cpu", gpu="cpu")
+    evidence(log, candidate, "diff", specs=QR.benchmarks[:1])
+    with pytest.raises(PopkitError) as info:
+        promote("qr_v2", candidate, root, log)
+    assert str(info.value) == (
+        f"cannot make {candidate} ({logs.file_sha256(candidate)[:12]}) the qr_v2 incumbent: no GPU diff of this "
+        f"file over all 12 benchmark cases (ignored: 1 run on chosen cases only, 1 CPU run): run "
+        f"`popkit diff qr_v2 --submission {candidate}` on a GPU (or pass --force)")
+    assert target.read_text().endswith("# the incumbent\n")
+
+    diff = evidence(log, candidate, "diff", time="2026-12-02T00:00:00Z")
+    promote("qr_v2", candidate, root, log)
+    assert target.read_bytes() == candidate.read_bytes()
+    assert history(root)[-1]["evidence"] == {"diff": diff["time"]}
+    archived = list((root / "archive").glob("qr_v2-*.py"))
+    assert [p.read_text() for p in archived] == ["#!POPCORN leaderboard qr_v2\n# the incumbent\n"]
+
+
+def test_the_newest_full_gpu_diff_decides(candidate, root, log):
+    target = with_incumbent(root)
+    evidence(log, candidate, "diff", time="2026-12-01T00:00:00Z")
+    evidence(log, candidate, "diff", passed=False, time="2026-12-02T00:00:00Z")
+    evidence(log, candidate, "diff", specs=QR.benchmarks[:2], time="2026-12-03T00:00:00Z")   # partial: ignored
+    with pytest.raises(PopkitError, match=r"the newest GPU diff of this file over all 12 benchmark cases failed "
+                                          r"\(2026-12-02T00:00:00Z\)"):
+        promote("qr_v2", candidate, root, log)
+    assert target.read_text().endswith("# the incumbent\n")
+
+
+def test_force_skips_the_evidence(candidate, root, log):
+    with_incumbent(root)
+    promote("qr_v2", candidate, root, log, force=True)
+    assert (root / "qr_v2.py").read_bytes() == candidate.read_bytes()
+    assert history(root)[-1]["forced"] is True and history(root)[-1]["evidence"] == {}
+
+
+def test_incumbents_folder_follows_the_module_setting(tmp_path, monkeypatch):
+    monkeypatch.setattr(promote_mod, "INCUMBENTS", tmp_path)
+    assert promote_mod.incumbent_path("qr_v2") == tmp_path / "qr_v2.py"
+
+
+# ---- the verb (moved here from tests/test_cli_loop.py) ---------------------------------------------
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+@pytest.fixture
+def bound(root, monkeypatch):
+    """The CLI's promote bound to the tmp incumbents folder (the verb has no option for it)."""
+    monkeypatch.setattr(promote_mod, "promote", functools.partial(promote_mod.promote, root=root))
+    return root
+
+
+def test_cli_refusal_is_one_line_and_force_promotes(bound, candidate, log):
+    result = run("promote", "qr_v2", "--submission", candidate, "--log", log)
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith("error: cannot make") and "--force" in line
+    assert not bound.exists()
+    result = run("promote", "qr_v2", "--submission", candidate, "--log", log, "--force")
+    assert result.exit_code == 0, result.output
+    assert result.output == f"promoted {candidate} -> {bound / 'qr_v2.py'}\n"
+
+
+def test_cli_unknown_problem_is_one_line(bound, candidate, log):
+    result = run("promote", "foo", "--submission", candidate, "--log", log, "--force")
+    assert result.exit_code == 1
+    assert result.output.splitlines()[0].startswith("error: unknown problem 'foo'")
+    assert len(result.output.splitlines()) == 1 and not bound.exists()

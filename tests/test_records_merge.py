@@ -1,0 +1,146 @@
+"""popcorn.logs.merge_logs and `popkit merge`: records from a GPU host join logs/ once, validated."""
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from popcorn import logs
+from popcorn.cli import main
+from popcorn.errors import PopkitError
+
+SPEC = {"batch": 2, "n": 8, "cond": 1, "seed": 3, "case": "mixed"}
+
+
+def record(time, mode="check", sha="ab" * 32, **extra):
+    return logs.new_record("qr_v2", mode, time=time, submission_sha256=sha, gpu="NVIDIA H200", device="cuda",
+                           commit="c0ffee" * 7, cases=[{"spec": SPEC, "status": "pass"}], **extra)
+
+
+def write(path, lines):
+    path.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return path
+
+
+@pytest.fixture
+def target(tmp_path):
+    """The local log, with one record that the incoming file repeats."""
+    log = tmp_path / "logs" / "performance.jsonl"
+    log.parent.mkdir()
+    return write(log, [record("2026-12-01T09:00:00Z")])
+
+
+def test_new_records_are_appended_in_time_order_and_repeats_skipped(tmp_path, target):
+    before = target.read_text()
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z", "bench"),
+                                              record("2026-12-01T09:00:00Z"),              # already there
+                                              record("2026-12-01T10:00:00Z", "diff")])
+    result = logs.merge_logs([incoming], target)
+    assert (result.read, result.added, result.present, result.bad) == (3, 2, 1, [])
+    text = target.read_text()
+    assert text.startswith(before)                                   # the old lines stay as they were
+    assert [r["mode"] for r in logs.read_records(target)[0]] == ["check", "diff", "bench"]
+    again = logs.merge_logs([incoming, incoming], target)            # merging twice adds nothing
+    assert (again.added, again.present) == (0, 6) and target.read_text() == text
+
+
+def test_a_run_is_the_same_only_with_the_same_time_problem_mode_and_file(tmp_path, target):
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T09:00:00Z", sha="cd" * 32),
+                                              record("2026-12-01T09:00:00Z", mode="bench"),
+                                              {**record("2026-12-01T09:00:00Z"), "problem": "eigh"}])
+    assert logs.merge_logs([incoming], target).added == 3
+
+
+@pytest.mark.parametrize("line, why", [
+    ('{"time": "2026-12-01T10:00:00Z", "problem": ', "not strict JSON"),
+    ('[1, 2]', "not a JSON object"),
+    (json.dumps(record("2026-12-01T10:00:00Z"))[:-1] + ', "x": NaN}', "not strict JSON (NaN is not strict JSON)"),
+    (json.dumps({k: v for k, v in record("2026-12-01T10:00:00Z").items() if k not in ("gpu", "cases")}),
+     "missing gpu, cases"),
+    (json.dumps(record("yesterday")), "time 'yesterday' is not an ISO 8601 UTC time"),
+    (json.dumps({**record("2026-12-01T10:00:00Z"), "mode": "timing"}), "mode 'timing' is not one of"),
+    (json.dumps(record("2026-12-01T10:00:00Z", sha="xyz")), "submission_sha256 is not a sha256"),
+    (json.dumps({**record("2026-12-01T10:00:00Z"), "geomean_us": "fast"}), "geomean_us is not a number"),
+    (json.dumps({**record("2026-12-01T10:00:00Z"), "device": 0}), "device is not a string"),
+    (json.dumps({**record("2026-12-01T10:00:00Z"), "cases": [{"status": "pass"}]}), "case 0 has no spec object"),
+    (json.dumps({**record("2026-12-01T10:00:00Z"), "cases": [{"spec": SPEC, "status": "ok"}]}),
+     "case 0 status 'ok' is not pass or fail"),
+])
+def test_bad_lines_are_named_by_file_and_line_and_skipped(tmp_path, target, line, why):
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z"), line])
+    result = logs.merge_logs([incoming], target)
+    [bad] = result.bad
+    assert bad.startswith(f"{incoming}:2: {why}"), bad
+    assert result.added == 1 and len(logs.read_records(target)[0]) == 2
+
+
+def test_a_missing_file_writes_nothing(tmp_path, target):
+    before = target.read_bytes()
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    with pytest.raises(PopkitError, match="nope.jsonl: no such file"):
+        logs.merge_logs([incoming, tmp_path / "nope.jsonl"], target)
+    assert target.read_bytes() == before
+
+
+def test_merge_into_a_new_log_and_after_a_torn_line(tmp_path):
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    fresh = tmp_path / "new" / "performance.jsonl"
+    assert logs.merge_logs([incoming], fresh).added == 1 and len(logs.read_records(fresh)[0]) == 1
+    torn = tmp_path / "torn.jsonl"
+    torn.write_text(json.dumps(record("2026-12-01T09:00:00Z")) + '\n{"time": ')
+    logs.merge_logs([incoming], torn)
+    records, problems = logs.read_records(torn)
+    assert len(records) == 2 and problems == [f"{torn}:2: not JSON (Expecting value)"]
+
+
+def test_tables_are_copied_under_the_run_time(tmp_path, target):
+    out = tmp_path / "out"
+    out.mkdir()
+    write(out / "performance.jsonl", [record("2026-12-01T11:00:00Z"), record("2026-12-01T10:30:05Z")])
+    (out / "01-check-qr_v2.txt").write_text("check table\n")
+    (out / "gpu.txt").write_text("NVIDIA H200\n")
+    (out / "notes.md").write_text("not a table\n")
+    (out / "sub.txt").mkdir()                                        # a folder is skipped
+    result = logs.merge_logs([out / "performance.jsonl"], target, tables=out)
+    device = target.parent / "device"
+    assert sorted(p.name for p in device.iterdir()) == ["20261201T103005Z-01-check-qr_v2.txt",
+                                                         "20261201T103005Z-gpu.txt"]
+    assert sorted(result.tables) == sorted(device.iterdir())
+    assert (device / "20261201T103005Z-gpu.txt").read_text() == "NVIDIA H200\n"
+    assert logs.merge_logs([out / "performance.jsonl"], target, tables=out).tables == []   # same run again
+    (out / "gpu.txt").write_text("another GPU\n")
+    before = target.read_bytes()
+    with pytest.raises(PopkitError, match="20261201T103005Z-gpu.txt exists with other content"):
+        logs.merge_logs([out / "performance.jsonl"], target, tables=out)
+    assert (device / "20261201T103005Z-gpu.txt").read_text() == "NVIDIA H200\n" and target.read_bytes() == before
+
+
+def test_tables_folder_must_exist(tmp_path, target):
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    with pytest.raises(PopkitError, match="--tables .*nowhere: no such folder"):
+        logs.merge_logs([incoming], target, tables=tmp_path / "nowhere")
+    assert len(logs.read_records(target)[0]) == 1
+
+
+def test_cli_merge_reports_counts_and_bad_lines(tmp_path, target):
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z"), record("2026-12-01T09:00:00Z"),
+                                              "not json"])
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(target)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: skipped {incoming}:3: not strict JSON" in result.output
+    assert (f"merged into {target}: 1 record(s) added, 1 already there, 1 bad line(s) skipped "
+            f"(of 2 valid record(s) read)") in result.output
+
+
+def test_cli_merge_needs_files_and_names_a_missing_one(tmp_path, target):
+    assert CliRunner().invoke(main, ["merge", "--log", str(target)]).exit_code == 2
+    result = CliRunner().invoke(main, ["merge", str(tmp_path / "x.jsonl"), "--log", str(target)])
+    assert result.exit_code == 1 and result.output == f"error: {tmp_path / 'x.jsonl'}: no such file\n"
+
+
+def test_records_made_here_pass_the_merge_validation():
+    made = logs.new_record("qr_v2", "bench", submission_sha256="ab" * 32, device="cpu",
+                           cases=[{"spec": SPEC, "status": "pass"}])
+    assert logs.record_problem(json.loads(json.dumps(made))) is None
+    assert made["gpu"] == "cpu"               # a CPU record says so even when the run reported no environment
