@@ -1,4 +1,5 @@
-"""build.py: deterministic, atomic, clear errors on bad parts; the built file obeys the rules and runs on CPU."""
+"""build.py: deterministic, atomic, clear errors on bad parts and manifests; the header follows the problem
+record; pure-Python and run-folder (harness) builds; the built file obeys the rules and runs on CPU."""
 from __future__ import annotations
 
 import ast
@@ -22,12 +23,14 @@ CPU_SIZES = {"qr_v2": (1, 5, 33, 70), "eigh": (1, 5, 32, 40)}
 
 @pytest.fixture
 def parts_copy(tmp_path, monkeypatch):
-    """A private copy of parts/ and templates/ that build.py reads instead of the real ones."""
-    parts, templates = tmp_path / "parts", tmp_path / "templates"
+    """A private copy of parts/, templates/ and the problem records that build.py reads instead of the real ones."""
+    parts, templates, cases = tmp_path / "parts", tmp_path / "templates", tmp_path / "cases"
     shutil.copytree(build.PARTS, parts, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(build.TEMPLATES, templates)
+    shutil.copytree(build.CASES_DIR, cases)
     monkeypatch.setattr(build, "PARTS", parts)
     monkeypatch.setattr(build, "TEMPLATES", templates)
+    monkeypatch.setattr(build, "CASES_DIR", cases)
     return parts, templates
 
 
@@ -181,11 +184,163 @@ def test_manifest_missing_key(parts_copy, tmp_path):
         build.build("eigh", tmp_path / "out.py")
 
 
+@pytest.mark.parametrize("text", ["", "# only a comment\n", "- a list\n"], ids=["empty", "comment", "list"])
+def test_empty_or_non_mapping_manifest_is_one_clear_error(parts_copy, tmp_path, text):
+    (parts_copy[0] / "eigh" / "manifest.yml").write_text(text)
+    with pytest.raises(PopkitError, match=r"eigh/manifest\.yml: empty or not a mapping; a manifest needs the keys"):
+        build.build("eigh", tmp_path / "out.py")
+
+
+def test_manifest_problem_must_name_its_folder(parts_copy, tmp_path):
+    manifest = parts_copy[0] / "eigh" / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("problem: eigh", "problem: qr_v2"))
+    with pytest.raises(PopkitError, match=r"eigh/manifest\.yml: problem: 'qr_v2' does not match its folder 'eigh'"):
+        build.build("eigh", tmp_path / "out.py")
+    assert not (tmp_path / "out.py").exists()
+
+
+@pytest.mark.parametrize("old,new,message", [
+    ("cuda:\n", "cuda: common/device_utils.cuh\nold_cuda:\n", r"'cuda' must be a list of names"),
+    ("python:\n", "python: []\nold_python:\n", r"'python' lists no parts"),
+    ("python:\n", "run_folder_imports: [reference.py]\npython:\n", r"'reference\.py' is not a module name"),
+], ids=["cuda-not-a-list", "no-python-parts", "file-not-module"])
+def test_bad_manifest_lists(parts_copy, tmp_path, old, new, message):
+    manifest = parts_copy[0] / "eigh" / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace(old, new, 1))
+    with pytest.raises(PopkitError, match=message):
+        build.build("eigh", tmp_path / "out.py")
+
+
 def test_triple_quote_in_cuda_part_is_rejected(parts_copy, tmp_path):
     parts, _ = parts_copy
     part = parts / "eigh" / "jacobi_small.cu"
     part.write_text(part.read_text() + "\n// a ''' here would end the embedded string\n")
     with pytest.raises(PopkitError, match="'''"):
+        build.build("eigh", tmp_path / "out.py")
+
+
+# ---------------------------------------------------------------- harness problems: record, run folder, pure Python
+
+TOY_RECORD = """leaderboard: toy_board_v2
+gpus: [H100, B200]
+harness:
+  folder: problems/toy
+  main: eval.py
+  files:
+  - {name: submission.py, source: '@SUBMISSION@'}
+  - {name: reference.py, source: reference.py}
+  - {name: utils.py, source: ../utils.py}
+  - {name: eval.py, source: eval.py}
+tests:
+- {size: 4, seed: 1}
+benchmarks:
+- {size: 8, seed: 2}
+"""
+TOY_MANIFEST = """problem: toy
+title: toy (from problems/toy)
+run_folder_imports: [reference]
+cuda: []
+python:
+  - toy/model.py
+  - toy/route.py
+"""
+TOY_ROUTE = """from reference import ref_kernel as _reference  # the runner places reference.py beside submission.py
+
+
+def custom_kernel(data):
+    return _reference(data)
+"""
+
+
+@pytest.fixture
+def toy(parts_copy):
+    """A harness problem as `popkit problem add` leaves it: a record with the task's files, a pure-Python route."""
+    folder = parts_copy[0] / "toy"
+    folder.mkdir()
+    (folder / "manifest.yml").write_text(TOY_MANIFEST)
+    (folder / "model.py").write_text('"""toy: no model yet."""\n')
+    (folder / "route.py").write_text(TOY_ROUTE)
+    (build.CASES_DIR / "toy.yml").write_text(TOY_RECORD)
+    return folder
+
+
+def run_in_folder(built_file, tmp_path, *args):
+    """Run Python in a run folder laid out as the runner does: submission.py beside reference.py."""
+    run = tmp_path / "run"
+    run.mkdir(exist_ok=True)
+    shutil.copyfile(built_file, run / "submission.py")
+    (run / "reference.py").write_text("def ref_kernel(data):\n    return 2 * data\n")
+    return subprocess.run([sys.executable, *args], cwd=run, capture_output=True, text=True, timeout=60)
+
+
+def test_header_comes_from_the_problem_record(toy, tmp_path):
+    result = build.build("toy", tmp_path / "toy.py")
+    assert result.text.splitlines()[:2] == ["#!POPCORN leaderboard toy_board_v2", "#!POPCORN gpu H100"]
+    assert result.preflight.directives == {"leaderboard": "toy_board_v2", "gpu": "H100"}
+
+
+def test_header_arguments_override_the_record(toy, tmp_path):
+    result = build.build("toy", tmp_path / "toy.py", leaderboard="toy_board_v3", gpu="A100")
+    assert result.text.splitlines()[:2] == ["#!POPCORN leaderboard toy_board_v3", "#!POPCORN gpu A100"]
+
+
+def test_without_a_record_the_header_is_the_problem_name_and_b200(toy, tmp_path):
+    (build.CASES_DIR / "toy.yml").unlink()
+    result = build.build("toy", tmp_path / "toy.py")
+    assert result.text.splitlines()[:2] == ["#!POPCORN leaderboard toy", "#!POPCORN gpu B200"]
+
+
+def test_an_unreadable_record_is_one_clear_error(toy, tmp_path):
+    (build.CASES_DIR / "toy.yml").write_text("leaderboard: toy\ntests: []\n")
+    with pytest.raises(PopkitError, match=r"toy\.yml: a problem record needs non-empty 'tests'"):
+        build.build("toy", tmp_path / "toy.py")
+    assert not (tmp_path / "toy.py").exists()
+
+
+def test_pure_python_build_compiles_nothing_and_runs_in_the_run_folder(toy, tmp_path):
+    text = build.build("toy", tmp_path / "toy.py").text
+    assert "EMBEDDED_CUDA" not in text and "CUDA." not in text
+    prerun = run_in_folder(tmp_path / "toy.py", tmp_path, "submission.py")
+    assert prerun.returncode == 0, prerun.stderr
+    assert prerun.stdout.strip() == "toy: pure Python, nothing to compile"
+    called = run_in_folder(tmp_path / "toy.py", tmp_path, "-c", "import submission; print(submission.custom_kernel(21))")
+    assert called.returncode == 0 and called.stdout.strip() == "42", called.stderr
+
+
+def test_run_folder_import_needs_the_manifest_declaration(toy, tmp_path):
+    manifest = toy / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("run_folder_imports: [reference]\n", ""))
+    with pytest.raises(PopkitError, match=r"toy/route\.py:1: imports 'reference'; .*run_folder_imports"):
+        build.build("toy", tmp_path / "toy.py")
+
+
+def test_run_folder_imports_allow_only_the_declared_names(toy, tmp_path):
+    route = toy / "route.py"
+    route.write_text("import utils\n" + route.read_text())
+    with pytest.raises(PopkitError, match=r"toy/route\.py:1: imports 'utils'"):
+        build.build("toy", tmp_path / "toy.py")
+    manifest = toy / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("[reference]", "[reference, utils]"))
+    assert "import utils" in build.build("toy", tmp_path / "toy.py").text
+    route.write_text("import numpy\n" + route.read_text())
+    with pytest.raises(PopkitError, match=r"toy/route\.py:1: imports 'numpy'"):
+        build.build("toy", tmp_path / "toy.py")
+
+
+def test_run_folder_imports_must_be_files_the_runner_places(toy, tmp_path):
+    manifest = toy / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("[reference]", "[reference, task]"))
+    with pytest.raises(PopkitError, match=r"run_folder_imports names task, which the runner does not place .*"
+                                          r"eval, reference, utils"):
+        build.build("toy", tmp_path / "toy.py")
+    (build.CASES_DIR / "toy.yml").unlink()      # no record: nothing to check against
+    build.build("toy", tmp_path / "toy.py")
+
+
+def test_cuda_parts_without_the_loader_are_refused(parts_copy, tmp_path):
+    manifest = parts_copy[0] / "eigh" / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("  - common/cuda_loader.py\n", ""))
+    with pytest.raises(PopkitError, match=r"eigh/manifest\.yml: CUDA parts need a Python part that defines CUDA"):
         build.build("eigh", tmp_path / "out.py")
 
 
