@@ -19,12 +19,14 @@ from urllib.parse import quote, urlencode
 
 import requests
 import yaml
+from urllib3.exceptions import NewConnectionError
 
 from popcorn import sse
 from popcorn.errors import PopkitError
 
 DEFAULT_API_URL = "https://site--bot--dxfjds728w5v.code.run"
 ID_HEADER = "X-Popcorn-Cli-Id"
+PENDING_KEY = "pending_cli_id"  # a new id kept beside the working one until it is confirmed
 MODES = ("test", "benchmark", "leaderboard", "profile")
 TERMINAL_JOB_STATES = ("succeeded", "failed", "timed_out", "hacked")
 RETRY_STATUSES = (502, 503, 504)
@@ -51,8 +53,31 @@ RETRY_IN = re.compile(r"try again in (\d+)\s*s", re.IGNORECASE)
 ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
 
 
+class HTTPError(PopkitError):
+    """An error reply; `status` is its HTTP status."""
+
+    def __init__(self, message: str, status: int):
+        super().__init__(message)
+        self.status = status
+
+
 class NetworkError(PopkitError):
-    """No usable reply: the server was unreachable, too slow, or the connection broke."""
+    """No usable reply: the server was unreachable, too slow, or the connection broke.
+
+    `sent` is False when no connection was ever made, so the server cannot have seen the request.
+    """
+
+    def __init__(self, message: str, sent: bool = True):
+        super().__init__(message)
+        self.sent = sent
+
+
+def never_connected(exc: requests.RequestException) -> bool:
+    """Whether the request failed before a connection existed (refused, unknown host, connect timeout)."""
+    if isinstance(exc, requests.ConnectTimeout):
+        return True
+    inner = exc.args[0] if exc.args else None           # urllib3's MaxRetryError, holding the cause
+    return isinstance(getattr(inner, "reason", inner), NewConnectionError)
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -92,13 +117,19 @@ def load_cli_id(path: Path | None = None) -> str:
 
 
 def save_cli_id(cli_id: str, path: Path | None = None) -> Path:
-    """Store the id (other keys kept), readable by the owner only, replaced atomically."""
+    """Store the id as the one in use (a pending one is dropped)."""
+    return update_config({"cli_id": cli_id, PENDING_KEY: None}, path)
+
+
+def update_config(values: dict, path: Path | None = None) -> Path:
+    """Set keys (None removes one), others kept; readable by the owner only, replaced atomically."""
     path = path or config_path()
     try:
         config = read_config(path)
     except PopkitError:
         config = {}
-    config["cli_id"] = cli_id
+    config.update(values)
+    config = {key: value for key, value in config.items() if value is not None}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as handle:
@@ -144,9 +175,11 @@ def format_wait(seconds: int) -> str:
     return " ".join(p for p in parts if p)
 
 
-def error_message(response: requests.Response) -> str:
+def error_message(response: requests.Response, has_id: bool = True) -> str:
     """One line for an HTTP error reply, naming the status and what to do where it is clear."""
     status, detail = response.status_code, error_detail(response)
+    if not has_id and (status == 401 or (status == 400 and ID_HEADER.lower() in detail.lower())):
+        return f"this needs a cli_id and none is configured ({status}: {detail}): {REGISTER_HINT}"
     if status == 401:
         return f"the server does not accept your cli_id (401: {detail}): {REGISTER_HINT}"
     label = ERROR_LABELS.get(status) or ("server error" if status >= 500 else "unexpected reply")
@@ -237,15 +270,17 @@ class Client:
                 sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 response = self.session.request(method, self.base_url + path, timeout=timeout, **kwargs)
-            except requests.Timeout:
-                failure = NetworkError(f"no reply from {self.base_url} within {timeout:g} s ({method} {path})")
+            except requests.Timeout as exc:
+                failure = NetworkError(f"no reply from {self.base_url} within {timeout:g} s ({method} {path})",
+                                       sent=not never_connected(exc))
                 continue
             except requests.RequestException as exc:
-                failure = NetworkError(f"cannot reach {self.base_url} ({method} {path}): {network_reason(exc)}")
+                failure = NetworkError(f"cannot reach {self.base_url} ({method} {path}): {network_reason(exc)}",
+                                       sent=not never_connected(exc))
                 continue
             if response.ok:
                 return response
-            failure = PopkitError(error_message(response))
+            failure = HTTPError(error_message(response, self.has_id), response.status_code)
             if response.status_code not in RETRY_STATUSES:
                 break
         raise failure
@@ -306,6 +341,8 @@ class Client:
         try:
             response = self._send("POST", url_path, timeout=60, files=self._file_part(path))
         except NetworkError as exc:
+            if not exc.sent:
+                raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
             raise NetworkError(f"{exc}; the upload may still have been accepted: "
                                f"see `popkit submissions list --leaderboard {leaderboard}`") from None
         accepted = decode_json(response, f"POST {url_path}", dict)
@@ -336,7 +373,23 @@ class Client:
     def _file_part(path: Path) -> dict:
         return {"file": (path.name, path.read_bytes())}
 
-    # registration
+    # access and registration
+
+    def join(self, code: str) -> list[str]:
+        """Redeem an invite code (closed leaderboards); the leaderboards it opened."""
+        reply = decode_json(self._send("POST", "/user/join", timeout=30, json={"code": code}),
+                            "POST /user/join", dict)
+        return [str(name) for name in reply.get("leaderboards") or []]
+
+    def id_is_valid(self) -> bool:
+        """Whether the server accepts this client's id (a 401 says it does not)."""
+        try:
+            self._get("/user/submissions", 30, list, limit=1, offset=0)
+        except HTTPError as exc:
+            if exc.status == 401:
+                return False
+            raise
+        return True
 
     def auth_init(self, provider: str) -> str:
         """A fresh id from the server, valid once the user logs in at the provider."""

@@ -1,4 +1,4 @@
-"""Leaderboard verbs: register, submit, submissions, leaderboards, gpus, ranking, fetch.
+"""Leaderboard verbs: register, join, submit, submissions, leaderboards, gpus, ranking, fetch.
 
 Thin click commands over popcorn.api (the HTTP protocol), popcorn.results (tables
 and evidence logs) and the preflight. Flags match the official popcorn CLI where
@@ -15,10 +15,12 @@ import click
 
 from popcorn import api, results
 from popcorn.errors import PopkitError
-from popcorn.preflight import preflight_file
+from popcorn.preflight import leading_directives, preflight_file
 
 POLL_S = 5.0
-HEARTBEAT_S = 60.0  # a progress line at least this often, even when nothing changed
+PROGRESS_S = 60.0  # a progress line at least this often, even when nothing changed
+RUNNER_HEARTBEAT_S = 15.0  # how often the server's worker marks a running job alive
+MISSED_HEARTBEATS = 4  # a running job whose heartbeat stands still this many periods gets a warning
 
 _output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                               help="Also write the printed result to this file.")
@@ -37,17 +39,29 @@ def register(main):
 
 def _add_register(main, fail_cleanly):
     @main.command("register")
-    @click.argument("provider", type=click.Choice(sorted(api.OAUTH)))
+    @click.argument("provider", type=click.Choice(sorted(api.OAUTH)), required=False)
     @click.option("--reset", is_flag=True, help="Move your existing account to the new id (official: reregister).")
+    @click.option("--confirm", is_flag=True, help="Switch to the new id once its login is done.")
     @fail_cleanly
-    def register_verb(provider, reset):
-        """Get a cli_id from the server and log in with PROVIDER to activate it."""
-        cli_id = api.Client().auth_init(provider)
-        path = api.save_cli_id(cli_id)
-        click.echo(f"saved a new cli_id to {path} (readable by you only)")
-        click.echo(f"to activate it, open this URL and log in with {provider} "
-                   "(the link carries your id: keep it private):")
-        click.echo(api.authorize_url(provider, cli_id, reset))
+    def register_verb(provider, reset, confirm):
+        """Get a cli_id from the server and log in with PROVIDER to activate it.
+
+        A cli_id that the server still accepts stays in use until `register --confirm`.
+        """
+        if confirm:
+            click.echo(confirm_pending_id())
+        elif provider:
+            register_new_id(provider, reset)
+        else:
+            raise click.UsageError("name a provider (discord or github), or pass --confirm")
+
+    @main.command("join")
+    @click.argument("code")
+    @fail_cleanly
+    def join(code):
+        """Redeem an invite CODE: closed leaderboards take your submissions afterwards."""
+        boards = api.Client.from_config().join(code)
+        click.echo(f"joined: {', '.join(boards)}" if boards else "code accepted (the server named no leaderboard)")
 
 
 def _add_submit(main, fail_cleanly):
@@ -130,7 +144,7 @@ def _add_listings(main, fail_cleanly):
     @main.command("leaderboards")
     @fail_cleanly
     def leaderboards():
-        """The server's leaderboards with their GPUs and deadlines."""
+        """The server's leaderboards with their access (closed boards need `join`), GPUs and deadlines."""
         click.echo(results.render_leaderboards(api.Client.from_config(require_id=False).leaderboards()))
 
     @main.command("gpus")
@@ -173,16 +187,83 @@ def _add_listings(main, fail_cleanly):
 
 # -- the steps behind the verbs --------------------------------------------------------------
 
+def register_new_id(provider: str, reset: bool) -> None:
+    """Ask the server for a new id and print its login URL; a working id is kept until --confirm."""
+    base = api.api_url()
+    if base != api.DEFAULT_API_URL:
+        click.echo(f"warning: POPCORN_API_URL is {base}, but the login URL below activates the id only on "
+                   f"the hosted server ({api.DEFAULT_API_URL}); on {base} the server's admin must mark it valid",
+                   err=True)
+    keep_current = working_id()
+    new_id = api.Client().auth_init(provider)
+    if keep_current:
+        path = api.update_config({api.PENDING_KEY: new_id})
+        click.echo(f"your current cli_id works on {base} and stays in use; the new one waits in {path}")
+        click.echo("after the login, run `popkit register --confirm` to switch to it")
+    else:
+        path = api.save_cli_id(new_id)
+        click.echo(f"saved a new cli_id to {path} (readable by you only)")
+    click.echo(f"to activate it, open this URL and log in with {provider} "
+               "(the link carries your id: keep it private):")
+    click.echo(api.authorize_url(provider, new_id, reset))
+
+
+def working_id() -> bool:
+    """Whether ~/.popcorn.yaml holds an id the server accepts."""
+    try:
+        client = api.Client.from_config()
+    except PopkitError:
+        return False
+    return client.id_is_valid()
+
+
+def confirm_pending_id() -> str:
+    """Make the id waiting since `register` the one in use, once the server accepts it."""
+    path = api.config_path()
+    pending = api.read_config(path).get(api.PENDING_KEY)
+    if not pending:
+        raise PopkitError(f"no new cli_id waits in {path}: run `popkit register discord` (or `github`) first")
+    if not api.Client(cli_id=str(pending)).id_is_valid():
+        raise PopkitError(f"{api.api_url()} does not accept the new cli_id yet: finish the login at the URL "
+                          "`popkit register` printed; your current id stays in use")
+    api.save_cli_id(str(pending), path)
+    return f"the new cli_id is confirmed and now in use ({path})"
+
+
 def preflight_target(file: Path, leaderboard: str | None, gpu: str | None) -> tuple[str, str]:
-    """Run the preflight (refusing a file that breaks a rule); the leaderboard and GPU to use."""
-    leaderboard = leaderboard.lower() if leaderboard else None
-    report = preflight_file(file, expect_leaderboard=leaderboard)
-    for prefix, lines in (("note", report.notes), ("warning", report.warnings), ("preflight", report.errors)):
+    """Run the preflight (refusing a file that breaks a rule); the leaderboard and GPU to use.
+
+    The server needs no directives, so --leaderboard and --gpu stand in for missing ones.
+    """
+    refuse_mixed_case_board(file)
+    options = {"leaderboard": leaderboard.lower() if leaderboard else None, "gpu": gpu}
+    report = preflight_file(file, expect_leaderboard=options["leaderboard"])
+    missing = [key for key in options if key not in report.directives]
+    # The preflight requires both directives; here an option can replace one (see the note below).
+    errors = [e for e in report.errors if not any(f"'#!POPCORN {key} " in e for key in missing)]
+    errors += [f"{file.name}: names no {key}: add '#!POPCORN {key} ...' to its leading comment block "
+               f"or pass --{key}" for key in missing if not options[key]]
+    for prefix, lines in (("note", report.notes), ("warning", report.warnings), ("preflight", errors)):
         for line in lines:
             click.echo(f"{prefix}: {line}", err=True)
-    if not report.ok:
-        raise PopkitError(f"{file.name} breaks {len(report.errors)} leaderboard rule(s): not uploaded")
-    return leaderboard or report.directives["leaderboard"], gpu or report.directives["gpu"]
+    if errors:
+        raise PopkitError(f"{file.name} breaks {len(errors)} leaderboard rule(s): not uploaded")
+    if missing:
+        used = ", ".join(f"--{key} {options[key]}" for key in missing)
+        click.echo(f"note: {file.name} has no {' or '.join(missing)} directive: using {used}", err=True)
+    return options["leaderboard"] or report.directives["leaderboard"], options["gpu"] or report.directives["gpu"]
+
+
+def refuse_mixed_case_board(file: Path) -> None:
+    """The URL carries the board in lowercase and the server rejects a directive that differs from it."""
+    try:
+        text = file.read_bytes().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return  # the preflight reports these
+    board = leading_directives(text).get("leaderboard")
+    if board and board != board.lower():
+        raise PopkitError(f"{file.name}: '#!POPCORN leaderboard {board}' must be lowercase ({board.lower()!r}): "
+                          "the server looks the board up in lowercase and rejects a directive that differs")
 
 
 def upload(client: api.Client, file: Path, leaderboard: str, gpu: str, mode: str) -> int:
@@ -200,16 +281,34 @@ def upload(client: api.Client, file: Path, leaderboard: str, gpu: str, mode: str
 
 
 class Progress:
-    """Prints '[elapsed] status; queue' when it changes, and at least every HEARTBEAT_S."""
+    """Prints '[elapsed] status; queue' when it changes, and at least every PROGRESS_S; warns once
+    when a running job's heartbeat stands still (a restarted server leaves such jobs behind)."""
 
-    def __init__(self):
+    def __init__(self, submission_id: int):
+        self.submission_id = submission_id
         self.last_text, self.last_s = None, -math.inf
+        self.beat, self.beat_s, self.warned = None, 0.0, False
 
     def __call__(self, elapsed_s: float, submission: dict) -> None:
         text = results.describe_progress(submission)
-        if text != self.last_text or elapsed_s - self.last_s >= HEARTBEAT_S:
+        if text != self.last_text or elapsed_s - self.last_s >= PROGRESS_S:
             click.echo(f"[{elapsed_s:5.0f}s] {text}", err=True)
             self.last_text, self.last_s = text, elapsed_s
+        self.watch_heartbeat(elapsed_s, submission.get("job") or {})
+
+    def watch_heartbeat(self, elapsed_s: float, job: dict) -> None:
+        # Timed on this machine's clock, from the first poll that saw the heartbeat: no clock skew.
+        beat = job.get("last_heartbeat")
+        if job.get("status") != "running" or beat != self.beat:
+            self.beat, self.beat_s, self.warned = beat, elapsed_s, False
+            return
+        silent_s = elapsed_s - self.beat_s
+        if not self.warned and silent_s >= MISSED_HEARTBEATS * RUNNER_HEARTBEAT_S:
+            click.echo(f"warning: submission {self.submission_id} has had no heartbeat for {silent_s:.0f} s "
+                       f"(a running job sends one every {RUNNER_HEARTBEAT_S:g} s): the server may have restarted "
+                       "and the job may never finish. Ctrl-C stops following (not the job); "
+                       f"`popkit submissions show {self.submission_id}` looks again later", err=True)
+            self.warned = True
 
 
 def follow(client: api.Client, submission_id: int, run_mode: str | None, interval_s: float,
@@ -217,7 +316,7 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
     """Poll to the end, save the raw reply, log and print the result; True when all passed."""
     resume = f"popkit submissions wait {submission_id}"
     try:
-        data, raw = client.wait(submission_id, interval_s=interval_s, on_poll=Progress())
+        data, raw = client.wait(submission_id, interval_s=interval_s, on_poll=Progress(submission_id))
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; submission {submission_id} goes on on the server. Resume with: {resume}",
                    err=True)
@@ -227,7 +326,8 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
     raw_path = results.save_raw(raw, f"{submission_id}.json")
     outcome = results.parse_submission(data)
     run_mode = run_mode or outcome.run_mode
-    results.log_outcome(outcome, run_mode, raw_path)
+    if results.log_outcome(outcome, run_mode, raw_path) is None:
+        click.echo(f"submission {submission_id} is already in the evidence log: not logged again", err=True)
     failures = outcome.failures(run_mode)
     verdict = "FAIL: " + "; ".join(failures) if failures else "PASS"
     emit(f"{results.render_outcome(outcome)}\n\n{verdict}", output)
@@ -246,10 +346,11 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
 
     raw = client.submit_profile(leaderboard, gpu, file, on_status=show_status)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    runs = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}")
-    ok = bool(runs) and all(run.passed for run in runs)
-    emit(f"{results.render_profile(runs)}\n\n{'PASS' if ok else 'FAIL'}", output)
-    return ok
+    result = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}",
+                                  results.problem_of(leaderboard))
+    emit(f"{results.render_profile(result)}\n\n{'PASS' if result.ok else 'FAIL'}", output)
+    click.echo(f"profile result saved in {result.directory}", err=True)
+    return result.ok
 
 
 def my_user_id(client: api.Client, leaderboard: str) -> str | None:

@@ -16,14 +16,17 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.problems import ProblemError, parse_spec, short_spec
+from checks.problems import Problem, ProblemError, known_problems, load_problem, parse_spec, short_spec
 from popcorn.errors import PopkitError
-from popcorn.logs import DEFAULT_LOG, append_record, case_geomean, new_record
+from popcorn.logs import DEFAULT_LOG, append_record, case_geomean, new_record, read_records
 from popcorn.tables import fmt_us, render_table
 
 NS_PER_US = 1000.0
 TIMINGS = (("mean_us", "mean"), ("err_us", "err"), ("best_us", "best"), ("worst_us", "worst"))
-CASE_KEYS = ("spec", "status", "error", "runs") + tuple(key for _, key in TIMINGS)
+CASE_KEYS = ("spec", "status", "error", "runs", "report") + tuple(key for _, key in TIMINGS)
+STOPPED_WHY = "a crash or a timeout"
+NO_LOG = "the server does not return its log"  # GET /user/submissions/{id} has no stdout or stderr
+REPORT_ALTCHARS = b"+*"  # eval.py's base64 alphabet for profiler reports ('*' for '/')
 # The columns of check/bench tables (checks.runner.results_table), plus best and worst.
 CASE_HEADERS = ["case", "status", "mean us", "err us", "runs", "best us", "worst us", "error"]
 
@@ -39,28 +42,67 @@ def number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def spec_of(text: str) -> dict:
+def problem_of(leaderboard: str) -> Problem | None:
+    """popkit's record of the problem a leaderboard serves, when it has one (it checks the specs)."""
+    if leaderboard not in known_problems():
+        return None
     try:
-        return parse_spec(text)
+        return load_problem(leaderboard)
+    except ProblemError:
+        return None
+
+
+def spec_of(text: str, problem: Problem | None = None) -> dict:
+    try:
+        return parse_spec(text, problem)
     except ProblemError:
         return {"raw": text}
 
 
-def parse_cases(result: dict, kind: str) -> list[dict]:
+def case_lines(result: dict, kind: str, i: int) -> dict:
+    """The lines of case i (keys without the 'kind.i.' prefix)."""
+    return {key: result.get(f"{kind}.{i}.{key}") for key in CASE_KEYS}
+
+
+def reported(lines: dict) -> bool:
+    """Whether the harness wrote anything about the case beyond its spec."""
+    return any(lines[key] is not None for key in ("status", "mean", "report"))
+
+
+def parse_cases(result: dict, kind: str, problem: Problem | None = None, unreported_status: str | None = None,
+                reported_only: bool = False) -> list[dict]:
     """The 'test' or 'benchmark' cases of one run's result dict, as evidence-log cases."""
     count = int(number(result.get(f"{kind}-count")) or 0)
-    return [case_from({key: result.get(f"{kind}.{i}.{key}") for key in CASE_KEYS}) for i in range(count)]
+    lines = (case_lines(result, kind, i) for i in range(count))
+    return [case_from(entry, problem, unreported_status) for entry in lines if reported(entry) or not reported_only]
 
 
-def case_from(lines: dict) -> dict:
-    """One case from its lines (keys without the 'kind.i.' prefix); unreported cases fail."""
+def case_from(lines: dict, problem: Problem | None = None, unreported_status: str | None = None) -> dict:
+    """One case from its lines. A case without a status or timings takes unreported_status (a
+    profile run reports neither: its verdict is the run's `check`); without one it fails."""
     timings = {name: _us(lines[key]) for name, key in TIMINGS}
-    reported = lines["status"] or ("pass" if timings["mean_us"] is not None else None)
-    status = "pass" if reported == "pass" else "fail"
-    error = None if status == "pass" else lines["error"] or (None if reported else "no result reported")
+    said = lines["status"] or ("pass" if timings["mean_us"] is not None else unreported_status)
+    status = "pass" if said == "pass" else "fail"
+    error = None if status == "pass" else lines["error"] or (None if said else "no result reported")
     runs = number(lines["runs"])
-    return {"spec": spec_of(lines["spec"] or ""), "status": status, "error": error, **timings,
+    return {"spec": spec_of(lines["spec"] or "", problem), "status": status, "error": error, **timings,
             "runs": None if runs is None else int(runs), "baseline_us": None, "residuals": {}}
+
+
+def stop_reason(result: dict, problem: Problem | None = None, why: str = STOPPED_WHY) -> str | None:
+    """What a run that never wrote its closing `check` line left: 'produced no results (why)' or
+    'stopped after 3 of 12 cases, during case X (why)'; None when the run finished."""
+    if "check" in result:
+        return None
+    kind = "benchmark" if "benchmark-count" in result else "test"
+    count = int(number(result.get(f"{kind}-count")) or 0)
+    lines = [case_lines(result, kind, i) for i in range(count)]
+    done = sum(map(reported, lines))
+    text = f"stopped after {done} of {count} cases" if done else "produced no results"
+    current = next((entry for entry in lines if entry["spec"] and not reported(entry)), None)
+    if current:
+        text += f", during case {case_label(spec_of(current['spec'], problem))}"
+    return f"{text} ({why})"
 
 
 def _us(ns) -> float | None:
@@ -97,6 +139,7 @@ class Run:
     score_s: float | None
     tests: list[dict] = field(default_factory=list)
     benchmarks: list[dict] = field(default_factory=list)
+    stopped: str | None = None  # stop_reason() of a run that ended early
 
     @property
     def label(self) -> str:
@@ -147,8 +190,9 @@ class Outcome:
         if self.job_status not in (None, "succeeded"):
             problems.append(f"job {self.job_status}" + (f": {self.job_error}" if self.job_error else ""))
         if not self.runs:
-            problems.append("no runs were stored (the runner itself failed)")
-        problems += [f"{run.label} run on {run.gpu} did not pass" for run in self.runs if not run.passed]
+            problems.append("no runs were stored" + (" (the runner itself failed)" if not problems else ""))
+        problems += [f"{run.label} run on {run.gpu} {run.stopped or 'did not pass'}"
+                     for run in self.runs if not run.passed]
         if problems:
             return problems
         required = {(mode, False), (mode, True)} if mode == "leaderboard" else {(mode, False)}
@@ -157,15 +201,22 @@ class Outcome:
 
 
 def parse_submission(data: dict) -> Outcome:
+    leaderboard = str(data.get("leaderboard_name") or "?")
+    problem = problem_of(leaderboard)
     runs = []
     for raw in data.get("runs") or []:
-        result = raw.get("result") if isinstance(raw.get("result"), dict) else {}
+        passed = bool(raw.get("passed"))
+        # The server sends `result` only for public test and benchmark runs: without one, nothing is known.
+        result = raw.get("result") if isinstance(raw.get("result"), dict) else None
+        stopped = None if passed or result is None else stop_reason(result, problem, f"{STOPPED_WHY}; {NO_LOG}")
+        result = result or {}
+        tests, benchmarks = (parse_cases(result, kind, problem, reported_only=stopped is not None)
+                             for kind in ("test", "benchmark"))
         runs.append(Run(mode=str(raw.get("mode")), secret=bool(raw.get("secret")),
-                        gpu=str(raw.get("runner") or "?"), passed=bool(raw.get("passed")),
-                        score_s=number(raw.get("score")),
-                        tests=parse_cases(result, "test"), benchmarks=parse_cases(result, "benchmark")))
+                        gpu=str(raw.get("runner") or "?"), passed=passed, score_s=number(raw.get("score")),
+                        tests=tests, benchmarks=benchmarks, stopped=stopped))
     job = data.get("job") or {}
-    return Outcome(submission_id=data.get("id"), leaderboard=str(data.get("leaderboard_name") or "?"),
+    return Outcome(submission_id=data.get("id"), leaderboard=leaderboard,
                    file_name=str(data.get("file_name") or "?"), code=str(data.get("code") or ""),
                    job_status=job.get("status"), job_error=job.get("error"), runs=runs)
 
@@ -193,6 +244,8 @@ def render_outcome(outcome: Outcome) -> str:
                 geomean = case_geomean(cases) if kind == "benchmarks" else None
                 if geomean is not None:
                     lines.append(f"geomean {geomean:,.1f} us")
+        if run.stopped:
+            lines += ["", f"{run.label} on {run.gpu}: the run {run.stopped}"]
     for secret in (False, True):
         score = outcome.score_s(secret)
         if score is not None:
@@ -219,10 +272,15 @@ def _us_from_s(score) -> str | None:
 
 
 def render_leaderboards(boards: list[dict]) -> str:
-    rows = [[b.get("name"), ", ".join(b.get("gpu_types") or []), str(b.get("deadline") or "")[:10] or None,
+    """One row per board; closed boards (visibility 'closed') are marked, with how to get in."""
+    rows = [[b.get("name"), "closed" if b.get("visibility") == "closed" else "open",
+             ", ".join(b.get("gpu_types") or []), str(b.get("deadline") or "")[:10] or None,
              _clip(str(b.get("description") or "").strip().split("\n")[0], 60)]
             for b in sorted(boards, key=lambda b: str(b.get("name")))]
-    return render_table(["leaderboard", "gpus", "deadline", "description"], rows)
+    table = render_table(["leaderboard", "access", "gpus", "deadline", "description"], rows)
+    if any(row[1] == "closed" for row in rows):
+        table += "\nclosed: submissions need an invite code first (`popkit join CODE`)"
+    return table
 
 
 def render_submission_list(submissions: list[dict]) -> str:
@@ -291,9 +349,12 @@ def save_raw(raw: bytes, name: str, directory: Path | None = None) -> Path:
     return write_atomic((directory or log_dir() / "leaderboard") / name, raw)
 
 
-def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path | None = None) -> dict:
-    """Append the submission's per-case numbers to the evidence log; the record."""
+def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path | None = None) -> dict | None:
+    """Append the submission's per-case numbers to the evidence log; the record, or None when the
+    log already holds this submission (one record per submission, however often it is followed)."""
     log_path = Path(log_path or log_dir() / "performance.jsonl")
+    if outcome.submission_id is not None and is_logged(outcome.leaderboard, outcome.submission_id, log_path):
+        return None
     cases = outcome.cases
     record = new_record(
         outcome.leaderboard, "leaderboard", gpu=outcome.gpu, cases=cases, geomean_us=case_geomean(cases),
@@ -305,6 +366,12 @@ def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path 
     return record
 
 
+def is_logged(leaderboard: str, submission_id: int, log_path: Path) -> bool:
+    records, _ = read_records(log_path)
+    return any(r.get("mode") == "leaderboard" and r.get("problem") == leaderboard
+               and r.get("submission_id") == submission_id for r in records)
+
+
 # -- profile runs (event stream) -------------------------------------------------------------
 
 @dataclass
@@ -312,11 +379,24 @@ class ProfileRun:
     label: str
     passed: bool
     cases: list[dict]
+    reports: list[str]       # the decoded profiler reports, one per case that has one
     files: list[Path]
+    error: str | None = None
 
 
-def save_profile(raw: str, directory: Path) -> list[ProfileRun]:
-    """Save a profile result (raw JSON first), its reports and trace archives; one entry per run."""
+@dataclass
+class ProfileResult:
+    directory: Path
+    runs: list[ProfileRun]
+    failures: list[str]      # runner failures: the error text of each result that did not succeed
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.runs) and not self.failures and all(run.passed for run in self.runs)
+
+
+def save_profile(raw: str, directory: Path, problem: Problem | None = None) -> ProfileResult:
+    """Save a profile result (raw JSON first), its summaries, reports and trace archives."""
     write_atomic(directory / "result.json", raw.encode())
     try:
         data = json.loads(raw)
@@ -324,22 +404,30 @@ def save_profile(raw: str, directory: Path) -> list[ProfileRun]:
         raise PopkitError(f"the profile result is not JSON (saved as {directory / 'result.json'})") from None
     for i, report in enumerate(data.get("reports") or []):
         write_atomic(directory / f"report{i}.md", str(report).encode())
-    runs = []
+    runs, failures = [], []
     for i, full in enumerate(data.get("results") or []):
+        if not full.get("success"):
+            failures.append(f"result{i}: the runner failed: {full.get('error') or 'it gave no error text'}")
         for key, entry in (full.get("runs") or {}).items():
             if key.startswith("profile"):
-                runs.append(_save_profile_run(f"result{i}_{key}", full, entry, directory))
-    return runs
+                runs.append(_save_profile_run(f"result{i}_{key}", entry, directory, problem))
+    if not runs and not failures:
+        failures.append("the result holds no profile runs")
+    return ProfileResult(directory, runs, failures)
 
 
-def _save_profile_run(name: str, full: dict, entry: dict, directory: Path) -> ProfileRun:
+def _save_profile_run(name: str, entry: dict, directory: Path, problem: Problem | None) -> ProfileRun:
     run = entry.get("run") or {}
     result = run.get("result") or {}
+    passed = bool(run.get("passed"))
+    stopped = None if passed else stop_reason(result, problem)
+    cases = parse_cases(result, "benchmark", problem, unreported_status=result.get("check"),
+                        reported_only=bool(stopped))
+    count = int(number(result.get("benchmark-count")) or 0)
+    reports = [decode_report(result[key]) for key in (f"benchmark.{i}.report" for i in range(count)) if key in result]
     files = []
-    reports = [value for key, value in sorted(result.items()) if key.endswith(".report")]
     if reports:
-        files.append(write_atomic(directory / f"{name}_report.txt",
-                                  "\n".join(_b64_text(r) for r in reports).encode()))
+        files.append(write_atomic(directory / f"{name}_report.txt", "\n\n".join(reports).encode()))
     trace = (entry.get("profile") or {}).get("trace")
     if trace:
         try:
@@ -348,23 +436,39 @@ def _save_profile_run(name: str, full: dict, entry: dict, directory: Path) -> Pr
             raise PopkitError(f"{name}: the trace archive is not base64 "
                               f"(the raw result is in {directory / 'result.json'})") from None
         files.append(write_atomic(directory / f"{name}.zip", archive))
-    passed = bool(full.get("success")) and bool(run.get("passed"))
-    return ProfileRun(name, passed, parse_cases(result, "benchmark"), files)
+    return ProfileRun(name, passed, cases, reports, files, None if passed else _run_error(run, stopped))
 
 
-def _b64_text(value: str) -> str:
+def _run_error(run: dict, stopped: str | None) -> str:
+    """Why a profile run failed: how it ended, its exit code and the end of its stderr."""
+    parts = [stopped] if stopped else []
+    if run.get("exit_code") not in (None, 0):
+        parts.append(f"exit code {run['exit_code']}")
+    tail = [line for line in str(run.get("stderr") or "").splitlines() if line.strip()][-1:]
+    parts += [f"stderr: {line.strip()}" for line in tail]
+    return "; ".join(parts) or "the run did not pass"
+
+
+def decode_report(value: str) -> str:
+    """A profiler report as eval.py writes it (base64 with '+*' as the last two characters); the
+    text itself when it is not base64."""
     try:
-        return base64.b64decode(value).decode("utf-8", errors="replace")
+        return base64.b64decode(value, altchars=REPORT_ALTCHARS, validate=True).decode("utf-8", errors="replace")
     except (binascii.Error, ValueError):
         return value
 
 
-def render_profile(runs: list[ProfileRun]) -> str:
-    if not runs:
-        return "no profile runs in the result"
-    lines = []
-    for run in runs:
-        lines += [f"{run.label}: {'passed' if run.passed else 'FAILED'}", render_cases(run.cases)]
-        lines += [f"saved {path}" for path in run.files]
-        lines.append("")
-    return "\n".join(lines).rstrip()
+def render_profile(result: ProfileResult) -> str:
+    """Per run: verdict, cases, the decoded reports (as the official client prints them), saved files."""
+    lines = [f"error: {failure}" for failure in result.failures]
+    for run in result.runs:
+        lines += ["", f"=== {run.label}: {'passed' if run.passed else 'FAILED'} ==="]
+        if run.error:
+            lines.append(f"error: {run.error}")
+        for case in run.cases:
+            lines.append(f"case {case_label(case['spec'])}: {case['status']}"
+                         + (f" ({_clip(case['error'])})" if case["error"] else ""))
+        for report in run.reports:
+            lines += ["", report.rstrip()]
+        lines += [""] + [f"saved {path}" for path in run.files]
+    return "\n".join(lines).strip()

@@ -212,13 +212,78 @@ def test_unreachable_server(sleeps):
     assert len(sleeps) == 2
 
 
-def test_submit_cut_off_by_the_network_says_it_may_have_landed(tmp_path, sleeps):
+def test_submit_cut_off_after_sending_says_it_may_have_landed(httpserver, tmp_path, sleeps):
     source = tmp_path / "s.py"
     source.write_text("x = 1\n")
+
+    def slow(request):
+        time.sleep(0.5)
+        return Response("{}", status=202, content_type="application/json")
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_handler(slow)
     with pytest.raises(api.NetworkError, match="may still have been accepted: see `popkit submissions list "
                                                 "--leaderboard qr_v2`"):
-        api.Client("http://127.0.0.1:9", CLI_ID).submit("qr_v2", "B200", "test", source)
+        api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.1).submit("qr_v2", "B200", "test", source)
     assert sleeps == []
+
+
+def test_submit_that_never_connected_says_nothing_was_uploaded(tmp_path, sleeps):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    with pytest.raises(api.NetworkError) as info:
+        api.Client("http://127.0.0.1:9", CLI_ID).submit("qr_v2", "B200", "test", source)
+    assert str(info.value) == ("cannot reach http://127.0.0.1:9 (POST /submission/qr_v2/B200/test): "
+                               "Connection refused; nothing was uploaded")
+    assert sleeps == []
+
+
+def test_without_an_id_a_401_says_none_is_configured(httpserver):
+    httpserver.expect_request("/gpus/closed_board").respond_with_json(
+        {"detail": "Invalid or unauthorized auth header"}, status=401)
+    with pytest.raises(PopkitError) as info:
+        api.Client(httpserver.url_for("/")).gpus("closed_board")
+    assert str(info.value) == ("this needs a cli_id and none is configured (401: Invalid or unauthorized auth "
+                               f"header): {api.REGISTER_HINT}")
+    assert "does not accept your cli_id" not in str(info.value)
+
+
+# -- access ----------------------------------------------------------------------------------
+
+def test_join_posts_the_code_with_the_id(httpserver, client):
+    httpserver.expect_request("/user/join", method="POST", headers={api.ID_HEADER: CLI_ID},
+                              json={"code": "INVITE-42"}).respond_with_json(
+        {"status": "ok", "leaderboards": ["closed_qr"]})
+    assert client.join("INVITE-42") == ["closed_qr"]
+
+
+def test_join_with_a_bad_code_is_one_line(httpserver, client):
+    httpserver.expect_request("/user/join", method="POST").respond_with_json(
+        {"detail": "Invalid or expired invite code"}, status=400)
+    with pytest.raises(PopkitError, match=r"^rejected by the server \(400\): Invalid or expired invite code$"):
+        client.join("nope")
+    assert len(httpserver.log) == 1
+
+
+@pytest.mark.parametrize("status, valid", [(200, True), (401, False)])
+def test_id_is_valid_asks_an_authenticated_endpoint(httpserver, client, status, valid):
+    httpserver.expect_request("/user/submissions", query_string="limit=1&offset=0",
+                              headers={api.ID_HEADER: CLI_ID}).respond_with_json(
+        [] if status == 200 else {"detail": "Invalid or unauthorized auth header"}, status=status)
+    assert client.id_is_valid() is valid
+
+
+def test_id_is_valid_passes_other_errors_on(httpserver, client):
+    httpserver.expect_request("/user/submissions").respond_with_json({"detail": "db down"}, status=500)
+    with pytest.raises(PopkitError, match="server error"):
+        client.id_is_valid()
+
+
+def test_update_config_sets_and_removes_keys(tmp_path):
+    path = tmp_path / ".popcorn.yaml"
+    path.write_text("cli_id: old\n")
+    api.update_config({api.PENDING_KEY: "new"}, path)
+    assert api.read_config(path) == {"cli_id": "old", api.PENDING_KEY: "new"}
+    api.save_cli_id("new", path)
+    assert api.read_config(path) == {"cli_id": "new"}
 
 
 # -- following a submission ------------------------------------------------------------------

@@ -64,11 +64,11 @@ def run(mode, passed=True, secret=False, score=None, result=None):
             "secret": secret, "runner": "B200", "score": score, "passed": passed, "result": result}
 
 
-def submission(status, runs=(), done=None, error=None, sid=7):
+def submission(status, runs=(), done=None, error=None, sid=7, heartbeat=None):
     return {"id": sid, "leaderboard_id": 3, "leaderboard_name": "qr_v2", "file_name": "submission.py",
             "user_id": "42", "submission_time": "2026-06-20T10:00:01Z", "code": SOURCE,
             "done": status in api.TERMINAL_JOB_STATES if done is None else done, "runs": list(runs),
-            "job": {"status": status, "error": error, "last_heartbeat": None}, "runner_queue": QUEUE}
+            "job": {"status": status, "error": error, "last_heartbeat": heartbeat}, "runner_queue": QUEUE}
 
 
 def serve_submission(httpserver, final, mode="test", sid=7):
@@ -187,7 +187,8 @@ def test_flags_override_the_directives(httpserver, home):
 
 @pytest.mark.parametrize("source, flags, complaint", [
     (SOURCE + "# upstream\n", [], "banned word 'stream'"),
-    ("import torch\n", [], "missing '#!POPCORN leaderboard"),
+    ("import torch\n", ["--gpu", "B200"], "submission.py: names no leaderboard: add '#!POPCORN leaderboard ...' "
+                                          "to its leading comment block or pass --leaderboard"),
     (SOURCE, ["--leaderboard", "eigh"], "directive says leaderboard 'qr_v2', expected 'eigh'"),
 ])
 def test_preflight_failures_are_never_uploaded(httpserver, home, tmp_path, source, flags, complaint):
@@ -196,6 +197,27 @@ def test_preflight_failures_are_never_uploaded(httpserver, home, tmp_path, sourc
     assert result.exit_code == 1
     assert complaint in result.stderr and "not uploaded" in result.stderr
     assert httpserver.log == []
+
+
+@pytest.mark.parametrize("flags", [[], ["--leaderboard", "qr_v2"]])
+def test_mixed_case_board_directive_is_refused_in_one_line(httpserver, home, tmp_path, flags):
+    (tmp_path / "submission.py").write_text(SOURCE.replace("leaderboard qr_v2", "leaderboard QR_v2"))
+    result = popkit("submit", "submission.py", *flags)
+    assert result.exit_code == 1
+    assert result.stderr == ("error: submission.py: '#!POPCORN leaderboard QR_v2' must be lowercase ('qr_v2'): "
+                             "the server looks the board up in lowercase and rejects a directive that differs\n")
+    assert httpserver.log == []
+
+
+def test_file_without_directives_is_submitted_with_the_options(httpserver, home, tmp_path):
+    (tmp_path / "plain.py").write_text("import torch\n\n\ndef custom_kernel(data):\n    return data\n")
+    serve_submission(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submit", "plain.py", "--leaderboard", "qr_v2", "--gpu", "B200", "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert ("note: plain.py has no leaderboard or gpu directive: using --leaderboard qr_v2, --gpu B200"
+            in result.stderr)
+    assert "preflight:" not in result.stderr
+    assert httpserver.log[0][0].files["file"].read().startswith(b"import torch")
 
 
 def test_output_file_gets_the_printed_result(httpserver, home, tmp_path):
@@ -252,11 +274,22 @@ def test_unreachable_server(home, monkeypatch, sleeps):
                                      "Connection refused")
 
 
-def test_upload_cut_off_points_to_the_submission_list(home, monkeypatch):
+def test_refused_connection_says_nothing_was_uploaded(home, monkeypatch):
     monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
     result = popkit("submit", "submission.py")
     assert result.exit_code == 1
-    assert "may still have been accepted: see `popkit submissions list --leaderboard qr_v2`" in result.stderr
+    assert result.stderr.splitlines()[-1] == ("error: cannot reach http://127.0.0.1:9 (POST /submission/qr_v2/B200/"
+                                              "test): Connection refused; nothing was uploaded")
+
+
+def test_without_a_config_a_401_says_there_is_no_cli_id(httpserver, home):
+    (home / ".popcorn.yaml").unlink()
+    httpserver.expect_request("/gpus/closed_qr").respond_with_json(
+        {"detail": "Invalid or unauthorized auth header"}, status=401)
+    result = popkit("gpus", "closed_qr")
+    assert result.exit_code == 1
+    assert result.stderr == ("error: this needs a cli_id and none is configured (401: Invalid or unauthorized "
+                             f"auth header): {api.REGISTER_HINT}\n")
 
 
 # -- interrupted and resumed -----------------------------------------------------------------
@@ -281,6 +314,54 @@ def test_wait_resumes_and_logs_like_submit(httpserver, home, tmp_path):
     assert "PASS" in result.stdout
     [record] = logged(tmp_path)
     assert record["run_mode"] == "leaderboard" and record["public_score_s"] == pytest.approx(0.0001)
+
+
+def test_wait_on_a_finished_job_logs_it_once(httpserver, home, tmp_path):
+    serve_polls(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    first = popkit("submissions", "wait", 7)
+    again = popkit("submissions", "wait", 7)
+    assert first.exit_code == again.exit_code == 0
+    assert [r["submission_id"] for r in logged(tmp_path)] == [7]
+    assert "submission 7 is already in the evidence log: not logged again" in again.stderr
+    assert "already" not in first.stderr
+
+
+# -- runs that crash, jobs that stall --------------------------------------------------------
+
+def test_crashed_run_says_it_produced_no_results(httpserver, home):
+    crashed = {"test-count": "2", "test.0.spec": "batch: 2; n: 8; cond: 1; seed: 1"}
+    serve_submission(httpserver, submission("succeeded", [run("test", passed=False, result=crashed)]))
+    result = popkit("submit", "submission.py", "--poll-interval", 0)
+    assert result.exit_code == 1
+    assert "no result reported" not in result.stdout
+    assert ("FAIL: test run on B200 produced no results, during case 2x8 dense c1 (a crash or a timeout; "
+            "the server does not return its log)") in result.stdout
+
+
+@pytest.fixture
+def clock(monkeypatch):
+    """A fake clock for the poller: each pause moves it on."""
+    now = [0.0]
+    monkeypatch.setattr(api, "monotonic", lambda: now[0])
+    monkeypatch.setattr(api, "sleep", lambda seconds: now.__setitem__(0, now[0] + seconds))
+    return now
+
+
+def test_stale_heartbeat_is_warned_about_once(httpserver, home, clock):
+    stalled = [submission("running", heartbeat="2026-06-20T10:00:20Z")] * 20
+    serve_polls(httpserver, submission("pending"), *stalled, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submissions", "wait", 7, "--poll-interval", 5)
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("warning:") == 1
+    assert ("warning: submission 7 has had no heartbeat for 60 s (a running job sends one every 15 s): "
+            "the server may have restarted") in result.stderr
+
+
+def test_moving_heartbeat_gives_no_warning(httpserver, home, clock):
+    beating = [submission("running", heartbeat=f"2026-06-20T10:{i:02d}:00Z") for i in range(20)]
+    serve_polls(httpserver, *beating, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submissions", "wait", 7, "--poll-interval", 5)
+    assert result.exit_code == 0 and "warning" not in result.stderr
 
 
 def test_polling_retries_gateway_errors(httpserver, home, tmp_path, sleeps):
@@ -312,15 +393,19 @@ def test_polling_failures_say_how_to_resume(httpserver, home, tmp_path, status, 
 
 # -- profile over the event stream -----------------------------------------------------------
 
-def profile_result(passed=True):
-    report = base64.b64encode(b"Nsight Compute: qr_kernel 12.3 us").decode()
+REPORT = "Nsight Compute: qr_kernel 12.3 us; dram??? 1.2 TB/s"
+
+
+def profile_result(passed=True, success=True, error=""):
+    """A profile result as the server sends it: spec and report only, no timings (eval.py's profile mode)."""
+    report = base64.b64encode(REPORT.encode(), b"+*").decode()
+    runs = {"profile.0": {"run": {"passed": passed, "result": {
+        "benchmark-count": "1", "benchmark.0.spec": "batch: 20; n: 32; cond: 1; seed: 43214",
+        "benchmark.0.report": report, "check": "pass" if passed else "fail"}},
+        "profile": {"profiler": "Nsight-Compute", "trace": base64.b64encode(b"PK\x03\x04trace").decode(),
+                    "download_url": None}}}
     return json.dumps({"status": "success", "reports": ["**B200 on Modal ✅ success**"], "results": [{
-        "success": True, "error": "", "system": {"gpu": "NVIDIA B200"},
-        "runs": {"profile.0": {"run": {"passed": passed, "result": {
-            "benchmark-count": "1", "benchmark.0.spec": "batch: 20; n: 32; cond: 1; seed: 43214",
-            "benchmark.0.mean": "48211.7", "benchmark.0.report": report, "check": "pass" if passed else "fail"}},
-            "profile": {"profiler": "Nsight-Compute", "trace": base64.b64encode(b"PK\x03\x04trace").decode(),
-                        "download_url": None}}}}]})
+        "success": success, "error": error, "system": {"gpu": "NVIDIA B200"}, "runs": runs if success else {}}]})
 
 
 def serve_stream(httpserver, *frames):
@@ -340,9 +425,13 @@ def test_profile_saves_report_and_trace(httpserver, home, tmp_path):
     [folder] = (tmp_path / "logs" / "leaderboard").iterdir()
     assert folder.name.startswith("profile-")
     assert (folder / "result0_profile.0.zip").read_bytes() == b"PK\x03\x04trace"
-    assert (folder / "result0_profile.0_report.txt").read_text() == "Nsight Compute: qr_kernel 12.3 us"
+    assert (folder / "result0_profile.0_report.txt").read_text() == REPORT
     assert json.loads((folder / "result.json").read_text())["status"] == "success"
-    assert "result0_profile.0: passed" in result.stdout and "48.2" in result.stdout
+    assert "result0_profile.0: passed" in result.stdout and "case 20x32 dense c1: pass" in result.stdout
+    assert REPORT in result.stdout and "no result reported" not in result.stdout
+    assert f"saved {folder / 'result0_profile.0_report.txt'}" in result.stdout
+    assert f"profile result saved in {folder}" in result.stderr
+    assert result.stdout.rstrip().endswith("PASS")
     assert_id_never_shown(result, tmp_path)
 
 
@@ -350,6 +439,15 @@ def test_profile_failures(httpserver, home):
     serve_stream(httpserver, f"event: result\ndata: {profile_result(passed=False)}\n\n")
     result = popkit("submit", "submission.py", "--mode", "profile")
     assert result.exit_code == 1 and "FAIL" in result.stdout
+
+
+def test_profile_runner_failure_shows_the_runners_error(httpserver, home):
+    failed = profile_result(success=False, error="Modal: function timed out after 600 s")
+    serve_stream(httpserver, f"event: result\ndata: {failed}\n\n")
+    result = popkit("submit", "submission.py", "--mode", "profile")
+    assert result.exit_code == 1
+    assert "error: result0: the runner failed: Modal: function timed out after 600 s" in result.stdout
+    assert "no profile runs" not in result.stdout
 
 
 def test_profile_error_event(httpserver, home):
@@ -363,22 +461,100 @@ def test_profile_error_event(httpserver, home):
 
 # -- registration ----------------------------------------------------------------------------
 
+NEW_ID = "9d2a4c1e-new-id"
+
+
+def serve_auth(httpserver, valid_ids):
+    """/auth/init hands out NEW_ID; /user/submissions accepts exactly the ids in valid_ids (a list, editable)."""
+    httpserver.expect_request("/auth/init", query_string="provider=github").respond_with_json({"state": NEW_ID})
+
+    def user_submissions(request):
+        if request.headers.get(api.ID_HEADER) in valid_ids:
+            return Response("[]", content_type="application/json")
+        return Response('{"detail": "Invalid or unauthorized auth header"}', status=401,
+                        content_type="application/json")
+    httpserver.expect_request("/user/submissions").respond_with_handler(user_submissions)
+
+
 def test_register_saves_the_new_id_privately_and_prints_the_login_url(httpserver, home):
     (home / ".popcorn.yaml").unlink()
-    new_id = "9d2a4c1e-new-id"
-    httpserver.expect_request("/auth/init", query_string="provider=github").respond_with_json({"state": new_id})
+    serve_auth(httpserver, [])
     result = popkit("register", "github")
     assert result.exit_code == 0, result.output
     path = home / ".popcorn.yaml"
-    assert api.load_cli_id(path) == new_id
+    assert api.read_config(path) == {"cli_id": NEW_ID}
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert "https://github.com/login/oauth/authorize?client_id=" in result.stdout
-    assert new_id not in result.output
+    assert NEW_ID not in result.output
     assert api.ID_HEADER not in httpserver.log[0][0].headers
 
 
-def test_register_rejects_unknown_providers(home):
-    assert popkit("register", "gitlab").exit_code == 2
+def test_register_against_another_server_warns_that_the_login_is_for_the_hosted_one(httpserver, home):
+    serve_auth(httpserver, [])
+    result = popkit("register", "github")
+    assert result.exit_code == 0, result.output
+    assert (f"warning: POPCORN_API_URL is {httpserver.url_for('/').rstrip('/')}, but the login URL below "
+            f"activates the id only on the hosted server ({api.DEFAULT_API_URL})") in result.stderr
+
+
+def test_register_on_the_hosted_server_gives_no_warning(httpserver, home, monkeypatch):
+    monkeypatch.delenv("POPCORN_API_URL")
+    monkeypatch.setattr(api, "DEFAULT_API_URL", httpserver.url_for("/").rstrip("/"))
+    serve_auth(httpserver, [])
+    result = popkit("register", "github")
+    assert result.exit_code == 0 and "warning" not in result.stderr
+
+
+def test_register_keeps_a_working_id_until_the_new_one_is_confirmed(httpserver, home):
+    valid = [CLI_ID]
+    serve_auth(httpserver, valid)
+    path = home / ".popcorn.yaml"
+    result = popkit("register", "github")
+    assert result.exit_code == 0, result.output
+    assert api.read_config(path) == {"cli_id": CLI_ID, api.PENDING_KEY: NEW_ID}
+    assert "run `popkit register --confirm`" in result.stdout and NEW_ID not in result.output
+    early = popkit("register", "--confirm")                  # the login is not done yet
+    assert early.exit_code == 1 and "does not accept the new cli_id yet" in early.stderr
+    assert api.load_cli_id(path) == CLI_ID
+    valid.append(NEW_ID)                                     # the login marks the new id valid
+    done = popkit("register", "--confirm")
+    assert done.exit_code == 0, done.output
+    assert api.read_config(path) == {"cli_id": NEW_ID}
+    assert_id_never_shown(done, home)
+
+
+def test_register_replaces_an_id_the_server_rejects(httpserver, home):
+    serve_auth(httpserver, [])
+    result = popkit("register", "github")
+    assert result.exit_code == 0, result.output
+    assert api.read_config(home / ".popcorn.yaml") == {"cli_id": NEW_ID}
+
+
+def test_confirm_without_a_waiting_id(httpserver, home):
+    result = popkit("register", "--confirm")
+    assert result.exit_code == 1 and "no new cli_id waits in" in result.stderr
+    assert httpserver.log == []
+
+
+@pytest.mark.parametrize("args", [["gitlab"], []])
+def test_register_rejects_unknown_or_missing_providers(home, args):
+    assert popkit("register", *args).exit_code == 2
+
+
+def test_join_redeems_an_invite_code(httpserver, home):
+    httpserver.expect_request("/user/join", method="POST", headers={api.ID_HEADER: CLI_ID},
+                              json={"code": "INVITE-42"}).respond_with_json(
+        {"status": "ok", "leaderboards": ["closed_qr", "closed_eigh"]})
+    result = popkit("join", "INVITE-42")
+    assert result.exit_code == 0, result.output
+    assert result.stdout == "joined: closed_qr, closed_eigh\n"
+
+
+def test_join_with_a_bad_code(httpserver, home):
+    httpserver.expect_request("/user/join", method="POST").respond_with_json(
+        {"detail": "Invalid invite code"}, status=400)
+    result = popkit("join", "nope")
+    assert result.exit_code == 1 and result.stderr == "error: rejected by the server (400): Invalid invite code\n"
 
 
 # -- listings and past submissions -----------------------------------------------------------
@@ -386,11 +562,15 @@ def test_register_rejects_unknown_providers(home):
 def test_leaderboards_and_gpus(httpserver, home):
     httpserver.expect_request("/leaderboards").respond_with_json([
         {"id": 1, "name": "qr_v2", "deadline": "2026-12-31T00:00:00", "gpu_types": ["B200"],
-         "description": "QR factorization\nof batches", "task": {}, "visibility": "public"}])
+         "description": "QR factorization\nof batches", "task": {}, "visibility": "public"},
+        {"id": 2, "name": "qr_invited", "deadline": "2026-12-31T00:00:00", "gpu_types": ["B200"],
+         "description": "", "task": {}, "visibility": "closed"}])
     httpserver.expect_request("/gpus/qr_v2").respond_with_json(["B200"])
     result = popkit("leaderboards")
     assert result.exit_code == 0
     assert "qr_v2" in result.stdout and "2026-12-31" in result.stdout and "QR factorization" in result.stdout
+    [closed] = [line for line in result.stdout.splitlines() if line.startswith("qr_invited")]
+    assert closed.split()[1] == "closed" and "`popkit join CODE`" in result.stdout
     assert popkit("gpus", "qr_v2").stdout == "B200\n"
 
 

@@ -29,6 +29,9 @@ TESTS_ONE_FAILING = {
 }
 
 
+QR = results.problem_of("qr_v2")
+
+
 def run(mode, passed=True, secret=False, score=None, result=None, runner="B200"):
     return {"mode": mode, "secret": secret, "runner": runner, "passed": passed, "score": score,
             "result": result}
@@ -40,7 +43,7 @@ def submission(runs, status="succeeded", error=None, code="import torch\n"):
 
 
 def test_benchmark_cases_are_in_microseconds_with_parsed_specs():
-    cases = results.parse_cases(BENCH, "benchmark")
+    cases = results.parse_cases(BENCH, "benchmark", QR)
     assert [c["status"] for c in cases] == ["pass", "pass"]
     first = cases[0]
     assert first["spec"] == {"batch": 20, "n": 32, "cond": 1, "seed": 43214, "case": "dense"}
@@ -52,7 +55,7 @@ def test_benchmark_cases_are_in_microseconds_with_parsed_specs():
 
 
 def test_test_cases_keep_failures_and_unparseable_specs():
-    cases = results.parse_cases(TESTS_ONE_FAILING, "test")
+    cases = results.parse_cases(TESTS_ONE_FAILING, "test", QR)
     assert [c["status"] for c in cases] == ["pass", "fail", "pass"]
     assert cases[1]["error"] == "orthogonality residual 310.2 > 100"
     assert cases[2]["spec"] == {"raw": "size: weird"}
@@ -77,8 +80,8 @@ def test_geomean():
 
 
 def test_render_cases_shows_every_case():
-    table = results.render_cases(results.parse_cases(BENCH, "benchmark") + results.parse_cases(
-        TESTS_ONE_FAILING, "test"))
+    table = results.render_cases(results.parse_cases(BENCH, "benchmark", QR) + results.parse_cases(
+        TESTS_ONE_FAILING, "test", QR))
     assert "20x32 dense c1" in table and "640x512 mixed c2" in table
     assert "48.2" in table and "1,234" in table and "orthogonality residual" in table
     assert "mean us" in table.splitlines()[0]
@@ -110,7 +113,7 @@ def test_scores_come_from_the_leaderboard_runs_as_numbers():
     ([], "succeeded", None, "benchmark", ["no runs were stored (the runner itself failed)"]),
     ([run("test")], "succeeded", None, "benchmark", ["no benchmark run was stored"]),
     ([run("benchmark", result=BENCH)], "hacked", None, "benchmark", ["job hacked"]),
-    ([], "timed_out", None, "test", ["job timed_out", "no runs were stored (the runner itself failed)"]),
+    ([], "timed_out", None, "test", ["job timed_out", "no runs were stored"]),
 ])
 def test_failures_name_every_reason(runs, status, error, mode, expected):
     assert results.parse_submission(submission(runs, status, error)).failures(mode) == expected
@@ -168,19 +171,117 @@ def test_ranking_first_place_shows_the_lead():
     assert "you: not on this ranking" in results.render_ranking(RANKING, me="99")
 
 
-def test_profile_result_saves_report_and_trace(tmp_path):
-    report = base64.b64encode(b"ncu: 12 kernels").decode()
-    raw = json.dumps({"status": "success", "reports": ["**B200 on Modal**"], "results": [{
-        "success": True, "runs": {"profile.0": {
-            "run": {"passed": True, "result": {**BENCH, "benchmark-count": "1", "benchmark.0.report": report}},
+def test_specs_of_an_unknown_leaderboard_are_generic():
+    assert results.problem_of("no_such_board") is None
+    [case] = results.parse_cases({"test-count": "1", "test.0.spec": "size: 4096; seed: 7",
+                                  "test.0.status": "pass", "check": "pass"}, "test")
+    assert case["spec"] == {"size": 4096, "seed": 7}
+
+
+# -- runs that ended early (crash or timeout) ------------------------------------------------
+
+def test_a_run_that_stopped_part_way_keeps_its_reported_cases_and_says_where_it_stopped():
+    result = {"test-count": "3", "test.0.spec": "batch: 2; n: 8; cond: 1; seed: 1", "test.0.status": "pass",
+              "test.1.spec": "batch: 2; n: 64; cond: 3; seed: 2"}
+    outcome = results.parse_submission(submission([run("test", passed=False, result=result)]))
+    [stopped] = outcome.runs
+    assert [c["status"] for c in stopped.tests] == ["pass"]
+    reason = ("test run on B200 stopped after 1 of 3 cases, during case 2x64 dense c3 "
+              "(a crash or a timeout; the server does not return its log)")
+    assert outcome.failures("test") == [reason]
+    text = results.render_outcome(outcome)
+    assert "no result reported" not in text and "the run stopped after 1 of 3 cases" in text
+
+
+@pytest.mark.parametrize("result", [{}, {"benchmark-count": "12"}])
+def test_a_run_with_no_results_says_so_once(result):
+    outcome = results.parse_submission(submission([run("benchmark", passed=False, result=result)]))
+    assert outcome.runs[0].benchmarks == []
+    assert outcome.failures("benchmark") == [
+        "benchmark run on B200 produced no results (a crash or a timeout; the server does not return its log)"]
+    assert results.render_outcome(outcome).count("produced no results") == 1
+
+
+def test_runs_without_a_result_or_with_their_check_line_did_not_stop_early():
+    # the server never sends the result of secret runs; leaderboard mode stops at a failure but writes `check`
+    failed = {"benchmark-count": "2", "benchmark.0.spec": "batch: 1; n: 8; cond: 1; seed: 1",
+              "benchmark.0.status": "fail", "benchmark.0.error": "mismatch", "check": "fail"}
+    outcome = results.parse_submission(submission([run("benchmark", passed=False, result=failed),
+                                                   run("benchmark", passed=False, secret=True)]))
+    assert [r.stopped for r in outcome.runs] == [None, None]
+    assert [c["error"] for c in outcome.runs[0].benchmarks] == ["mismatch", "no result reported"]
+
+
+# -- the evidence log ------------------------------------------------------------------------
+
+def test_a_submission_is_logged_once_however_often_it_is_followed(tmp_path):
+    outcome = results.parse_submission(submission([run("benchmark", result=BENCH)]))
+    raw_path = results.save_raw(b"{}", "7.json", tmp_path / "logs" / "leaderboard")
+    log = tmp_path / "logs" / "performance.jsonl"
+    assert results.log_outcome(outcome, "benchmark", raw_path, log) is not None
+    assert results.log_outcome(outcome, "benchmark", raw_path, log) is None
+    other = results.parse_submission({**submission([run("benchmark", result=BENCH)]), "id": 8})
+    assert results.log_outcome(other, "benchmark", raw_path, log)["submission_id"] == 8
+    assert [r["submission_id"] for r in read_records(log)[0]] == [7, 8]
+
+
+def test_leaderboards_mark_closed_boards():
+    text = results.render_leaderboards([{"name": "open_one", "gpu_types": ["B200"], "visibility": "public"},
+                                        {"name": "secret_one", "gpu_types": ["H100"], "visibility": "closed"}])
+    rows = {line.split()[0]: line.split()[1] for line in text.splitlines()[2:4]}
+    assert rows == {"open_one": "open", "secret_one": "closed"}
+    assert "`popkit join CODE`" in text
+    assert "join" not in results.render_leaderboards([{"name": "open_one", "visibility": "public"}])
+
+
+# -- profile runs ----------------------------------------------------------------------------
+
+def encoded_report(text: str) -> str:
+    """As eval.py writes it: base64 with '+*' for the last two characters."""
+    return base64.b64encode(text.encode(), b"+*").decode()
+
+
+def profile_raw(result, passed=True, success=True, error="", **run_fields):
+    return json.dumps({"status": "success", "reports": ["**B200 on Modal**"], "results": [{
+        "success": success, "error": error, "runs": {} if not success else {"profile.0": {
+            "run": {"passed": passed, "result": result, **run_fields},
             "profile": {"profiler": "Nsight-Compute", "trace": base64.b64encode(b"PK zip").decode()}}}}]})
-    [profile] = results.save_profile(raw, tmp_path / "p")
-    assert profile.passed and profile.label == "result0_profile.0" and len(profile.cases) == 1
+
+
+def test_profile_result_saves_report_and_trace(tmp_path):
+    report = "ncu: 12 kernels; dram??? 3.1 GB/s"   # its base64 holds a '/', written as '*'
+    assert "*" in encoded_report(report)
+    raw = profile_raw({"benchmark-count": "1", "benchmark.0.spec": "batch: 20; n: 32; cond: 1; seed: 43214",
+                       "benchmark.0.report": encoded_report(report), "check": "pass"})
+    profile = results.save_profile(raw, tmp_path / "p", QR)
+    [run] = profile.runs
+    assert profile.ok and run.passed and run.label == "result0_profile.0"
+    assert [(c["status"], c["error"]) for c in run.cases] == [("pass", None)]
+    assert run.reports == [report]
     assert (tmp_path / "p" / "result.json").read_text() == raw
     assert (tmp_path / "p" / "result0_profile.0.zip").read_bytes() == b"PK zip"
-    assert (tmp_path / "p" / "result0_profile.0_report.txt").read_text() == "ncu: 12 kernels"
+    assert (tmp_path / "p" / "result0_profile.0_report.txt").read_text() == report
     assert (tmp_path / "p" / "report0.md").read_text() == "**B200 on Modal**"
-    assert "saved" in results.render_profile([profile])
+    text = results.render_profile(profile)
+    assert report in text and "case 20x32 dense c1: pass" in text and "no result reported" not in text
+    assert f"saved {tmp_path / 'p' / 'result0_profile.0_report.txt'}" in text
+
+
+def test_profile_runner_failure_shows_its_error_text(tmp_path):
+    profile = results.save_profile(profile_raw({}, success=False, error="Modal: container ran out of memory"),
+                                   tmp_path)
+    assert not profile.ok and profile.runs == []
+    assert "error: result0: the runner failed: Modal: container ran out of memory" in results.render_profile(profile)
+
+
+def test_profile_run_that_crashed_shows_how_it_ended(tmp_path):
+    raw = profile_raw({"benchmark-count": "1", "benchmark.0.spec": "batch: 20; n: 32; cond: 1; seed: 43214"},
+                      passed=False, exit_code=110, stderr="Traceback ...\nRuntimeError: CUDA error: illegal address\n")
+    profile = results.save_profile(raw, tmp_path, QR)
+    [run] = profile.runs
+    assert not profile.ok and run.cases == []
+    assert run.error == ("produced no results, during case 20x32 dense c1 (a crash or a timeout); exit code 110; "
+                         "stderr: RuntimeError: CUDA error: illegal address")
 
 
 def test_profile_result_that_is_not_json_is_kept(tmp_path):
