@@ -27,6 +27,7 @@ from popcorn.provenance import changed_parts
 from popcorn.tables import fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
+CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of the same cases is far slower
 BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 REFERENCE_INCUMBENT = "reference"   # diff --incumbent reference: the competition folder's ref_kernel
@@ -249,7 +250,10 @@ def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: l
                 progress, **options) -> tuple[dict, list[dict]]:
     job = {"mode": mode, "problem": prob.name, "device": device, "specs": specs,
            "submissions": {k: str(Path(v).resolve()) for k, v in submissions.items()}, **options}
-    return run_worker(job, progress, float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) or None)
+    limit = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) or None
+    if limit and device == "cpu":
+        limit *= CPU_TIMEOUT_FACTOR
+    return run_worker(job, progress, limit)
 
 
 def _start(problem: str, submissions: dict[str, Path], device: str | None, harness: str | None,

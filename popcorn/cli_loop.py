@@ -161,7 +161,8 @@ def register(main):
     @main.command("promote")
     @click.argument("problem")
     @submission_opt
-    @click.option("--force", is_flag=True, help="promote without a passing diff")
+    @click.option("--force", is_flag=True,
+                  help="skip the GPU evidence (unknown problems and other problems' files are still refused)")
     @log_opt
     @fail_cleanly
     def promote_cmd(problem, submission, force, log_path):
