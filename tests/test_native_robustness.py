@@ -9,7 +9,7 @@ from popcorn.cli import main
 
 
 def test_every_family_at_every_small_size_and_sizes_straddle_powers_of_two():
-    for problem in ("qr_v2", "eigh"):
+    for problem in ("qr_v2", "eigh", "cholesky"):
         native = native_checker(problem)
         specs = native.robustness_specs()
         small = {(s["n"], s["case"]) for s in specs if s["n"] in SMALL_SIZES}
