@@ -1,5 +1,6 @@
 """parts/cholesky: the torch models of the kernels and the CPU route meet the gates, the blocked
-driver agrees with the unblocked factor, the guard re-solves flagged matrices, the tunables fit the kernels."""
+driver agrees with the unblocked factor, the pivot floor keeps numerically singular inputs inside the
+gate, the tunables fit the kernels."""
 from __future__ import annotations
 
 import functools
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import blocked_cholesky, factor_diag_model, right_looking_model
+from parts.cholesky.model import blocked_cholesky, inverse_model, pivot_floor, right_looking_model
 
 EPS = torch.finfo(torch.float32).eps
 SIZES = (1, 2, 3, 17, 31, 32, 33, 64, 100, 128, 129, 257, 600)
@@ -69,12 +70,11 @@ def assert_cholesky(A: torch.Tensor, L: torch.Tensor, limit: float = 20.0) -> No
 
 
 def blocked(nb: int, chunk_rows: int = 48):
-    return lambda A: blocked_cholesky(A, nb, chunk_rows)[0]
+    return lambda A: blocked_cholesky(A, nb, chunk_rows)
 
 
 MODELS = {
-    "unblocked": lambda A: right_looking_model(A)[0],
-    "unblocked+inverse": lambda A: right_looking_model(A, with_inverse=True)[0],
+    "unblocked": right_looking_model,
     "blocked-16": blocked(16),
     "blocked-32": blocked(32),
     "blocked-64": blocked(64, chunk_rows=1 << 20),       # one trailing GEMM per step
@@ -99,23 +99,20 @@ def test_route_meets_the_gates_on_every_family(case, n):
 
 
 @pytest.mark.parametrize("n", (7, 40, 100))
-def test_fused_inverse_is_the_inverse_of_the_factor(n):
-    A = spd("spectrum", n, 2)
-    L, X, flags = right_looking_model(A, with_inverse=True)
-    assert torch.equal(L, right_looking_model(A)[0])       # the inverse sweep leaves L alone
+def test_inverse_model_is_the_inverse_of_the_factor(n):
+    L = right_looking_model(spd("spectrum", n, 2))
+    X = inverse_model(L)
     assert torch.count_nonzero(torch.triu(X, 1)) == 0
     I = torch.eye(n, dtype=torch.float64)
     assert (X.double() @ L.double() - I).abs().max() < 1e-3
-    assert not flags.any()
 
 
 @pytest.mark.parametrize("n", (100, 129, 200))
 @pytest.mark.parametrize("nb", (16, 32, 64))
 def test_blocked_agrees_with_unblocked(nb, n):
     A = spd("dense", n, 3)
-    L_ref = right_looking_model(A)[0]
-    L, flags = blocked_cholesky(A, nb, chunk_rows=40)
-    assert not flags.any()
+    L_ref = right_looking_model(A)
+    L = blocked_cholesky(A, nb, chunk_rows=40)
     assert torch.count_nonzero(torch.triu(L, 1)) == 0
     assert ((L - L_ref).norm() / L_ref.norm()) < 1e-5
 
@@ -129,40 +126,37 @@ def test_blocked_rejects_a_zero_block():
 FP32_FAILS = ((3.0, 1.3681573867797852), (1.3681573867797852, 0.6239515542984009))
 
 
-def test_factors_flag_a_failed_pivot_and_the_route_re_solves_it():
+def test_a_pivot_that_fails_in_float32_is_floored_and_the_factor_passes_the_gate():
     A = spd("dense", 2, 3).clone()
     A[1] = torch.tensor(FP32_FAILS)
     assert torch.linalg.cholesky_ex(A[1].double())[1] == 0                  # SPD in exact arithmetic
-    assert right_looking_model(A)[2].tolist() == [0, 1, 0]
-    flags = torch.zeros(3, dtype=torch.int32)
-    factor_diag_model(A.clone(), 0, 2, flags)
-    assert flags.tolist() == [0, 1, 0]
+    assert torch.linalg.cholesky_ex(A[1])[1] != 0                           # float32 LAPACK gives up
     L = route.custom_kernel(A)
     assert_cholesky(A, L)
-    assert torch.equal(L[0], right_looking_model(A[:1])[0][0])            # unflagged matrices untouched
+    assert L[1, 1, 1] == torch.sqrt(pivot_floor(A)[1])                      # the floored pivot
+    assert torch.equal(L[0], right_looking_model(A[:1])[0])                 # other matrices untouched
 
 
-def test_route_re_solves_only_the_flagged_matrices(monkeypatch):
-    A = spd("spectrum", 40, 3)
-    L_ref = right_looking_model(A)[0]
-
-    def broken_factor(A):
-        L = L_ref.clone()
-        L[1] = float("nan")
-        return L, torch.tensor([0, 1, 0], dtype=torch.int32)
-
-    monkeypatch.setattr(route, "factor", broken_factor)
-    L = route.custom_kernel(A)
-    assert_cholesky(A, L)
-    assert torch.equal(L[0], L_ref[0]) and torch.equal(L[2], L_ref[2])
-    assert torch.allclose(L[1], torch.linalg.cholesky(A[1].double()).float(), atol=1e-6)
-
-
-def test_route_raises_on_an_indefinite_matrix():
+def test_an_indefinite_matrix_gives_a_finite_factor_that_the_gate_rejects():
     A = spd("dense", 6, 2).clone()
     A[1, 3, 3] = -1.0
-    with pytest.raises(ValueError, match=r"matrix 1 of the batch is not positive definite"):
-        route.custom_kernel(A)
+    L = route.custom_kernel(A)
+    assert torch.isfinite(L).all()
+    assert_cholesky(A[:1], L[:1])
+    with pytest.raises(AssertionError, match="scaled residual"):
+        assert_cholesky(A[1:], L[1:])
+
+
+def test_a_nan_input_stays_nan():
+    A = spd("dense", 40, 2).clone()
+    A[0, 5, 5] = float("nan")
+    L = route.custom_kernel(A)
+    assert torch.isnan(L[0]).any() and torch.isfinite(L[1]).all()
+
+
+def test_pivot_floor_is_eps_times_the_largest_diagonal_entry():
+    A = torch.diag_embed(torch.tensor([[4.0, 1.0, 2.0], [0.0, 0.0, 0.0]]))
+    assert torch.equal(pivot_floor(A), torch.tensor([4 * EPS, torch.finfo(torch.float32).tiny]))
 
 
 @pytest.mark.parametrize("data, message", [
@@ -195,12 +189,13 @@ def test_matmul_precision_restores_the_flag():
     assert matmul.fp32_precision == before
 
 
-@pytest.mark.parametrize("table", ("TILE_THREADS", "BLOCK_NB", "TRAILING_CHUNK_ROWS", "GEMM_PRECISION"))
+@pytest.mark.parametrize("table", ("BLOCK_LAYOUT", "DIAG_WARPS", "BLOCK_NB", "TRAILING_CHUNK_ROWS",
+                                   "GEMM_PRECISION"))
 def test_tables_cover_every_n_in_order(table):
     rows = getattr(route, table)
-    bounds = [max_n for max_n, _ in rows]
+    bounds = [row[0] for row in rows]
     assert bounds == sorted(bounds) and bounds[-1] >= 1 << 30
-    assert route.by_n(rows, 1) == rows[0][1] and route.by_n(rows, 32768) is not None
+    assert route.by_n(rows, 1) is not None and route.by_n(rows, 32768) is not None
 
 
 def test_by_n_refuses_an_uncovered_n():
@@ -208,21 +203,28 @@ def test_by_n_refuses_an_uncovered_n():
         route.by_n(((8, "x"),), 9)
 
 
+def block_smem(n: int, per_cta: int, inverse: bool) -> int:
+    """cholesky_block_smem_bytes: n (n + 1) floats per matrix, twice with the inverse."""
+    return per_cta * n * (n + 1) * (2 if inverse else 1) * 4
+
+
 def test_tunables_fit_the_kernels():
-    tile_nbs = [route.TILE_MAX_N] + [nb for _, nb in route.BLOCK_NB]
-    for nb in tile_nbs:       # cholesky_tile_smem_bytes(nb)
-        assert (nb * (nb + 1) + 3 * nb) * 4 <= TILE_SMEM_BYTES, nb
+    for max_n, warps, per_cta in route.BLOCK_LAYOUT:
+        n = min(max_n, route.BLOCK_MAX_N)
+        assert warps in (1, 2, 4, 8) and (warps == 1 or per_cta == 1) and 32 * warps * per_cta <= 256
+        assert n <= 4 * 32 * warps and block_smem(n, per_cta, False) <= TILE_SMEM_BYTES
+    for _, nb in route.BLOCK_NB:
+        assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N and block_smem(nb, 1, True) <= TILE_SMEM_BYTES
+        assert all(nb <= 4 * 32 * warps for _, warps in route.DIAG_WARPS)
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
-    assert all(threads % 32 == 0 and 32 <= threads <= 1024 for _, threads in route.TILE_THREADS)
     assert all(p in ("ieee", "tf32") for _, p in route.GEMM_PRECISION)
-    assert route.SMALL_MAX_N < route.TILE_MAX_N
 
 
 def test_empty_batch_gives_an_empty_result():
     assert route.custom_kernel(torch.zeros(0, 5, 5)).shape == (0, 5, 5)
 
 
-def test_guard_test_input_really_fails_in_float32():
+def test_floor_test_input_really_fails_in_float32():
     # the pivot the float32 factor sees: y - fl(x / sqrt(3))^2 <= 0 although y - x^2 / 3 > 0
     (a, x), (_, y) = FP32_FAILS
     l = torch.tensor(x) * (1.0 / torch.sqrt(torch.tensor(a)))

@@ -5,9 +5,9 @@
 //   l_kk = sqrt(a_kk),  l_ik = a_ik * (1 / l_kk)            (i > k)
 //   a_ij -= l_ik * l_jk                                     (k < j <= i)
 // reading only the lower triangle of A. Writes the strict upper part of L as 0.
-// A pivot a_kk that is not positive and finite sets flags[matrix] = 1 (the
-// route re-solves that matrix); every l_ik enters the later pivot a_ii, so a
-// non-finite entry anywhere in L shows up as a bad pivot.
+// A pivot at or below f = eps * max_i a_ii becomes f (cholesky_block.cu's outline says why:
+// a roundoff-level pivot of a numerically singular SPD matrix, floored inside the gate, with no
+// host-side check; a NaN pivot stays NaN).
 //
 // Launch: `warps` warps per CTA (1..kSmallMaxWarps), one matrix per warp;
 // grid = ceil(batch / warps). Lane i owns row i in 32 registers; column k is
@@ -28,8 +28,7 @@ constexpr int kSmallMaxWarps = 16;
 constexpr int kSmallLd = kSmallMaxN + 1;
 
 __global__ void __launch_bounds__(kSmallMaxWarps * 32)
-cholesky_small_kernel(const float* __restrict__ A, float* __restrict__ L, int* __restrict__ flags,
-                      int batch, int n) {
+cholesky_small_kernel(const float* __restrict__ A, float* __restrict__ L, int batch, int n) {
     extern __shared__ float s_all[];                     // one 32 x 33 tile per warp
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int matrix = blockIdx.x * (blockDim.x >> 5) + warp;
@@ -47,12 +46,18 @@ cholesky_small_kernel(const float* __restrict__ A, float* __restrict__ L, int* _
 #pragma unroll
     for (int j = 0; j < kSmallMaxN; ++j) a[j] = (j <= lane && lane < n) ? s[lane * kSmallLd + j] : 0.f;
 
-    bool bad = false;
+    float floor = 0.f;
+#pragma unroll
+    for (int j = 0; j < kSmallMaxN; ++j)
+        if (j == lane) floor = a[j];                     // this lane's diagonal entry (0 beyond n)
+    floor = popkit::warp_max(floor) * 1.1920929e-7f;     // eps * max_i a_ii
+    if (!(floor > 0.f)) floor = 1.17549435e-38f;         // an all-zero diagonal: the smallest normal
+
 #pragma unroll
     for (int k = 0; k < kSmallMaxN; ++k) {
         if (k >= n) break;
-        const float d = __shfl_sync(0xffffffffu, a[k], k);
-        bad |= !(d > 0.f && d < INFINITY);
+        float d = __shfl_sync(0xffffffffu, a[k], k);
+        if (d <= floor) d = floor;                       // NaN compares false and stays NaN
         const float lkk = sqrtf(d), inv = 1.f / lkk;
         if (lane == k) a[k] = lkk;
         else if (lane > k) a[k] *= inv;
@@ -75,13 +80,12 @@ cholesky_small_kernel(const float* __restrict__ A, float* __restrict__ L, int* _
         const int r = idx / n, c = idx - r * n;
         L[base + idx] = s[r * kSmallLd + c];
     }
-    if (bad && lane == 0) flags[matrix] = 1;
 }
 
 }  // namespace
 
-// L (batch x n x n) from A; flags (batch ints, zeroed by the caller) gets 1 per failed matrix.
-POPKIT_EXPORT int cholesky_small(const float* A, float* L, int* flags, int batch, int n, int warps) {
+// L (batch x n x n) from A.
+POPKIT_EXPORT int cholesky_small(const float* A, float* L, int batch, int n, int warps) {
     if (batch < 1 || n < 1 || n > kSmallMaxN || warps < 1 || warps > kSmallMaxWarps)
         return (int)cudaErrorInvalidValue;
     const int smem = warps * kSmallMaxN * kSmallLd * (int)sizeof(float);
@@ -92,6 +96,6 @@ POPKIT_EXPORT int cholesky_small(const float* A, float* L, int* flags, int batch
         if (err != cudaSuccess) return (int)err;
         smem_set = smem;
     }
-    cholesky_small_kernel<<<(batch + warps - 1) / warps, warps * 32, smem>>>(A, L, flags, batch, n);
+    cholesky_small_kernel<<<(batch + warps - 1) / warps, warps * 32, smem>>>(A, L, batch, n);
     return (int)cudaGetLastError();
 }

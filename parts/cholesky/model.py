@@ -1,67 +1,65 @@
 """Torch models of the cholesky kernels: the executable specification.
 
-Same algorithm, same blocking and the same float32 operation order as the CUDA
-parts, vectorized over the batch; CPU tests check them against the gates, and
-the built submission runs them on CPU tensors. A factor returns per-matrix
-flags (int32, 1 = a pivot was not positive and finite) as the kernels do.
+Same algorithm, same blocking and the same float32 operation order as the CUDA parts where torch
+allows, vectorized over the batch; CPU tests check them against the gates, and the built
+submission runs them on CPU tensors.
 
-- `right_looking_model`: spotf2-order Cholesky, fused with the forward
-  substitution for inv(L) on request; cholesky_small.cu (one warp per matrix)
-  and cholesky_tile.cu (one CTA per block) both do exactly this arithmetic.
-- `factor_diag_model`: the tile kernel as the diagonal-block factor of
-  `blocked_cholesky` (in place, with the inverse).
-- `blocked_cholesky`: the blocked right-looking driver; the diagonal-block
-  factor is a parameter, so the GPU route runs this very function with the
-  CUDA tile kernel.
+- `pivot_floor`: eps * max_i a_ii per matrix. A pivot at or below it becomes it (a
+  roundoff-level pivot of a numerically singular SPD matrix; NaN stays NaN): L stays finite with
+  no host-side check, and A moves by at most ~2 floor, far inside the gate.
+- `right_looking_model`: spotf2-order Cholesky, the arithmetic of cholesky_small.cu (one warp per
+  matrix, n <= 32) and cholesky_block.cu (n <= 128); `inverse_model` is cholesky_block.cu's
+  forward substitution for inv(L).
+- `blocked_cholesky`: the blocked right-looking driver; the diagonal-block factor is a parameter,
+  so the GPU route runs this very function with the CUDA block kernel.
 """
 import torch
 
-
-def bad_pivot(d: torch.Tensor) -> torch.Tensor:
-    """True where a pivot is not positive and finite (NaN included)."""
-    return ~((d > 0) & (d < float("inf")))
+EPS = 1.1920928955078125e-07      # float32 machine epsilon
+TINY = 1.1754943508222875e-38     # smallest normal float32: the floor of an all-zero diagonal
 
 
-def right_looking_model(A: torch.Tensor, with_inverse: bool = False):
-    """Factor the lower triangle of each n x n matrix: returns (L, X or None, flags), X = inv(L).
+def pivot_floor(A: torch.Tensor) -> torch.Tensor:
+    """eps * max_i a_ii of each matrix (float32, one per matrix), never below the smallest normal."""
+    top = A.diagonal(dim1=-2, dim2=-1).amax(dim=-1) * EPS
+    return torch.where(top > 0, top, torch.full_like(top, TINY))
 
-    S holds L in its lower triangle and X^T in its strict upper triangle; step k
-    updates S[r, c] -= u_r u_c for c > k and (r >= c or r <= k), with
-    u = S[:, k] / l_kk except u_k = 1 / l_kk (cholesky_tile.cu's outline)."""
-    b, n, _ = A.shape
+
+def right_looking_model(A: torch.Tensor, floors: torch.Tensor | None = None) -> torch.Tensor:
+    """Factor the lower triangle of each n x n matrix; pivots at or below the floor become the floor."""
+    n = A.shape[-1]
+    floors = pivot_floor(A) if floors is None else floors
     S = torch.tril(A)
-    flags = torch.zeros(b, dtype=torch.int32, device=A.device)
-    xdiag = torch.empty(b, n, dtype=A.dtype, device=A.device)
     for k in range(n):
-        d = S[:, k, k].clone()
-        flags |= bad_pivot(d).to(torch.int32)
+        d = S[:, k, k]
+        d = torch.where(d <= floors, floors, d)
         lkk = torch.sqrt(d)
         inv = 1.0 / lkk
-        u = S[:, :, k] * inv[:, None]
-        u[:, k] = inv
-        xdiag[:, k] = inv
-        trailing = u[:, k + 1:]
-        S[:, k + 1:, k + 1:] -= torch.tril(trailing[:, :, None] * trailing[:, None, :])
-        if with_inverse:
-            S[:, :k + 1, k + 1:] -= u[:, :k + 1, None] * trailing[:, None, :]
-            S[:, :k, k] = u[:, :k]
-        S[:, k + 1:, k] = trailing
+        column = S[:, k + 1:, k] * inv[:, None]
+        S[:, k + 1:, k] = column
         S[:, k, k] = lkk
-    L = torch.tril(S)
-    if not with_inverse:
-        return L, None, flags
-    X = torch.tril(S.mT, diagonal=-1)
-    X.diagonal(dim1=1, dim2=2).copy_(xdiag)
-    return L, X, flags
+        S[:, k + 1:, k + 1:] -= torch.tril(column[:, :, None] * column[:, None, :])
+    return torch.tril(S)
 
 
-def factor_diag_model(L: torch.Tensor, k0: int, w: int, flags: torch.Tensor) -> torch.Tensor:
-    """Factor the diagonal block L[:, k0:k0+w, k0:k0+w] in place; OR its flags in; return inv(L11)."""
-    block = L[:, k0:k0 + w, k0:k0 + w]
-    L11, X, block_flags = right_looking_model(block, with_inverse=True)
-    block.copy_(L11)
-    flags |= block_flags
+def inverse_model(L: torch.Tensor) -> torch.Tensor:
+    """inv(L) by forward substitution: x_c = 1 / l_cc, x_i = -(sum_{c <= k < i} l_ik x_k) / l_ii."""
+    b, n, _ = L.shape
+    X = torch.zeros_like(L)
+    diag = L.diagonal(dim1=1, dim2=2)
+    for i in range(n):
+        partial = torch.matmul(L[:, i:i + 1, :i], X[:, :i, :]).squeeze(1)     # sum over k < i
+        X[:, i, :] = -partial / diag[:, i:i + 1]
+        X[:, i, i] = 1.0 / diag[:, i]
     return X
+
+
+def factor_diag_model(L: torch.Tensor, k0: int, w: int, floors: torch.Tensor) -> torch.Tensor:
+    """Factor the diagonal block L[:, k0:k0+w, k0:k0+w] in place; return inv(L11)."""
+    block = L[:, k0:k0 + w, k0:k0 + w]
+    L11 = right_looking_model(block, floors)
+    block.copy_(L11)
+    return inverse_model(L11)
 
 
 def trailing_update(A22: torch.Tensor, L21: torch.Tensor, chunk_rows: int) -> None:
@@ -75,21 +73,21 @@ def trailing_update(A22: torch.Tensor, L21: torch.Tensor, chunk_rows: int) -> No
         A22[:, r0:r1, :r1].baddbmm_(L21[:, r0:r1], L21[:, :r1].mT, alpha=-1.0)
 
 
-def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=factor_diag_model):
-    """Blocked right-looking Cholesky: returns (L, flags).
+def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=factor_diag_model) -> torch.Tensor:
+    """Blocked right-looking Cholesky.
 
-    Per block column k0 (width w = min(nb, n - k0)): factor and invert the
-    diagonal block, L21 = A21 inv(L11)^T (one batched GEMM), then
-    A22 -= L21 L21^T (batched GEMMs on row chunks), and zero the block row to
-    the right of the diagonal block (junk from the chunked updates lives there)."""
+    Per block column k0 (width w = min(nb, n - k0)): factor and invert the diagonal block
+    (pivot floors from the original matrix), L21 = A21 inv(L11)^T (one batched GEMM), then
+    A22 -= L21 L21^T (batched GEMMs on row chunks), and zero the block row to the right of the
+    diagonal block (junk from the chunked updates lives there)."""
     if nb < 1 or chunk_rows < 1:
         raise ValueError(f"blocked_cholesky: nb ({nb}) and chunk_rows ({chunk_rows}) must be >= 1")
     L = A.clone()
-    b, n, _ = L.shape
-    flags = torch.zeros(b, dtype=torch.int32, device=A.device)
+    n = L.shape[-1]
+    floors = pivot_floor(A)
     for k0 in range(0, n, nb):
         w = min(nb, n - k0)
-        X = factor_diag(L, k0, w, flags)
+        X = factor_diag(L, k0, w, floors)
         if k0 + w == n:
             break
         panel = L[:, k0 + w:, k0:k0 + w]
@@ -97,4 +95,4 @@ def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=fact
         panel.copy_(L21)
         trailing_update(L[:, k0 + w:, k0 + w:], L21, chunk_rows)
         L[:, k0:k0 + w, k0 + w:].zero_()
-    return L, flags
+    return L

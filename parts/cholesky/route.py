@@ -1,41 +1,42 @@
 """cholesky routes: which algorithm factors a batch, by n and by device.
 
-| n                | CUDA route                                              | CPU (model)                 |
-|------------------|---------------------------------------------------------|-----------------------------|
-| <= 32            | cholesky_small.cu: one warp per matrix, in registers    | right_looking_model         |
-| <= TILE_MAX_N    | cholesky_tile.cu: one CTA per matrix, in shared memory  | right_looking_model         |
-| larger           | blocked_cholesky: tile kernel (+ inverse) per diagonal  | blocked_cholesky with       |
-|                  | block, cuBLAS GEMMs for the panel and trailing update   | factor_diag_model           |
+| n         | CUDA route                                                  | CPU (model)              |
+|-----------|-------------------------------------------------------------|--------------------------|
+| <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
+| <= 128    | cholesky_block.cu: P warps per matrix, in shared memory     | right_looking_model      |
+| larger    | blocked_cholesky: block kernel (+ inverse) per diagonal     | blocked_cholesky with    |
+|           | block, cuBLAS GEMMs for the panel and the trailing update   | factor_diag_model        |
 
-Every route reads the lower triangle of A only and reports a per-matrix flag
-for a pivot that is not positive and finite; `resolve_flagged` re-solves those
-matrices with torch.linalg.cholesky_ex in float64 and raises when even that
-fails, so no NaN is ever returned silently. The tunables below are first
-guesses for the H200: the GPU measures them.
+Every route reads the lower triangle of A only. A pivot at or below eps * max_i a_ii becomes that
+floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
+tunables below were measured on the H200 (docs/priors.md); GEMM precision per n follows the
+measured gate margin (TF32 spends 17% of the limit at n = 1024, 9% at 2048, less above).
 """
 import contextlib
 
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import blocked_cholesky, factor_diag_model, right_looking_model  # popkit: inline
+from parts.cholesky.model import blocked_cholesky, factor_diag_model, pivot_floor, right_looking_model  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
-TILE_MAX_N = 128                 # one-CTA route up to here (the kernel fits nb <= ~239 in 227 KiB)
-TILE_THREADS = ((32, 128), (64, 256), (1 << 30, 512))          # (max nb, threads per CTA)
-BLOCK_NB = ((1024, 64), (1 << 30, 128))                         # (max n, diagonal block size)
+BLOCK_MAX_N = 128                # cholesky_block.cu holds up to 128 x 128 on chip
+# (max n, warps per matrix P, matrices per CTA) for whole matrices in cholesky_block.cu
+BLOCK_LAYOUT = ((64, 1, 4), (1 << 30, 4, 1))
+# (max batch, warps per diagonal block): few matrices -> more warps on each block's serial chain
+DIAG_WARPS = ((64, 4), (1 << 30, 1))
+BLOCK_NB = ((1 << 30, 128),)                                    # (max n, diagonal block size)
 TRAILING_CHUNK_ROWS = ((2048, 256), (1 << 30, 2048))            # (max n, rows per trailing GEMM)
-# (max n, fp32 matmul precision of the blocked route's GEMMs): "ieee" = fp32, "tf32" = tensor-core
-# TF32. The gate allows 20 n eps ||A||_1, so TF32 may pass at large n: measure the margin first.
-GEMM_PRECISION = ((1 << 30, "ieee"),)
+# (max n, fp32 matmul precision of the blocked route's GEMMs): "ieee" = fp32, "tf32" = tensor cores
+GEMM_PRECISION = ((512, "ieee"), (1 << 30, "tf32"))
 
 
 def by_n(table, n: int):
-    """The value of the first (max n, value) row that covers n."""
-    for max_n, value in table:
-        if n <= max_n:
-            return value
+    """The value of the first (max n, value...) row that covers n."""
+    for row in table:
+        if n <= row[0]:
+            return row[1] if len(row) == 2 else row[1:]
     raise ValueError(f"cholesky: no table row covers n = {n}")
 
 
@@ -65,64 +66,31 @@ def matmul_precision(precision: str):
             matmul.fp32_precision = previous
 
 
-def new_flags(A: torch.Tensor) -> torch.Tensor:
-    return torch.zeros(A.shape[0], dtype=torch.int32, device=A.device)
+NULL = None   # a missing optional pointer (ctypes passes 0)
 
 
-def cholesky_small_cuda(A: torch.Tensor):
+def cholesky_small_cuda(A: torch.Tensor) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)
-    flags = new_flags(A)
-    CUDA.call("cholesky_small", A, L, flags, b, n, SMALL_WARPS_PER_CTA)
-    return L, flags
-
-
-def cholesky_tile_cuda(A: torch.Tensor):
-    b, n, _ = A.shape
-    L = torch.empty_like(A)
-    flags = new_flags(A)
-    CUDA.call("cholesky_tile", A, L, L, flags, b, n, n, n, by_n(TILE_THREADS, n), 0)   # no inverse: linv unused
-    return L, flags
-
-
-def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, flags: torch.Tensor) -> torch.Tensor:
-    """The tile kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
-    b, n, _ = L.shape
-    X = torch.empty(b, w, w, dtype=L.dtype, device=L.device)
-    block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    CUDA.call("cholesky_tile", block, block, X, flags, b, w, n, n, by_n(TILE_THREADS, w), 1)
-    return X
-
-
-def resolve_flagged(A: torch.Tensor, L: torch.Tensor, flags: torch.Tensor) -> torch.Tensor:
-    """Re-solve the matrices whose factorization met a bad pivot; raise if one is not positive definite.
-
-    `flags.any()` is the one device-to-host sync of a call (a few us on the GPU,
-    noticeable only on the smallest cases); it is what lets a failed matrix be
-    caught without a second pass over L."""
-    if not bool(flags.any()):
-        return L
-    index = torch.nonzero(flags).squeeze(1)
-    L64, info = torch.linalg.cholesky_ex(A[index].double())
-    failed = (info != 0) | ~torch.isfinite(L64).flatten(1).all(dim=1)
-    if bool(failed.any()):
-        raise ValueError(f"cholesky: matrix {int(index[failed][0])} of the batch is not positive definite "
-                         f"(float64 cholesky_ex failed too)")
-    L[index] = L64.to(L.dtype)
+    CUDA.call("cholesky_small", A, L, b, n, SMALL_WARPS_PER_CTA)
     return L
 
 
-def factor(A: torch.Tensor):
-    """(L, flags) from the route the table picks for this n and device."""
-    n = A.shape[-1]
-    if n <= TILE_MAX_N:
-        if not A.is_cuda:
-            L, _, flags = right_looking_model(A)
-            return L, flags
-        return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tile_cuda(A)
-    factor_diag = factor_diag_cuda if A.is_cuda else factor_diag_model
-    with matmul_precision(by_n(GEMM_PRECISION, n)):
-        return blocked_cholesky(A, by_n(BLOCK_NB, n), by_n(TRAILING_CHUNK_ROWS, n), factor_diag)
+def cholesky_block_cuda(A: torch.Tensor) -> torch.Tensor:
+    b, n, _ = A.shape
+    L = torch.empty_like(A)
+    warps, per_cta = by_n(BLOCK_LAYOUT, n)
+    CUDA.call("cholesky_block", A, L, NULL, NULL, b, n, n, n * n, warps, per_cta)
+    return L
+
+
+def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, floors: torch.Tensor) -> torch.Tensor:
+    """The block kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
+    b, n, _ = L.shape
+    X = torch.empty(b, w, w, dtype=L.dtype, device=L.device)
+    block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
+    CUDA.call("cholesky_block", block, block, X, floors, b, w, n, n * n, by_n(DIAG_WARPS, b), 1)
+    return X
 
 
 def custom_kernel(data: torch.Tensor) -> torch.Tensor:
@@ -131,7 +99,13 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
         raise ValueError(f"cholesky: expected a batch x n x n float32 tensor, got {data.dtype} "
                          f"of shape {tuple(data.shape)}")
     A = data.contiguous()
+    n = A.shape[-1]
     if A.numel() == 0:
         return torch.empty_like(A)
-    L, flags = factor(A)
-    return resolve_flagged(A, L, flags)
+    if n <= BLOCK_MAX_N:
+        if not A.is_cuda:
+            return right_looking_model(A)
+        return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_block_cuda(A)
+    factor_diag = factor_diag_cuda if A.is_cuda else factor_diag_model
+    with matmul_precision(by_n(GEMM_PRECISION, n)):
+        return blocked_cholesky(A, by_n(BLOCK_NB, n), by_n(TRAILING_CHUNK_ROWS, n), factor_diag)

@@ -30,9 +30,10 @@ class CudaLibrary:
         self.source = None
         self.compile_s = None
         self._lib = None
+        self._entries = {}
 
     def configure(self, name: str, source: str) -> None:
-        self.name, self.source, self._lib = name, source, None
+        self.name, self.source, self._lib, self._entries = name, source, None, {}
 
     def load(self) -> ctypes.CDLL:
         if self._lib is not None:
@@ -58,21 +59,26 @@ class CudaLibrary:
         self._lib = ctypes.CDLL(path)
         return self._lib
 
+    def entry(self, name: str):
+        """A C entry point returning int, looked up once (a call then costs a few us of ctypes, not more)."""
+        func = self._entries.get(name)
+        if func is None:
+            func = getattr(self.load(), name)
+            func.restype = ctypes.c_int
+            self._entries[name] = func
+        return func
+
     def call(self, entry: str, *args) -> None:
-        """Call an entry point; tensors go as device pointers, ints as C ints."""
-        func = getattr(self.load(), entry)
-        func.restype = ctypes.c_int
-        c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a)
-                  for a in args]
-        code = func(*c_args)
+        """Call an entry point; tensors go as device pointers, None as NULL, ints as C ints."""
+        c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
+                  else ctypes.c_void_p(None) if a is None else ctypes.c_int(a) for a in args]
+        code = self.entry(entry)(*c_args)
         if code != 0:
             raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
 
     def query(self, entry: str, *ints: int) -> int:
         """Call an entry point that returns a plain int (a size or a limit)."""
-        func = getattr(self.load(), entry)
-        func.restype = ctypes.c_int
-        return func(*[ctypes.c_int(i) for i in ints])
+        return self.entry(entry)(*[ctypes.c_int(i) for i in ints])
 
 
 CUDA = CudaLibrary()
