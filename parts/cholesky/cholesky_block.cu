@@ -27,7 +27,8 @@
 // n (n + 1) floats (twice that with the inverse); the odd row pitch n + 1 spreads a column's
 // entries over distinct banks, and the column entry every thread reads (S[j][k]) is a broadcast.
 // Why it is fast: the block is read and written once; a step is a few shared-memory operations
-// per owned element with no integer division; with P = 1 many matrices share an SM and only
+// per owned element with no integer division, issued kChunk columns at a time (the loads of a
+// chunk go out before its stores, so they overlap instead of waiting on possible aliasing); with P = 1 many matrices share an SM and only
 // warp-level barriers are needed; P > 1 shortens the chain of one large block (the diagonal
 // blocks of a single big matrix).
 #include "device_utils.cuh"
@@ -36,6 +37,7 @@ namespace {
 
 constexpr int kBlockMaxN = 128;
 constexpr int kBlockMaxRows = 4;                 // rows per thread at P = 1, n = 128
+constexpr int kChunk = 8;                        // trailing-update columns per batch of loads
 
 template <int P>
 __device__ __forceinline__ void group_sync() {
@@ -88,12 +90,20 @@ cholesky_block_kernel(const float* src, float* dst, float* __restrict__ xinv, co
         }
         group_sync<P>();                             // column k is final
         if (t == k % T) S[k * lds + k] = lkk;        // everyone has read the pivot by now
-        for (int j = k + 1; j < n; ++j) {
-            const float ljk = S[j * lds + k];        // the same address for every thread: a broadcast
+        for (int j0 = k + 1; j0 < n; j0 += kChunk) {  // kChunk columns at a time: loads before stores
+            float lj[kChunk];                        // l_jk: the same address for every thread (broadcast)
+#pragma unroll
+            for (int u = 0; u < kChunk; ++u) lj[u] = (j0 + u < n) ? S[(j0 + u) * lds + k] : 0.f;
 #pragma unroll
             for (int m = 0; m < kBlockMaxRows; ++m) {
                 const int r = t + m * T;
-                if (r >= j && r < n) S[r * lds + j] -= lrk[m] * ljk;
+                if (r < j0 || r >= n) continue;      // rows above the chunk: nothing to update
+                float v[kChunk];
+#pragma unroll
+                for (int u = 0; u < kChunk; ++u) v[u] = (j0 + u <= r) ? S[r * lds + j0 + u] : 0.f;
+#pragma unroll
+                for (int u = 0; u < kChunk; ++u)
+                    if (j0 + u <= r) S[r * lds + j0 + u] = fmaf(-lrk[m], lj[u], v[u]);
             }
         }
         group_sync<P>();                             // the trailing update is done
