@@ -190,7 +190,7 @@ def test_matmul_precision_restores_the_flag():
 
 
 @pytest.mark.parametrize("table", ("BLOCK_LAYOUT", "DIAG_WARPS", "BLOCK_NB", "TRAILING_CHUNK_ROWS",
-                                   "GEMM_PRECISION"))
+                                   "GEMM_PRECISION", "TILED_SHAPE", "DIAG_TILED_SHAPE"))
 def test_tables_cover_every_n_in_order(table):
     rows = getattr(route, table)
     bounds = [row[0] for row in rows]
@@ -216,6 +216,12 @@ def test_tunables_fit_the_kernels():
     for _, nb in route.BLOCK_NB:
         assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N and block_smem(nb, 1, True) <= TILE_SMEM_BYTES
         assert all(nb <= 4 * 32 * warps for _, warps in route.DIAG_WARPS)
+    shapes = {(8, 4), (8, 8), (16, 4), (16, 8)}               # the instantiations cholesky_tiled.cu has
+    for max_n, tdim, ts in route.TILED_SHAPE:
+        assert (tdim, ts) in shapes and min(max_n, route.BLOCK_MAX_N) <= tdim * ts
+    for _, tdim, ts in route.DIAG_TILED_SHAPE:
+        assert (tdim, ts) in shapes and 2 * (tdim * ts) * (tdim * ts + 1) * 4 <= TILE_SMEM_BYTES
+    assert route.ON_CHIP in ("tiled", "block")
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
     assert all(p in ("ieee", "tf32") for _, p in route.GEMM_PRECISION)
 
@@ -230,3 +236,39 @@ def test_floor_test_input_really_fails_in_float32():
     l = torch.tensor(x) * (1.0 / torch.sqrt(torch.tensor(a)))
     assert (torch.tensor(y) - l * l).item() <= 0 < y - x * x / a
     assert math.isclose(y - x * x / a, 9.3e-9, rel_tol=0.01)
+
+
+def tiled_update_mask(tdim: int, ts: int, k: int) -> torch.Tensor:
+    """Which entries (r, c) of the padded matrix cholesky_tiled.cu's step 3 updates at step k,
+    written as the kernel decides it per thread (ty, tx) and register (i, j)."""
+    npad = tdim * ts
+    kb, kt = divmod(k, tdim)
+    mask = torch.zeros(npad, npad, dtype=torch.bool)
+    for ty in range(tdim):
+        for tx in range(tdim):
+            for i in range(ts):
+                for j in range(ts):
+                    if j < kb or i < j:
+                        continue
+                    if j == kb and not tx > kt:
+                        continue
+                    if i == j and ty < tx:
+                        continue
+                    mask[ty + tdim * i, tx + tdim * j] = True
+    return mask
+
+
+@pytest.mark.parametrize("tdim, ts", ((8, 4), (8, 8), (16, 4), (16, 8)))
+def test_tiled_kernel_updates_exactly_the_trailing_lower_part(tdim, ts):
+    npad = tdim * ts
+    r = torch.arange(npad)[:, None]
+    c = torch.arange(npad)[None, :]
+    for k in range(npad):
+        assert torch.equal(tiled_update_mask(tdim, ts, k), (c > k) & (r >= c)), k
+
+
+@pytest.mark.parametrize("tdim, ts", ((8, 4), (8, 8), (16, 4), (16, 8)))
+def test_tiled_kernel_scales_and_publishes_exactly_column_k_below_the_diagonal(tdim, ts):
+    for k in range(tdim * ts):
+        rows = sorted(ty + tdim * i for ty in range(tdim) for i in range(ts) if ty + tdim * i > k)
+        assert rows == list(range(k + 1, tdim * ts))

@@ -3,8 +3,9 @@
 | n         | CUDA route                                                  | CPU (model)              |
 |-----------|-------------------------------------------------------------|--------------------------|
 | <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
-| <= 128    | cholesky_block.cu: P warps per matrix, in shared memory     | right_looking_model      |
-| larger    | blocked_cholesky: block kernel (+ inverse) per diagonal     | blocked_cholesky with    |
+| <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model      |
+|           | (or cholesky_block.cu: P warps per matrix, shared memory)   |                          |
+| larger    | blocked_cholesky: on-chip kernel (+ inverse) per diagonal   | blocked_cholesky with    |
 |           | block, cuBLAS GEMMs for the panel and the trailing update   | factor_diag_model        |
 
 Every route reads the lower triangle of A only. A pivot at or below eps * max_i a_ii becomes that
@@ -20,12 +21,17 @@ from parts.cholesky.model import blocked_cholesky, factor_diag_model, pivot_floo
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
-BLOCK_MAX_N = 128                # cholesky_block.cu holds up to 128 x 128 on chip
+BLOCK_MAX_N = 128                # the on-chip kernels hold up to 128 x 128
+ON_CHIP = "tiled"                # for 32 < n <= 128 and the diagonal blocks: "tiled" or "block"
+# (max n, TDIM, TS) of cholesky_tiled.cu for whole matrices: TDIM^2 threads, TS x TS entries each
+TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
+# (max batch, TDIM, TS) for the diagonal blocks (nb <= TDIM * TS): more threads when few matrices
+DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
 # (max n, warps per matrix P, matrices per CTA) for whole matrices in cholesky_block.cu
 BLOCK_LAYOUT = ((64, 1, 4), (1 << 30, 4, 1))
 # (max batch, warps per diagonal block): few matrices -> more warps on each block's serial chain
 DIAG_WARPS = ((64, 2), (1 << 30, 1))
-BLOCK_NB = ((1 << 30, 64),)                                     # (max n, diagonal block size)
+BLOCK_NB = ((8192, 64), (1 << 30, 128))                          # (max n, diagonal block size)
 TRAILING_CHUNK_ROWS = ((2048, 256), (1 << 30, 2048))            # (max n, rows per trailing GEMM)
 # (max n, fp32 matmul precision of the blocked route's GEMMs): "ieee" = fp32, "tf32" = tensor cores.
 # TF32 is not safe at any n: its ~1e-3 relative error exceeds the 1e-3..1e-4 damping of the lowrank
@@ -78,20 +84,31 @@ def cholesky_small_cuda(A: torch.Tensor) -> torch.Tensor:
     return L
 
 
-def cholesky_block_cuda(A: torch.Tensor) -> torch.Tensor:
+def on_chip_cuda(A: torch.Tensor) -> torch.Tensor:
+    """Whole matrices, 32 < n <= 128, with the kernel ON_CHIP names."""
     b, n, _ = A.shape
     L = torch.empty_like(A)
-    warps, per_cta = by_n(BLOCK_LAYOUT, n)
-    CUDA.call("cholesky_block", A, L, NULL, NULL, b, n, n, n * n, warps, per_cta)
+    if ON_CHIP == "tiled":
+        tdim, ts = by_n(TILED_SHAPE, n)
+        CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts)
+    else:
+        warps, per_cta = by_n(BLOCK_LAYOUT, n)
+        CUDA.call("cholesky_block", A, L, NULL, NULL, b, n, n, n * n, warps, per_cta)
     return L
 
 
 def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, floors: torch.Tensor) -> torch.Tensor:
-    """The block kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
+    """The on-chip kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     X = torch.empty(b, w, w, dtype=L.dtype, device=L.device)
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    CUDA.call("cholesky_block", block, block, X, floors, b, w, n, n * n, by_n(DIAG_WARPS, b), 1)
+    if ON_CHIP == "tiled":
+        tdim, ts = by_n(DIAG_TILED_SHAPE, b)
+        if tdim * ts < w:
+            tdim, ts = by_n(TILED_SHAPE, w)
+        CUDA.call("cholesky_tiled", block, block, X, floors, b, w, n, n * n, tdim, ts)
+    else:
+        CUDA.call("cholesky_block", block, block, X, floors, b, w, n, n * n, by_n(DIAG_WARPS, b), 1)
     return X
 
 
@@ -107,7 +124,7 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
     if n <= BLOCK_MAX_N:
         if not A.is_cuda:
             return right_looking_model(A)
-        return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_block_cuda(A)
+        return cholesky_small_cuda(A) if n <= SMALL_MAX_N else on_chip_cuda(A)
     factor_diag = factor_diag_cuda if A.is_cuda else factor_diag_model
     with matmul_precision(by_n(GEMM_PRECISION, n)):
         return blocked_cholesky(A, by_n(BLOCK_NB, n), by_n(TRAILING_CHUNK_ROWS, n), factor_diag)
