@@ -189,8 +189,8 @@ def test_matmul_precision_restores_the_flag():
     assert matmul.fp32_precision == before
 
 
-@pytest.mark.parametrize("table", ("BLOCK_LAYOUT", "DIAG_WARPS", "BLOCK_NB", "TRAILING_CHUNK_ROWS",
-                                   "GEMM_PRECISION", "TILED_SHAPE", "DIAG_TILED_SHAPE"))
+@pytest.mark.parametrize("table", ("BLOCK_NB", "TRAILING_CHUNK_ROWS", "GEMM_PRECISION", "TILED_SHAPE",
+                                   "DIAG_TILED_SHAPE"))
 def test_tables_cover_every_n_in_order(table):
     rows = getattr(route, table)
     bounds = [row[0] for row in rows]
@@ -203,25 +203,14 @@ def test_by_n_refuses_an_uncovered_n():
         route.by_n(((8, "x"),), 9)
 
 
-def block_smem(n: int, per_cta: int, inverse: bool) -> int:
-    """cholesky_block_smem_bytes: n (n + 1) floats per matrix, twice with the inverse."""
-    return per_cta * n * (n + 1) * (2 if inverse else 1) * 4
-
-
 def test_tunables_fit_the_kernels():
-    for max_n, warps, per_cta in route.BLOCK_LAYOUT:
-        n = min(max_n, route.BLOCK_MAX_N)
-        assert warps in (1, 2, 4, 8) and (warps == 1 or per_cta == 1) and 32 * warps * per_cta <= 256
-        assert n <= 4 * 32 * warps and block_smem(n, per_cta, False) <= TILE_SMEM_BYTES
-    for _, nb in route.BLOCK_NB:
-        assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N and block_smem(nb, 1, True) <= TILE_SMEM_BYTES
-        assert all(nb <= 4 * 32 * warps for _, warps in route.DIAG_WARPS)
     shapes = {(8, 4), (8, 8), (16, 4), (16, 8)}               # the instantiations cholesky_tiled.cu has
     for max_n, tdim, ts in route.TILED_SHAPE:
         assert (tdim, ts) in shapes and min(max_n, route.BLOCK_MAX_N) <= tdim * ts
-    for _, tdim, ts in route.DIAG_TILED_SHAPE:
+    for _, tdim, ts in route.DIAG_TILED_SHAPE:                # the inverse's work space: 2 NP (NP + 1) floats
         assert (tdim, ts) in shapes and 2 * (tdim * ts) * (tdim * ts + 1) * 4 <= TILE_SMEM_BYTES
-    assert route.ON_CHIP in ("tiled", "block")
+    for _, nb in route.BLOCK_NB:                              # a diagonal block fits the largest tiled shape
+        assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N <= max(t * s for _, t, s in route.TILED_SHAPE)
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
     assert all(p in ("ieee", "tf32") for _, p in route.GEMM_PRECISION)
 

@@ -5,7 +5,7 @@
 //   l_kk = sqrt(a_kk),  l_ik = a_ik * (1 / l_kk)            (i > k)
 //   a_ij -= l_ik * l_jk                                     (k < j <= i)
 // reading only the lower triangle of A. Writes the strict upper part of L as 0.
-// A pivot at or below f = eps * max_i a_ii becomes f (cholesky_block.cu's outline says why:
+// A pivot at or below f = eps * max_i a_ii becomes f (cholesky_tiled.cu's outline says why:
 // a roundoff-level pivot of a numerically singular SPD matrix, floored inside the gate, with no
 // host-side check; a NaN pivot stays NaN).
 //

@@ -1,7 +1,12 @@
 // cholesky, n <= 128: one CTA per matrix (or per diagonal block), the matrix in registers.
 //
-// Computes the same factor as cholesky_block.cu (right-looking, spotf2 order, pivots at or below
-// the floor f = eps * max_i a_ii become f; see that file's outline), and optionally X = inv(L).
+// Computes L, lower triangular with A = L L^T, by right-looking Cholesky (spotf2 order: for
+// k = 0..n-1, l_kk = sqrt(a_kk), l_rk = a_rk / l_kk, a_rj -= l_rk l_jk for k < j <= r), and
+// optionally X = inv(L). Pivot floor: a pivot d <= f, f = eps * max_i a_ii of the matrix (or the
+// value the caller passes), becomes f. An SPD matrix meets such a pivot only through roundoff (a
+// numerically singular matrix); flooring perturbs A by at most ~2 f, far inside the
+// 20 n eps ||A||_1 gate, and keeps L finite without a host-side check (a NaN pivot stays NaN). A
+// truly indefinite input still gives a finite L that the reconstruction gate rejects.
 // The block sits at src with leading dimension ld and a batch stride of `stride` floats (whole
 // matrices: ld = n, stride = n * n; a diagonal block of an N x N matrix: ld = N, stride = N * N).
 //

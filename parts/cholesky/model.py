@@ -8,7 +8,7 @@ submission runs them on CPU tensors.
   roundoff-level pivot of a numerically singular SPD matrix; NaN stays NaN): L stays finite with
   no host-side check, and A moves by at most ~2 floor, far inside the gate.
 - `right_looking_model`: spotf2-order Cholesky, the arithmetic of cholesky_small.cu (one warp per
-  matrix, n <= 32) and cholesky_block.cu (n <= 128); `inverse_model` is cholesky_block.cu's
+  matrix, n <= 32) and cholesky_tiled.cu (n <= 128); `inverse_model` is cholesky_tiled.cu's
   forward substitution for inv(L).
 - `blocked_cholesky`: the blocked right-looking driver; the diagonal-block factor is a parameter,
   so the GPU route runs this very function with the CUDA block kernel.

@@ -4,7 +4,6 @@
 |-----------|-------------------------------------------------------------|--------------------------|
 | <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
 | <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model      |
-|           | (or cholesky_block.cu: P warps per matrix, shared memory)   |                          |
 | larger    | blocked_cholesky: on-chip kernel (+ inverse) per diagonal   | blocked_cholesky with    |
 |           | block, cuBLAS GEMMs for the panel and the trailing update   | factor_diag_model        |
 
@@ -21,16 +20,11 @@ from parts.cholesky.model import blocked_cholesky, factor_diag_model, pivot_floo
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
-BLOCK_MAX_N = 128                # the on-chip kernels hold up to 128 x 128
-ON_CHIP = "tiled"                # for 32 < n <= 128 and the diagonal blocks: "tiled" or "block"
+BLOCK_MAX_N = 128                # cholesky_tiled.cu holds up to 128 x 128
 # (max n, TDIM, TS) of cholesky_tiled.cu for whole matrices: TDIM^2 threads, TS x TS entries each
 TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
 # (max batch, TDIM, TS) for the diagonal blocks (nb <= TDIM * TS): more threads when few matrices
 DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
-# (max n, warps per matrix P, matrices per CTA) for whole matrices in cholesky_block.cu
-BLOCK_LAYOUT = ((64, 1, 4), (1 << 30, 4, 1))
-# (max batch, warps per diagonal block): few matrices -> more warps on each block's serial chain
-DIAG_WARPS = ((64, 2), (1 << 30, 1))
 # (max batch, diagonal block size): 128 lengthens the GEMMs (K = 128) and halves the chain of steps;
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
@@ -87,31 +81,23 @@ def cholesky_small_cuda(A: torch.Tensor) -> torch.Tensor:
     return L
 
 
-def on_chip_cuda(A: torch.Tensor) -> torch.Tensor:
-    """Whole matrices, 32 < n <= 128, with the kernel ON_CHIP names."""
+def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)
-    if ON_CHIP == "tiled":
-        tdim, ts = by_n(TILED_SHAPE, n)
-        CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts)
-    else:
-        warps, per_cta = by_n(BLOCK_LAYOUT, n)
-        CUDA.call("cholesky_block", A, L, NULL, NULL, b, n, n, n * n, warps, per_cta)
+    tdim, ts = by_n(TILED_SHAPE, n)
+    CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts)
     return L
 
 
 def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, floors: torch.Tensor) -> torch.Tensor:
-    """The on-chip kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
+    """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     X = torch.empty(b, w, w, dtype=L.dtype, device=L.device)
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    if ON_CHIP == "tiled":
-        tdim, ts = by_n(DIAG_TILED_SHAPE, b)
-        if tdim * ts < w:
-            tdim, ts = by_n(TILED_SHAPE, w)
-        CUDA.call("cholesky_tiled", block, block, X, floors, b, w, n, n * n, tdim, ts)
-    else:
-        CUDA.call("cholesky_block", block, block, X, floors, b, w, n, n * n, by_n(DIAG_WARPS, b), 1)
+    tdim, ts = by_n(DIAG_TILED_SHAPE, b)
+    if tdim * ts < w:
+        tdim, ts = by_n(TILED_SHAPE, w)
+    CUDA.call("cholesky_tiled", block, block, X, floors, b, w, n, n * n, tdim, ts)
     return X
 
 
@@ -127,7 +113,7 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
     if n <= BLOCK_MAX_N:
         if not A.is_cuda:
             return right_looking_model(A)
-        return cholesky_small_cuda(A) if n <= SMALL_MAX_N else on_chip_cuda(A)
+        return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
     factor_diag = factor_diag_cuda if A.is_cuda else factor_diag_model
     with matmul_precision(by_n(GEMM_PRECISION, n)):
         return blocked_cholesky(A, by_n(BLOCK_NB, A.shape[0]), by_n(TRAILING_CHUNK_ROWS, n), factor_diag)
