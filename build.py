@@ -26,9 +26,9 @@ import jinja2
 import yaml
 
 from checks import problems
+from checks.preflight import BANNED, PreflightReport, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError
-from popcorn.preflight import BANNED, PreflightReport, preflight_bytes
 
 ROOT = Path(__file__).resolve().parent
 PARTS = ROOT / "parts"

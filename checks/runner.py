@@ -19,12 +19,12 @@ from typing import Callable
 
 from checks import harness as official
 from checks import timing, verdicts, worker
+from checks.preflight import leading_directives
 from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
-from popcorn import logs
 from popcorn.errors import PopkitError
-from popcorn.preflight import leading_directives
-from popcorn.provenance import changed_parts
-from popcorn.tables import fmt_us, render_table
+from popcorn.evidence import logs
+from popcorn.evidence.provenance import changed_parts
+from popcorn.evidence.tables import fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
 CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of the same cases is far slower

@@ -20,8 +20,8 @@ from pathlib import Path
 
 from checks.problems import Problem, ProblemError, load_problem
 from checks.runner import require_submission_for
-from popcorn import logs
 from popcorn.errors import PopkitError
+from popcorn.evidence import logs
 
 INCUMBENTS = logs.ROOT / "logs" / "incumbents"
 FULL_LIST = {"check": "tests", "bench": "benchmarks", "diff": "benchmarks"}

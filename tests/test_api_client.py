@@ -1,4 +1,4 @@
-"""popcorn.api and popcorn.sse against a local server (pytest-httpserver on 127.0.0.1)."""
+"""popcorn.client.api and popcorn.client.sse against a local server (pytest-httpserver on 127.0.0.1)."""
 import base64
 import json
 import os
@@ -8,7 +8,7 @@ import time
 import pytest
 from werkzeug import Response
 
-from popcorn import api, sse
+from popcorn.client import api, sse
 from popcorn.errors import PopkitError
 
 CLI_ID = "c0ffee00-1d-never-print-me"

@@ -20,7 +20,7 @@ from checks.harness import remap_seed
 from checks.problems import load_problem
 from checks.runner import select_specs
 from popcorn.cli import main
-from popcorn.provenance import changed_parts
+from popcorn.evidence.provenance import changed_parts
 
 SPEC = "batch: 2; n: 8; cond: 1; seed: 3; case: mixed"
 TINY = "batch: 1; n: 1; cond: 1; seed: 3; case: dense"

@@ -8,9 +8,9 @@ import pytest
 from click.testing import CliRunner
 from werkzeug import Response
 
-from popcorn import api
 from popcorn.cli import main
-from popcorn.logs import read_records
+from popcorn.client import api
+from popcorn.evidence.logs import read_records
 
 CLI_ID = "c0ffee00-1d-never-print-me"
 SOURCE = "#!POPCORN leaderboard qr_v2\n#!POPCORN gpu B200\nimport torch\n\n\ndef custom_kernel(data):\n    return data\n"

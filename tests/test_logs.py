@@ -1,4 +1,4 @@
-"""popcorn.logs: the evidence log is strict JSON lines, read back whole, with bad lines named."""
+"""popcorn.evidence.logs: the evidence log is strict JSON lines, read back whole, with bad lines named."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from popcorn import logs
+from popcorn.evidence import logs
 
 CONTRACT = ("time", "problem", "mode", "commit", "submission_sha256", "gpu", "torch", "cuda", "compile_s",
             "cases", "geomean_us", "baseline_geomean_us", "baseline")

@@ -1,4 +1,4 @@
-"""popcorn.preflight: each leaderboard rule rejects a file that breaks it; KernelGuard's verdict counts."""
+"""checks.preflight: each leaderboard rule rejects a file that breaks it; KernelGuard's verdict counts."""
 from __future__ import annotations
 
 import shutil
@@ -6,9 +6,9 @@ import shutil
 import pytest
 from click.testing import CliRunner
 
-import popcorn.preflight as preflight
+import checks.preflight as preflight
+from checks.preflight import MAX_BYTES, check_rules, preflight_bytes, preflight_file
 from popcorn.cli import main
-from popcorn.preflight import MAX_BYTES, check_rules, preflight_bytes, preflight_file
 
 HEADER = "#!POPCORN leaderboard qr_v2\n#!POPCORN gpu B200\n"
 BODY = "import torch\n\n\ndef custom_kernel(data):\n    return torch.geqrf(data)\n"

@@ -11,11 +11,11 @@ import json
 import pytest
 from click.testing import CliRunner
 
-import popcorn.promote as promote_mod
 from checks.problems import load_problem
-from popcorn import logs
 from popcorn.cli import main
 from popcorn.errors import PopkitError
+from popcorn.evidence import logs
+import popcorn.promote as promote_mod
 from popcorn.promote import promote
 
 QR = load_problem("qr_v2")

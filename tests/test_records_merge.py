@@ -1,4 +1,4 @@
-"""popcorn.logs.merge_logs and `popkit merge`: records from a GPU host join logs/ once, validated."""
+"""popcorn.evidence.logs.merge_logs and `popkit merge`: records from a GPU host join logs/ once, validated."""
 from __future__ import annotations
 
 import json
@@ -6,9 +6,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from popcorn import logs
 from popcorn.cli import main
 from popcorn.errors import PopkitError
+from popcorn.evidence import logs
 
 SPEC = {"batch": 2, "n": 8, "cond": 1, "seed": 3, "case": "mixed"}
 

@@ -14,12 +14,12 @@ import pytest
 from click.testing import CliRunner
 
 from checks.problems import load_problem, short_spec
-from popcorn import report_data
 from popcorn.cli import main
-from popcorn.report import build_report, summary
-from popcorn.report_charts import ratio_limits
-from popcorn.report_data import _labels, case_label
-from popcorn.tables import fmt_sig
+from popcorn.evidence.tables import fmt_sig
+from popcorn.report import data as report_data
+from popcorn.report.charts import ratio_limits
+from popcorn.report.dashboard import build_report, summary
+from popcorn.report.data import _labels, case_label
 
 SPECS = load_problem("qr_v2").benchmarks
 TESTS = load_problem("qr_v2").tests
@@ -396,10 +396,10 @@ def test_diff_axis_is_centred_on_one_with_at_least_five_percent():
 # ---- dependencies -----------------------------------------------------------------------------------
 
 def test_report_without_matplotlib_is_one_line(tmp_path, monkeypatch):
-    import popcorn
-    for name in ("report", "report_charts"):       # drop the loaded modules, so the verb imports them again
-        monkeypatch.delitem(sys.modules, f"popcorn.{name}", raising=False)
-        monkeypatch.delattr(popcorn, name, raising=False)
+    import popcorn.report
+    for name in ("dashboard", "charts"):       # drop the loaded modules, so the verb imports them again
+        monkeypatch.delitem(sys.modules, f"popcorn.report.{name}", raising=False)
+        monkeypatch.delattr(popcorn.report, name, raising=False)
     monkeypatch.setitem(sys.modules, "matplotlib", None)              # import matplotlib now fails
     result = CliRunner().invoke(main, ["report", "--log", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)])
     assert result.exit_code == 1

@@ -1,13 +1,14 @@
-"""popcorn.results: flat result dicts -> per-case records, tables, verdicts and evidence logs."""
+"""popcorn.client.results: flat result dicts -> per-case records, tables, verdicts and evidence logs."""
 import base64
 import json
 import math
 
 import pytest
 
-from popcorn import logs, results
+from popcorn.client import results
 from popcorn.errors import PopkitError
-from popcorn.logs import read_records
+from popcorn.evidence import logs
+from popcorn.evidence.logs import read_records
 
 BENCH = {
     "benchmark-count": "2",

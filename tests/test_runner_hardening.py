@@ -100,7 +100,7 @@ def test_native_timing_on_cpu_needs_chosen_cases(built, tmp_path, verb):
 
 def test_check_builds_the_problem_when_submission_py_is_another_problems(tmp_path, monkeypatch):
     import build
-    from popcorn import cli_loop
+    from popcorn.cli import loop as cli_loop
     other = tmp_path / "submission.py"
     build.build("qr_v2", other)
     monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", other)

@@ -17,7 +17,7 @@ from checks.timing import (
     alternate,
     time_case,
 )
-from popcorn.logs import case_geomean, geomean
+from popcorn.evidence.logs import case_geomean, geomean
 
 
 # --- Stats -------------------------------------------------------------------

@@ -1,16 +1,16 @@
-"""The `merge` verb: bring evidence made on another machine (a GPU host) into logs/ (see popcorn.logs.merge_logs)."""
+"""The `merge` verb: evidence made on another machine (a GPU host) into logs/ (popcorn.evidence.logs.merge_logs)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
 
-from popcorn.logs import DEFAULT_LOG, merge_logs
+from popcorn.cli.failures import fail_cleanly
+from popcorn.evidence.logs import DEFAULT_LOG, merge_logs
 
 
 def register(main):
     """Add this module's verbs to the `popkit` group."""
-    from popcorn.cli import fail_cleanly  # here, not at import: popcorn.cli imports this module
 
     @main.command("merge")
     @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from popcorn.errors import PopkitError
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]   # popcorn/evidence/logs.py -> the project root
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
 MODES = ("check", "bench", "diff", "leaderboard")
 CONTRACT = ("time", "problem", "mode", "commit", "submission_sha256", "gpu", "torch", "cuda", "compile_s",

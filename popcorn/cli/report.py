@@ -1,17 +1,17 @@
-"""The `report` verb: a static HTML dashboard of the evidence log (see popcorn/report.py)."""
+"""The `report` verb: a static HTML dashboard of the evidence log (see popcorn/report/)."""
 from __future__ import annotations
 
 from pathlib import Path
 
 import click
 
+from popcorn.cli.failures import fail_cleanly
 from popcorn.errors import PopkitError
-from popcorn.logs import DEFAULT_LOG
+from popcorn.evidence.logs import DEFAULT_LOG
 
 
 def register(main):
     """Add this module's verbs to the `popkit` group."""
-    from popcorn.cli import fail_cleanly  # here, not at import: popcorn.cli imports this module
 
     @main.command("report")
     @click.argument("problem", required=False)
@@ -27,7 +27,7 @@ def register(main):
         """Write a dashboard of the evidence log (all problems, or PROBLEM) and print its summary.
         By default only GPU runs of the full official lists count."""
         try:
-            from popcorn.report import DEFAULT_OUT, build_report, summary  # matplotlib: this verb only
+            from popcorn.report.dashboard import DEFAULT_OUT, build_report, summary  # matplotlib: this verb only
         except ImportError as exc:
             raise PopkitError(f"popkit report draws its charts with matplotlib, which does not import here ({exc}): "
                               "pip install matplotlib") from None

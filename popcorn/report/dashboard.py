@@ -1,6 +1,6 @@
 """`popkit report`: the evidence log as one static HTML page with PNG charts, and a terminal summary.
 
-load (report_data) -> draw each section that has data (report_charts) -> render (report_html).
+load (data) -> draw each section that has data (charts) -> render (html).
 A section without data gets a note in place of its chart; so does a chart that fails to draw,
 so a strange log never stops the rest of the page.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from popcorn import report_charts as draw
-from popcorn.logs import DEFAULT_LOG, ROOT
-from popcorn.report_data import Evidence, ProblemEvidence, load_evidence
-from popcorn.report_html import fmt_time, write_page
-from popcorn.tables import fmt_us, render_table
+from popcorn.evidence.logs import DEFAULT_LOG, ROOT
+from popcorn.evidence.tables import fmt_us, render_table
+from popcorn.report import charts as draw
+from popcorn.report.data import Evidence, ProblemEvidence, load_evidence
+from popcorn.report.html import fmt_time, write_page
 
 DEFAULT_OUT = ROOT / "report"
 

@@ -1,6 +1,6 @@
 """Leaderboard verbs: register, join, submit, submissions, leaderboards, gpus, ranking, fetch.
 
-Thin click commands over popcorn.api (the HTTP protocol), popcorn.results (tables
+Thin click commands over popcorn.client.api (the HTTP protocol), popcorn.client.results (tables
 and evidence logs) and the preflight. Flags match the official popcorn CLI where
 they overlap. Results go to stdout; progress and notes go to stderr.
 """
@@ -13,9 +13,10 @@ from pathlib import Path
 
 import click
 
-from popcorn import api, results
+from checks.preflight import leading_directives, preflight_file
+from popcorn.cli.failures import fail_cleanly
+from popcorn.client import api, results
 from popcorn.errors import PopkitError
-from popcorn.preflight import leading_directives, preflight_file
 
 POLL_S = 5.0
 PROGRESS_S = 60.0  # a progress line at least this often, even when nothing changed
@@ -29,8 +30,6 @@ _poll_option = click.option("--poll-interval", type=float, default=POLL_S, hidde
 
 def register(main):
     """Add this module's verbs to the `popkit` group."""
-    from popcorn.cli import fail_cleanly  # here, not at import: popcorn.cli imports this module
-
     for add in (_add_register, _add_submit, _add_submissions, _add_listings):
         add(main, fail_cleanly)
 

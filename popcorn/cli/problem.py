@@ -5,7 +5,8 @@ from pathlib import Path
 
 import click
 
-from popcorn.tables import render_table
+from popcorn.cli.failures import fail_cleanly
+from popcorn.evidence.tables import render_table
 
 
 def _kind(prob) -> str:
@@ -14,7 +15,6 @@ def _kind(prob) -> str:
 
 def register(main):
     """Add the `problem` group to the `popkit` group."""
-    from popcorn.cli import fail_cleanly
 
     @main.group("problem")
     def problem_group():

@@ -6,9 +6,9 @@ from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
-from popcorn.logs import ROOT, utc_now
-from popcorn.report_data import Evidence
-from popcorn.tables import fmt_sig, fmt_us
+from popcorn.evidence.logs import ROOT, utc_now
+from popcorn.evidence.tables import fmt_sig, fmt_us
+from popcorn.report.data import Evidence
 
 TEMPLATE = ROOT / "templates" / "report.html.j2"
 

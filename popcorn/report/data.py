@@ -17,7 +17,7 @@ from pathlib import Path
 
 from checks.problems import ProblemError, known_problems, load_problem, short_spec
 from popcorn.errors import PopkitError
-from popcorn.logs import covers, ran_on_gpu, read_records, spec_key
+from popcorn.evidence.logs import covers, ran_on_gpu, read_records, spec_key
 
 VERDICTS = ("faster", "slower", "within noise")
 NEWEST_SUBMISSIONS = 10

@@ -18,8 +18,8 @@ from pathlib import Path
 
 from checks.problems import Problem, ProblemError, known_problems, load_problem, parse_spec, short_spec
 from popcorn.errors import PopkitError
-from popcorn.logs import DEFAULT_LOG, append_record, case_geomean, new_record, read_records
-from popcorn.tables import fmt_us, render_table
+from popcorn.evidence.logs import DEFAULT_LOG, append_record, case_geomean, new_record, read_records
+from popcorn.evidence.tables import fmt_us, render_table
 
 NS_PER_US = 1000.0
 TIMINGS = (("mean_us", "mean"), ("err_us", "err"), ("best_us", "best"), ("worst_us", "worst"))

@@ -21,7 +21,7 @@ import requests
 import yaml
 from urllib3.exceptions import NewConnectionError
 
-from popcorn import sse
+from popcorn.client import sse
 from popcorn.errors import PopkitError
 
 DEFAULT_API_URL = "https://site--bot--dxfjds728w5v.code.run"

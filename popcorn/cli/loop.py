@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-from popcorn import logs
+from popcorn.cli.failures import fail_cleanly
 from popcorn.errors import PopkitError
+from popcorn.evidence import logs
 
 ROOT = logs.ROOT
 DEFAULT_SUBMISSION = ROOT / "submission.py"
@@ -40,7 +41,7 @@ def _submission_for(problem: str, given: Path | None) -> Path:
     if given is not None:
         return given
     from checks.problems import load_problem
-    from popcorn.preflight import leading_directives
+    from checks.preflight import leading_directives
     board = load_problem(problem).leaderboard
     if DEFAULT_SUBMISSION.is_file():
         text = DEFAULT_SUBMISSION.read_text(encoding="utf-8", errors="replace")
@@ -55,7 +56,6 @@ def _submission_for(problem: str, given: Path | None) -> Path:
 
 def register(main):
     """Add this module's verbs to the `popkit` group."""
-    from popcorn.cli import fail_cleanly
 
     @main.command("build")
     @click.argument("problem", required=False)
@@ -67,7 +67,7 @@ def register(main):
     def build_cmd(problem, output, check_file):
         """Build PROBLEM's parts into one submission file (and preflight it)."""
         import build as builder
-        from popcorn.preflight import preflight_file
+        from checks.preflight import preflight_file
         if check_file:
             report = preflight_file(check_file, expect_leaderboard=problem)
         elif not problem:

@@ -13,8 +13,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
 from matplotlib.figure import Figure
 
-from popcorn.report_data import Bench, Check, Diff, FrontierLine
-from popcorn.tables import fmt_sig
+from popcorn.evidence.tables import fmt_sig
+from popcorn.report.data import Bench, Check, Diff, FrontierLine
 
 MIN_RATIO_SPAN = 0.05     # the diff axis shows at least 1 +- 5%, so run-to-run noise looks small
 COLORS = {"first": "#b8b8b8", "best": "#2a9d58", "newest": "#3465a4", "baseline": "#222222",

@@ -1,0 +1,33 @@
+"""The `popkit` command line: a thin click layer over library functions.
+
+Each verb parses options, calls one library function, prints its result and maps
+PopkitError (and other known errors) to one line on stderr and exit 1 (failures.fail_cleanly).
+The verbs live in modules by topic: loop, problem, leaderboard, report, records.
+"""
+from __future__ import annotations
+
+import sys
+
+import click
+
+from popcorn.evidence.logs import ROOT
+
+# build.py sits at the project root and is not installed as a module (`build` is PyPA's name):
+# the root goes first on the path so the verbs that build import this project's builder.
+if (ROOT / "build.py").is_file() and str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+def main():
+    """popkit: build, check, time, compare and submit GPU MODE kernel solutions."""
+
+
+def _register_all():
+    # Each module adds its verbs to `main`; kept in separate files by topic.
+    from popcorn.cli import leaderboard, loop, problem, records, report
+    for module in (loop, problem, leaderboard, report, records):
+        module.register(main)
+
+
+_register_all()

@@ -1,0 +1,1 @@
+"""Evidence at the bottom layer: the performance log (logs), table formatting (tables), built-file provenance."""

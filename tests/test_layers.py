@@ -1,0 +1,100 @@
+"""The layers (README "Layers"): no module imports a project package above its own layer.
+
+Imports are read with ast from the source (function-level imports included), so a lazy import
+cannot hide an upward dependency."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+BOTTOM = ("popcorn.errors", "popcorn.evidence")
+MIDDLE = ("checks",) + BOTTOM
+
+# layer -> (its modules, by name prefix; the project packages it may import besides its own modules)
+LAYERS = {
+    "cli": (("popcorn.cli", "popcorn.__main__"), None),                    # None: anything
+    "builder": (("build",), MIDDLE),
+    "client": (("popcorn.client",), MIDDLE),
+    "report": (("popcorn.report",), MIDDLE),
+    "promote": (("popcorn.promote",), MIDDLE),
+    "checker": (("checks",), BOTTOM),
+    "evidence": (("popcorn.evidence",), ("popcorn.errors",)),
+    "errors": (("popcorn.errors",), ()),
+}
+PROJECT = ("popcorn", "checks", "build")
+
+
+def _within(name: str, prefixes) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in prefixes)
+
+
+def layer_of(module: str) -> str | None:
+    """The layer whose prefix matches MODULE most closely (popcorn.cli.loop -> cli)."""
+    hits = [(len(p), layer) for layer, (prefixes, _) in LAYERS.items() for p in prefixes if _within(module, (p,))]
+    return max(hits)[1] if hits else None
+
+
+def imported(source: str, package: str) -> set[str]:
+    """Absolute names of the project modules SOURCE imports (relative imports resolved in PACKAGE)."""
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            names |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(parts + ([base] if base else []))
+            names |= {base} | {f"{base}.{alias.name}" for alias in node.names}
+    return {n for n in names if _within(n, PROJECT)}
+
+
+def violations(source: str, module: str, is_package: bool = False) -> list[str]:
+    """'module imports name (layer)' for each import of a package MODULE's layer may not use."""
+    layer = layer_of(module)
+    own, allowed = LAYERS[layer]
+    if allowed is None:
+        return []
+    bad = []
+    for name in sorted(imported(source, module if is_package else module.rpartition(".")[0])):
+        if _within(name, own) or _within(name, allowed) or name in ("popcorn", "checks"):
+            continue                                  # bare package names: their __init__ files are empty
+        bad.append(f"{module} imports {name} ({layer_of(name)})")
+    return bad
+
+
+def project_modules() -> dict[str, Path]:
+    """{module name: file} of build.py and every module of popcorn/ and checks/."""
+    files = {"build": ROOT / "build.py"}
+    for package in ("popcorn", "checks"):
+        for path in (ROOT / package).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+            files[name.removesuffix(".__init__")] = path
+    return files
+
+
+def test_every_project_module_has_a_layer():
+    assert [m for m in project_modules() if m != "popcorn" and layer_of(m) is None] == []
+
+
+def test_no_module_imports_a_higher_layer():
+    found = [v for m, path in project_modules().items() if m != "popcorn"
+             for v in violations(path.read_text(encoding="utf-8"), m, path.name == "__init__.py")]
+    assert found == []
+
+
+@pytest.mark.parametrize("module, source, expected", [
+    ("checks.runner", "def f():\n    from popcorn.cli import failures\n",
+     ["checks.runner imports popcorn.cli (cli)", "checks.runner imports popcorn.cli.failures (cli)"]),
+    ("popcorn.evidence.logs", "import checks.problems\n", ["popcorn.evidence.logs imports checks.problems (checker)"]),
+    ("popcorn.client.results", "import popcorn.report.data\n",
+     ["popcorn.client.results imports popcorn.report.data (report)"]),
+    ("popcorn.errors", "from . import evidence\n", ["popcorn.errors imports popcorn.evidence (evidence)"]),
+    ("popcorn.client.results", "from checks.problems import load_problem\nfrom popcorn.errors import PopkitError\n", []),
+    ("popcorn.cli.loop", "import build\nfrom popcorn.client import api\n", []),
+])
+def test_the_rule_catches_an_upward_import(module, source, expected):
+    assert violations(source, module) == expected
