@@ -257,3 +257,12 @@ def test_cli_check_built_file_exits_zero(built, tmp_path):
     result = invoke_check("eigh", "--check", str(copy))
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[-1] == "preflight: ok"
+
+
+def test_cli_check_expects_the_problems_leaderboard_not_its_name(tmp_path):
+    path = tmp_path / "submission.py"
+    path.write_text(CLEAN.replace("leaderboard qr_v2", "leaderboard vectoradd_v2"))
+    assert invoke_check("vectoradd", "--check", str(path)).exit_code == 0      # vectoradd's board
+    path.write_text(CLEAN.replace("leaderboard qr_v2", "leaderboard vectoradd"))
+    result = invoke_check("vectoradd", "--check", str(path))
+    assert result.exit_code == 1 and "expected 'vectoradd_v2'" in result.output

@@ -69,7 +69,11 @@ def register(main):
         import build as builder
         from checks.preflight import preflight_file
         if check_file:
-            report = preflight_file(check_file, expect_leaderboard=problem)
+            board = None
+            if problem:
+                from checks.problems import load_problem
+                board = load_problem(problem).leaderboard     # e.g. vectoradd's board is vectoradd_v2
+            report = preflight_file(check_file, expect_leaderboard=board)
         elif not problem:
             raise PopkitError("name a problem (popkit build qr_v2) or a file to check (--check FILE)")
         else:
