@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import os
 import re
 import subprocess
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,6 +27,7 @@ from checks import problems
 from checks.preflight import BANNED, PreflightReport, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError
+from popcorn.evidence.files import write_atomic
 
 ROOT = Path(__file__).resolve().parent
 PARTS = ROOT / "parts"
@@ -226,20 +225,6 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
     check_imports(text, "the built file", run_folder)
     report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file in the same folder and os.replace: readers see old or new, never half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)              # mkstemp makes 0600; a built file is for reading and uploading
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:

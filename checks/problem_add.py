@@ -9,14 +9,13 @@ and a failed write removes what this call created, so nothing is left half-writt
 from __future__ import annotations
 
 import itertools
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
 
 from checks import problems, task_folder
+from popcorn.evidence.files import write_atomic
 from checks.problems import ProblemError
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
@@ -129,9 +128,9 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
                        kept=sorted(p for p in scaffold if p.exists()), replaced=exists)
     try:
         for path, body in planned.items():
-            _write_atomic(path, body)
+            write_atomic(path, body)
             result.created.append(path)
-        _write_atomic(record_path, text)
+        write_atomic(record_path, text)
         task_folder.remember_path(name, folder.path, config)
     except OSError as exc:
         for path in result.created:
@@ -145,19 +144,6 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         if previous is None:
             record_path.unlink(missing_ok=True)
         else:
-            _write_atomic(record_path, previous)
+            write_atomic(record_path, previous)
         raise
     return result
-
-
-def _write_atomic(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as handle:
-            handle.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

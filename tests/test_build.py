@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import build
+from popcorn.evidence import files
 from checks.native import native_checker
 from popcorn.errors import PopkitError
 
@@ -87,7 +88,7 @@ def test_failed_write_leaves_previous_output_and_no_temp_file(tmp_path, monkeypa
 
     def broken_replace(src, dst):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(build.os, "replace", broken_replace)
+    monkeypatch.setattr(files.os, "replace", broken_replace)
     with pytest.raises(PopkitError, match="cannot write .No space left on device"):
         build.build("qr_v2", out)
     assert out.read_text() == "previous\n"

@@ -17,6 +17,7 @@ from checks.preflight import leading_directives, preflight_file
 from popcorn.cli.failures import fail_cleanly
 from popcorn.client import api, results
 from popcorn.errors import PopkitError
+from popcorn.evidence.files import write_atomic
 
 POLL_S = 5.0
 PROGRESS_S = 60.0  # a progress line at least this often, even when nothing changed
@@ -180,7 +181,7 @@ def _add_listings(main, fail_cleanly):
         path = output or Path(f"submission_{submission_id}{Path(outcome.file_name).suffix or '.py'}")
         if path.exists() and not force:
             raise PopkitError(f"{path} exists: pass --force to overwrite it, or -o to choose another path")
-        results.write_atomic(path, outcome.code.encode())
+        write_atomic(path, outcome.code.encode())
         click.echo(f"saved submission {submission_id} ({outcome.leaderboard}, {outcome.file_name}) to {path}")
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from checks.problems import Problem, ProblemError, known_problems, load_problem, parse_spec, short_spec
 from popcorn.errors import PopkitError
+from popcorn.evidence.files import write_atomic
 from popcorn.evidence.logs import DEFAULT_LOG, append_record, case_geomean, new_record, read_records
 from popcorn.evidence.tables import fmt_us, render_table
 
@@ -334,14 +335,6 @@ def _my_standing(entries: list[dict], mine: dict | None) -> str:
 def log_dir() -> Path:
     """logs/ of the toolkit, or POPKIT_LOG_DIR when set."""
     return Path(os.environ.get("POPKIT_LOG_DIR") or DEFAULT_LOG.parent)
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
 
 
 def save_raw(raw: bytes, name: str, directory: Path | None = None) -> Path:

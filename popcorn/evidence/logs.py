@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popcorn.errors import PopkitError
+from popcorn.evidence.files import write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]   # popcorn/evidence/logs.py -> the project root
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
@@ -303,12 +304,3 @@ def _table_copies(folder: Path, device_dir: Path, stamp: str) -> list[tuple[Path
         if not dest.exists():
             copies.append((source, dest))
     return copies
-
-
-def write_atomic(path: Path, data: bytes) -> Path:
-    """Write PATH whole through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
-    return path
