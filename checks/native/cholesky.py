@@ -95,26 +95,9 @@ FAMILIES = {"dense": dense, "diagonal": diagonal, "spectrum": spectrum, "lowrank
 
 # ---------------------------------------------------------------- cases
 
-def normalize_spec(spec: dict) -> dict:
-    return matrix_specs.normalize_spec(spec, DEFAULT_CASE)
-
-
-def families() -> list[str]:
-    return list(FAMILIES)
-
-
-def generate(spec: dict, device="cpu") -> torch.Tensor:
-    """The contiguous batch x n x n float32 input of one case; deterministic per spec and device."""
-    return matrix_specs.generate_case(FAMILIES, normalize_spec(spec), device, "cholesky")
-
-
-def benchmark_inputs(spec: dict, device="cpu") -> list[torch.Tensor]:
-    """The grader's benchmark inputs of a case: input i has seed spec seed + 42 i."""
-    return [generate(s, device) for s in matrix_specs.benchmark_specs(normalize_spec(spec), _BENCH_SEED_FIRST)]
-
-
-def robustness_specs() -> list[dict]:
-    return matrix_specs.robustness_specs(families())
+CASES = matrix_specs.MatrixCases("cholesky", FAMILIES, DEFAULT_CASE, _BENCH_SEED_FIRST)
+normalize_spec, families, generate = CASES.normalize_spec, CASES.families, CASES.generate
+benchmark_inputs, robustness_specs = CASES.benchmark_inputs, CASES.robustness_specs
 
 
 # ---------------------------------------------------------------- gates

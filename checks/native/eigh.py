@@ -234,22 +234,9 @@ FAMILIES: dict[str, Callable] = {
 
 # ---------------------------------------------------------------- cases
 
-def normalize_spec(spec: dict) -> dict:
-    return matrix_specs.normalize_spec(spec, DEFAULT_CASE)
-
-
-def families() -> list[str]:
-    return list(FAMILIES)
-
-
-def generate(spec: dict, device="cpu") -> torch.Tensor:
-    """The contiguous batch x n x n float32 input of one case; deterministic per spec and device."""
-    return matrix_specs.generate_case(FAMILIES, normalize_spec(spec), device, "eigh")
-
-
-def benchmark_inputs(spec: dict, device="cpu") -> list[torch.Tensor]:
-    """The grader's benchmark inputs of a case: input i has seed spec seed + 42 (i + 1)."""
-    return [generate(s, device) for s in matrix_specs.benchmark_specs(normalize_spec(spec), _BENCH_SEED_FIRST)]
+CASES = matrix_specs.MatrixCases("eigh", FAMILIES, DEFAULT_CASE, _BENCH_SEED_FIRST)
+normalize_spec, families, generate = CASES.normalize_spec, CASES.families, CASES.generate
+benchmark_inputs, robustness_specs = CASES.benchmark_inputs, CASES.robustness_specs
 
 
 def mixed_profiles(spec: dict, device="cpu") -> list[str]:
@@ -257,10 +244,6 @@ def mixed_profiles(spec: dict, device="cpu") -> list[str]:
     spec = normalize_spec(spec)
     matrix_specs.family_of(FAMILIES, spec["case"], "eigh")
     return profiles.case_profiles(MIXED_WEIGHTS, spec, device)
-
-
-def robustness_specs() -> list[dict]:
-    return matrix_specs.robustness_specs(families())
 
 
 # ---------------------------------------------------------------- gates

@@ -77,3 +77,29 @@ def robustness_specs(families: list[str]) -> list[dict]:
     specs += [{"batch": 1 + 2 * (i % 2), "n": n, "cond": 1, "case": families[i % len(families)]}
               for i, n in enumerate(LARGE_SIZES)]
     return [{**spec, "seed": SEED_BASE + i} for i, spec in enumerate(specs)]
+
+
+class MatrixCases:
+    """The case half of a matrix problem's native interface, from its family table: a module sets
+    `normalize_spec, families, generate, benchmark_inputs, robustness_specs` from one of these."""
+
+    def __init__(self, problem: str, families: dict[str, Callable], default_case: str, bench_seed_first: int):
+        self.problem, self.table = problem, families
+        self.default_case, self.bench_seed_first = default_case, bench_seed_first
+
+    def normalize_spec(self, spec: dict) -> dict:
+        return normalize_spec(spec, self.default_case)
+
+    def families(self) -> list[str]:
+        return list(self.table)
+
+    def generate(self, spec: dict, device="cpu") -> torch.Tensor:
+        """The contiguous batch x n x n float32 input of one case; deterministic per spec and device."""
+        return generate_case(self.table, self.normalize_spec(spec), device, self.problem)
+
+    def benchmark_inputs(self, spec: dict, device="cpu") -> list[torch.Tensor]:
+        """The grader's benchmark inputs of a case (seeds as benchmark_specs says)."""
+        return [self.generate(s, device) for s in benchmark_specs(self.normalize_spec(spec), self.bench_seed_first)]
+
+    def robustness_specs(self) -> list[dict]:
+        return robustness_specs(self.families())
