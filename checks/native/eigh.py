@@ -234,16 +234,10 @@ FAMILIES: dict[str, Callable] = {
 
 # ---------------------------------------------------------------- cases
 
-CASES = matrix_specs.MatrixCases("eigh", FAMILIES, DEFAULT_CASE, _BENCH_SEED_FIRST)
+CASES = matrix_specs.MatrixCases("eigh", FAMILIES, DEFAULT_CASE, _BENCH_SEED_FIRST, MIXED_WEIGHTS)
 normalize_spec, families, generate = CASES.normalize_spec, CASES.families, CASES.generate
 benchmark_inputs, robustness_specs = CASES.benchmark_inputs, CASES.robustness_specs
-
-
-def mixed_profiles(spec: dict, device="cpu") -> list[str]:
-    """The profile of each matrix of generate(spec, device): the case name unless mixed."""
-    spec = normalize_spec(spec)
-    matrix_specs.family_of(FAMILIES, spec["case"], "eigh")
-    return profiles.case_profiles(MIXED_WEIGHTS, spec, device)
+mixed_profiles = CASES.mixed_profiles
 
 
 # ---------------------------------------------------------------- gates

@@ -9,6 +9,7 @@ from typing import Callable
 
 import torch
 
+from checks.native import profiles
 from checks.native.draw import F32, Draw
 from checks.problems import ProblemError
 
@@ -83,9 +84,11 @@ class MatrixCases:
     """The case half of a matrix problem's native interface, from its family table: a module sets
     `normalize_spec, families, generate, benchmark_inputs, robustness_specs` from one of these."""
 
-    def __init__(self, problem: str, families: dict[str, Callable], default_case: str, bench_seed_first: int):
+    def __init__(self, problem: str, families: dict[str, Callable], default_case: str, bench_seed_first: int,
+                 mixed_weights: dict[str, int] | None = None):
         self.problem, self.table = problem, families
         self.default_case, self.bench_seed_first = default_case, bench_seed_first
+        self.mixed_weights = mixed_weights
 
     def normalize_spec(self, spec: dict) -> dict:
         return normalize_spec(spec, self.default_case)
@@ -103,3 +106,9 @@ class MatrixCases:
 
     def robustness_specs(self) -> list[dict]:
         return robustness_specs(self.families())
+
+    def mixed_profiles(self, spec: dict, device="cpu") -> list[str]:
+        """The profile of each matrix of generate(spec, device): the case name unless mixed."""
+        spec = self.normalize_spec(spec)
+        family_of(self.table, spec["case"], self.problem)
+        return profiles.case_profiles(self.mixed_weights, spec, device)
