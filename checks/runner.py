@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from checks import harness as official
-from checks import timing, verdicts, worker
+from checks import baselines, timing, verdicts, worker
 from checks.preflight import leading_directives
 from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import PopkitError
@@ -191,7 +191,7 @@ def results_table(results: list[dict], mode: str) -> str:
         if mode == "bench":
             speed = (r["baseline_us"] / r["mean_us"]) if r.get("baseline_us") and r.get("mean_us") else None
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("err_us")), r.get("runs"),
-                    fmt_us(r.get("baseline_us")), f"{speed:.2f}x" if speed else "-"]
+                    fmt_us(r.get("baseline_us")) + _baseline_mark(r), f"{speed:.2f}x" if speed else "-"]
         if mode == "diff":
             ratio = r.get("ratio")
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("incumbent_us")),
@@ -205,13 +205,41 @@ def results_table(results: list[dict], mode: str) -> str:
     return render_table(headers, rows, right_align=numeric)
 
 
+def _baseline_mark(result: dict) -> str:
+    """'*' after a baseline reused from the log, '~' after one timed with the slow-call bound."""
+    if result.get(baselines.REUSED):
+        return "*"
+    return "~" if result.get(baselines.BOUNDED) else ""
+
+
+def baseline_counts(results: list[dict]) -> dict:
+    """The record's count of baselines reused from the log, and of fresh ones timed with the slow-call bound."""
+    reused = sum(1 for r in results if r.get(baselines.REUSED))
+    bounded = sum(1 for r in results if r.get(baselines.BOUNDED) and not r.get(baselines.REUSED))
+    return {"baselines_reused": reused, "baselines_bounded": bounded}
+
+
+def baseline_notes(results: list[dict]) -> list[str]:
+    """What the table's baseline marks mean, when any case has one."""
+    counts, notes = baseline_counts(results), []
+    if counts["baselines_reused"]:
+        times = ", ".join(sorted({r[baselines.REUSED] for r in results if r.get(baselines.REUSED)}))
+        notes.append(f"baseline us marked *: {counts['baselines_reused']} reused from the log (same case, GPU, "
+                     f"torch; measured at {times}); --fresh-baseline times them again")
+    if counts["baselines_bounded"]:
+        notes.append(f"baseline us marked ~: {counts['baselines_bounded']} timed with at most "
+                     f"{timing.SLOW_REPEATS} repeats or {timing.SLOW_BUDGET_S:g} s of samples "
+                     f"(calls over {timing.SLOW_CALL_S:g} s each)")
+    return notes
+
+
 def case_record(result: dict) -> dict:
     """A result in the log's per-case shape (timing keys null when not timed)."""
     keys = ("mean_us", "err_us", "best_us", "worst_us", "runs", "baseline_us")
     return {"spec": result["spec"], "status": result["status"], "error": result.get("error"),
             **{k: result.get(k) for k in keys}, "residuals": result.get("residuals", {}),
             **{k: result[k] for k in ("message", "incumbent_us", "ratio", "verdict", "incumbent_residuals", "info",
-                                      "official")
+                                      "official", baselines.RUNS, baselines.BOUNDED, baselines.REUSED)
                if k in result}}
 
 
@@ -239,6 +267,8 @@ def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results
     if baseline_name:
         record["baseline_geomean_us"] = logs.case_geomean(cases, "baseline_us")
         record["baseline"] = baseline_name
+        record.update(baseline_counts(cases))
+        notes = notes + baseline_notes(results)
     if mode == "diff":
         record["incumbent_sha256"] = logs.file_sha256(submissions["incumbent"])
         record["incumbent_geomean_us"] = logs.case_geomean(cases, "incumbent_us")
@@ -311,29 +341,60 @@ def _agreement(ours: list[dict], theirs: list[dict]) -> tuple[list[dict], list[s
 
 def bench(problem: str, submission: Path, baseline: bool = False, custom: list[str] = (),
           device: str | None = None, progress=lambda text: None,
-          log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:
+          log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None,
+          fresh_baseline: bool = False) -> RunOutcome:
     """Grader-style timing of every benchmark case (or the given ones), optionally with the baseline
-    (a native problem's torch reference, or the folder's reference.ref_kernel) in the same run."""
+    (a native problem's torch reference, or the folder's reference.ref_kernel) in the same run.
+
+    A case's baseline comes from the log (checks/baselines.py: the --log file and logs/performance.jsonl)
+    when an earlier passing bench timed it for the same case, GPU, torch and device, unless
+    fresh_baseline; only the rest are timed."""
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench")
     _refuse_cpu_timing(prob, backend, device, custom, "bench")
     notes = [] if device.startswith("cuda") else ["no GPU: CPU timings say nothing about GPU speed"]
     specs, more = select_specs(prob, "benchmarks", custom, 0, device, False, backend)
+    name = (official.BASELINE_NAME if backend == "official" else prob.native.BASELINE_NAME) if baseline else None
+    logged = baselines.logged(_baseline_logs(log_path), prob.name, name) if baseline and not fresh_baseline else []
     if backend == "official":
         run = official.run_eval(prob, submission, "benchmark", specs, device, None, progress)
         results, runs = run.results(), [run]
         if baseline:
-            with tempfile.TemporaryDirectory(prefix="popkit-baseline-") as tmp:
-                base = official.run_eval(prob, official.write_baseline(Path(tmp)), "benchmark", specs, device,
-                                         None, progress)
-            for result, other in zip(results, base.results()):
-                result["baseline_us"] = other.get("mean_us")
-            runs.append(base)
+            runs += _official_baselines(prob, results, logged, run.env, device, progress)
         outcome = make_outcome("bench", prob, {"candidate": submission}, results, run.env, device, backend,
-                               notes + more + official.run_notes(runs), official.BASELINE_NAME if baseline else None)
+                               notes + more + official.run_notes(runs), name)
         return _finish(outcome, log_path)
-    info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress, baseline=baseline)
+    info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress, baseline=baseline,
+                                logged_baselines=logged)
     return _finish(make_outcome("bench", prob, {"candidate": submission}, results, info, device, backend,
-                                notes + more, prob.native.BASELINE_NAME if baseline else None), log_path)
+                                notes + more, name), log_path)
+
+
+def _baseline_logs(log_path: Path | None) -> list[Path]:
+    """Where logged baselines are looked up: the run's --log file, and the project's log (a batch on a GPU
+    host logs to a fresh file, but its copy of the tree carries logs/performance.jsonl)."""
+    return [path for path in (log_path, logs.DEFAULT_LOG) if path is not None]
+
+
+def _official_baselines(prob: Problem, results: list[dict], logged: list[dict], env: dict, device: str,
+                        progress) -> list[official.EvalRun]:
+    """Each result's baseline: a logged one where it matches, else from one eval.py run of the folder's
+    ref_kernel on the remaining cases (none when every case was reused). Returns the runs made."""
+    fresh = []
+    for index, result in enumerate(results):
+        entry = baselines.find(logged, result["spec"], env.get("gpu"), env.get("torch"), device)
+        if entry is None:
+            fresh.append(index)
+        else:
+            result.update(baselines.reused_fields(entry))
+    if not fresh:
+        progress("baseline: every case reused from the log; no eval.py run of the reference")
+        return []
+    with tempfile.TemporaryDirectory(prefix="popkit-baseline-") as tmp:
+        base = official.run_eval(prob, official.write_baseline(Path(tmp)), "benchmark",
+                                 [results[i]["spec"] for i in fresh], device, None, progress)
+    for index, other in zip(fresh, base.results()):
+        results[index].update(baselines.timed_fields(other.get("mean_us"), other.get("runs"), False))
+    return [base]
 
 
 def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3, custom: list[str] = (),

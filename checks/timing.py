@@ -20,6 +20,10 @@ import torch
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024
 MIN_REPEATS = 3
+# A slow call (a torch solver's host loop: seconds per call) gets a bounded rule, StopRule(slow_call_s=...).
+SLOW_CALL_S = 1.0
+SLOW_REPEATS = 3
+SLOW_BUDGET_S = 5.0
 # mode -> (max repeats, budget in seconds of mean * runs), as eval.py runs them.
 MODE_LIMITS = {"benchmark": (200, 10.0), "leaderboard": (1000, 30.0)}
 
@@ -64,6 +68,10 @@ class StopRule:
     and min_time_s of wall time, then stop once err/mean < rel_err, or
     mean * runs > budget_s, or wall time > wall_limit_s. (eval.py's 0.1 s floor
     is wall time since the first repeat began, not summed sample time.)
+
+    slow_call_s (not eval.py's; for a baseline only): once every sample so far took longer
+    than this, stop at SLOW_REPEATS samples or when they sum past SLOW_BUDGET_S, whichever
+    comes first, so a baseline of seconds per call costs a few calls, not the full rule.
     """
 
     mode: str = "benchmark"
@@ -72,6 +80,7 @@ class StopRule:
     wall_limit_s: float = 120.0
     min_time_s: float = 0.1
     rel_err: float = 0.001
+    slow_call_s: float | None = None
 
     def __post_init__(self):
         if self.mode not in MODE_LIMITS:
@@ -85,6 +94,8 @@ class StopRule:
     def done(self, samples_ns: Sequence[float], wall_elapsed_s: float) -> bool:
         if len(samples_ns) >= self.max_repeats:
             return True
+        if samples_ns and self._slow(min(samples_ns)):
+            return len(samples_ns) >= SLOW_REPEATS or sum(samples_ns) > SLOW_BUDGET_S * 1e9
         if len(samples_ns) < MIN_REPEATS or wall_elapsed_s <= self.min_time_s:
             return False
         stats = Stats.from_samples(samples_ns)
@@ -93,6 +104,13 @@ class StopRule:
             or stats.mean * stats.runs > self.budget_s * 1e9
             or wall_elapsed_s > self.wall_limit_s
         )
+
+    def bounded(self, stats: Stats) -> bool:
+        """Whether the slow-call bound decided when these samples stopped (every sample was slow)."""
+        return self._slow(stats.best)
+
+    def _slow(self, ns: float) -> bool:
+        return self.slow_call_s is not None and ns > self.slow_call_s * 1e9
 
 
 class Clock(Protocol):

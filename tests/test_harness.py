@@ -246,3 +246,66 @@ def test_diff_against_the_folders_reference(toy, tmp_path):
                           log_path=None)
     assert not outcome.passed and outcome.record["harness"] == "official"
     assert all(c["verdict"] == "slower" for c in outcome.record["cases"])
+
+
+# ---- bench --baseline: logged baselines reused per case (checks/baselines.py) ---------------------
+
+@pytest.fixture
+def eval_runs(monkeypatch, tmp_path):
+    """Every eval.py run as (submission file name, specs); the project's log moved to tmp_path."""
+    from popcorn.evidence import logs
+    monkeypatch.setattr(logs, "DEFAULT_LOG", tmp_path / "project.jsonl")
+    calls, real = [], harness.run_eval
+
+    def spy(prob, submission, mode, specs, *args, **kwargs):
+        calls.append((Path(submission).name, [s["size"] for s in specs]))
+        return real(prob, submission, mode, specs, *args, **kwargs)
+    monkeypatch.setattr(harness, "run_eval", spy)
+    return calls
+
+
+def test_official_bench_reuses_every_logged_baseline_and_skips_the_reference_run(toy, tmp_path, eval_runs):
+    added(toy)
+    log, sub = tmp_path / "perf.jsonl", write(tmp_path / "s.py", GOOD)
+    first = runner.bench("addone", sub, baseline=True, device="cpu", log_path=log)
+    assert eval_runs == [("s.py", [100, 1000]), ("baseline_submission.py", [100, 1000])]
+    assert first.record["baselines_reused"] == 0 and all(c["baseline_runs"] == 5 for c in first.record["cases"])
+    eval_runs.clear()
+    second = runner.bench("addone", sub, baseline=True, device="cpu", log_path=log)
+    assert eval_runs == [("s.py", [100, 1000])]
+    assert second.record["baselines_reused"] == 2
+    assert [c["baseline_us"] for c in second.record["cases"]] == [c["baseline_us"] for c in first.record["cases"]]
+    assert all(c["baseline_reused"] == first.record["time"] for c in second.record["cases"])
+    records, bad = logs_strict(log)
+    assert bad == [] and len(records) == 2
+
+
+def test_official_bench_times_only_the_cases_without_a_logged_baseline(toy, tmp_path, eval_runs):
+    added(toy)
+    log, sub = tmp_path / "perf.jsonl", write(tmp_path / "s.py", GOOD)
+    runner.bench("addone", sub, baseline=True, custom=["size: 100; seed: 21"], device="cpu", log_path=log)
+    eval_runs.clear()
+    outcome = runner.bench("addone", sub, baseline=True, device="cpu", log_path=log)
+    assert eval_runs == [("s.py", [100, 1000]), ("baseline_submission.py", [1000])]
+    reused, fresh = outcome.record["cases"]
+    assert reused["baseline_reused"] and fresh["baseline_reused"] is None and fresh["baseline_us"] > 0
+    assert outcome.record["baselines_reused"] == 1 and outcome.record["baseline_geomean_us"] > 0
+
+
+def test_fresh_baseline_through_the_verb_times_every_case_again(toy, tmp_path, eval_runs):
+    added(toy)
+    log, sub = tmp_path / "perf.jsonl", write(tmp_path / "s.py", GOOD)
+    runner.bench("addone", sub, baseline=True, device="cpu", log_path=log)
+    eval_runs.clear()
+    result = CliRunner().invoke(main, ["bench", "addone", "--submission", str(sub), "--device", "cpu",
+                                       "--fresh-baseline", "--log", str(log)])
+    assert result.exit_code == 0, result.output
+    assert [name for name, _ in eval_runs] == ["s.py", "baseline_submission.py"]
+    record = json.loads(log.read_text().splitlines()[-1])
+    assert record["baseline"] == "reference.ref_kernel" and record["baselines_reused"] == 0
+    assert "*" not in result.output
+
+
+def logs_strict(path: Path):
+    from popcorn.evidence import logs
+    return logs.read_strict(path)

@@ -124,17 +124,20 @@ def register(main):
     @click.argument("problem")
     @submission_opt
     @click.option("--baseline", is_flag=True, help="also time the reference (torch, or the folder's ref_kernel) "
-                                                   "in the same run")
+                                                   "in the same run; a case's baseline logged by an earlier "
+                                                   "passing bench on the same GPU and torch is reused (marked *)")
+    @click.option("--fresh-baseline", is_flag=True, help="--baseline, timing every baseline again (no reuse)")
     @case_opt
     @device_opt
     @harness_opt
     @log_opt
     @fail_cleanly
-    def bench_cmd(problem, submission, baseline, cases, device, harness, log_path):
+    def bench_cmd(problem, submission, baseline, fresh_baseline, cases, device, harness, log_path):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
         submission = _submission_for(problem, submission)
-        outcome = runner.bench(problem, submission, baseline, list(cases), device, _progress, log_path, harness)
+        outcome = runner.bench(problem, submission, baseline or fresh_baseline, list(cases), device, _progress,
+                               log_path, harness, fresh_baseline=fresh_baseline)
         _print_outcome(outcome, f"bench {problem}")
         raise SystemExit(0 if outcome.passed else 1)
 
