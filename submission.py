@@ -1,19 +1,19 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: e7027549cedeb0f9ee94526f865d4bd7bbae911f
+# toolkit commit: c817222e86cee883a16400b5a995dbe3f17b5726
 # part common/device_utils.cuh sha256 e817b025aafef6354686e03d29dcaf2af9c6f94c30070159a5ec05ef61d47008
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 6c980adb2a203d3d877f1376819a440ea6fe91350557d05d1378a867e9dd3a1b
-# part common/cuda_loader.py sha256 2e829dbfbdc428ba086d0c1006d08b6ac24142e506f9e44192f33ed5252eac28
+# part common/cuda_loader.py sha256 7ca52d3a481a9fca37dda758dfd450ecda847a780bb18b8733b917e02a193c5b
 # part qr_v2/model.py sha256 1d1b16674cc5c0964407a0734a85baca8e0ca830cca89a0ecf045231eb37dfda
 # part qr_v2/route.py sha256 78419cd141e6ed2212b4b2441a979711315a896670492f973e92760491040916
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
-custom_kernel(data) dispatches by n and device to the routes below (see the
-route table in the last part). CUDA sources are embedded verbatim and built
-once per machine with torch.utils.cpp_extension.load_inline as a plain shared
-library (no torch headers), then called through ctypes.
+custom_kernel(data) dispatches to the routes below (see the route table in the
+last part). CUDA sources are embedded verbatim and built once per machine
+with torch.utils.cpp_extension.load_inline as a plain shared library (no torch
+headers), then called through ctypes.
 """
 EMBEDDED_CUDA = r'''
 // ---- part common/device_utils.cuh ----
@@ -343,9 +343,10 @@ class CudaLibrary:
         self.source = None
         self.compile_s = None
         self._lib = None
+        self._entries = {}
 
     def configure(self, name: str, source: str) -> None:
-        self.name, self.source, self._lib = name, source, None
+        self.name, self.source, self._lib, self._entries = name, source, None, {}
 
     def load(self) -> ctypes.CDLL:
         if self._lib is not None:
@@ -371,21 +372,26 @@ class CudaLibrary:
         self._lib = ctypes.CDLL(path)
         return self._lib
 
+    def entry(self, name: str):
+        """A C entry point returning int, looked up once (a call then costs a few us of ctypes, not more)."""
+        func = self._entries.get(name)
+        if func is None:
+            func = getattr(self.load(), name)
+            func.restype = ctypes.c_int
+            self._entries[name] = func
+        return func
+
     def call(self, entry: str, *args) -> None:
-        """Call an entry point; tensors go as device pointers, ints as C ints."""
-        func = getattr(self.load(), entry)
-        func.restype = ctypes.c_int
-        c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a)
-                  for a in args]
-        code = func(*c_args)
+        """Call an entry point; tensors go as device pointers, None as NULL, ints as C ints."""
+        c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
+                  else ctypes.c_void_p(None) if a is None else ctypes.c_int(a) for a in args]
+        code = self.entry(entry)(*c_args)
         if code != 0:
             raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
 
     def query(self, entry: str, *ints: int) -> int:
         """Call an entry point that returns a plain int (a size or a limit)."""
-        func = getattr(self.load(), entry)
-        func.restype = ctypes.c_int
-        return func(*[ctypes.c_int(i) for i in ints])
+        return self.entry(entry)(*[ctypes.c_int(i) for i in ints])
 
 
 CUDA = CudaLibrary()
