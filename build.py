@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ast
 import hashlib
+import os
 import re
 import subprocess
 import sys
@@ -153,13 +154,19 @@ def python_part_text(part: Part) -> str:
 
 
 def inputs_commit() -> str:
-    """The last commit that touched parts/, templates/ or the builder ('uncommitted' outside git)."""
+    """The last commit that touched parts/, templates/ or the builder; POPKIT_COMMIT when set (a copy
+    on another machine, whose own git may be stale: see popcorn.evidence.logs.git_commit); 'uncommitted'
+    outside a work tree of its own."""
+    if os.environ.get("POPKIT_COMMIT"):
+        return os.environ["POPKIT_COMMIT"]
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.strip()
         out = subprocess.run(["git", "log", "-1", "--format=%H", "--", "parts", "templates", "build.py"],
                              cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        out = ""
-    return out or "uncommitted"
+        return "uncommitted"
+    return out if out and Path(top).resolve() == ROOT else "uncommitted"
 
 
 def check_imports(text: str, where: str, run_folder: list[str] = ()) -> None:

@@ -426,3 +426,14 @@ def test_built_file_runs_as_a_script_on_cpu(problem, built):
                           cwd=built[problem].parent)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"{problem}: no GPU, CPU models only"
+
+
+def test_provenance_commit_follows_popkit_commit_and_ignores_an_enclosing_checkout(tmp_path, monkeypatch):
+    outer = tmp_path / "outer"
+    (outer / "inner").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=outer, check=True, capture_output=True)
+    monkeypatch.setattr(build, "ROOT", outer / "inner")
+    monkeypatch.delenv("POPKIT_COMMIT", raising=False)
+    assert build.inputs_commit() == "uncommitted"
+    monkeypatch.setenv("POPKIT_COMMIT", "feed" * 10)
+    assert build.inputs_commit() == "feed" * 10

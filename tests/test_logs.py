@@ -95,9 +95,34 @@ def test_file_sha256(tmp_path):
 
 # ---------------------------------------------------------------- commit
 
-def test_git_commit_inside_git():
+def test_git_commit_inside_git(monkeypatch):
+    monkeypatch.delenv("POPKIT_COMMIT", raising=False)
     commit = logs.git_commit()
     assert commit is not None and re.fullmatch(r"[0-9a-f]{40}(-dirty)?", commit), commit
+
+
+def git_repo_with_a_nested_copy(tmp_path):
+    """A git work tree at tmp_path/outer with one commit, and a plain folder inside it (a copy of a tree)."""
+    outer = tmp_path / "outer"
+    (outer / "inner").mkdir(parents=True)
+    for args in (["init", "-q"], ["-c", "user.email=t@t", "-c", "user.name=t", "commit", "-q", "--allow-empty",
+                                  "-m", "base"]):
+        subprocess.run(["git", *args], cwd=outer, check=True, capture_output=True)
+    return outer, outer / "inner"
+
+
+def test_popkit_commit_wins_over_a_stale_git(tmp_path, monkeypatch):
+    """A GPU host's copy can carry an older .git of its own: the commit the caller names is the truth."""
+    outer, _ = git_repo_with_a_nested_copy(tmp_path)
+    monkeypatch.setenv("POPKIT_COMMIT", "abcd1234" * 5)
+    assert logs.git_commit(outer) == "abcd1234" * 5
+
+
+def test_a_copy_nested_in_another_checkout_does_not_report_that_checkouts_commit(tmp_path, monkeypatch):
+    outer, inner = git_repo_with_a_nested_copy(tmp_path)
+    monkeypatch.delenv("POPKIT_COMMIT", raising=False)
+    assert re.fullmatch(r"[0-9a-f]{40}", logs.git_commit(outer))
+    assert logs.git_commit(inner) is None
 
 
 def test_git_commit_outside_git_falls_back_to_popkit_commit(tmp_path, monkeypatch):

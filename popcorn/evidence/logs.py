@@ -36,15 +36,23 @@ def utc_now() -> str:
 def git_commit(cwd: Path = ROOT) -> str | None:
     """The toolkit's current commit (with '-dirty' when the tree has changes).
 
-    Outside git (the device machine gets a copy of the tree without .git) it is
-    the POPKIT_COMMIT variable the caller passes along, else None."""
+    POPKIT_COMMIT, when set, wins: it names the commit a copy of the tree holds on another machine,
+    whose git may be absent or stale (a GPU host's copy can carry an older .git of its own). Without
+    it: git, but only when this folder is the top of its own work tree (a copy nested in another
+    checkout must not report that checkout's commit); else None."""
+    if os.environ.get("POPKIT_COMMIT"):
+        return os.environ["POPKIT_COMMIT"]
     try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=cwd, capture_output=True,
+                             text=True, check=True).stdout.strip()
+        if Path(top).resolve() != Path(cwd).resolve():
+            return None
         sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True,
                              text=True, check=True).stdout.strip()
         dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
                                capture_output=True, text=True, check=True).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
-        return os.environ.get("POPKIT_COMMIT")
+        return None
     return sha + ("-dirty" if dirty else "")
 
 
