@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: c817222e86cee883a16400b5a995dbe3f17b5726
+# toolkit commit: 059b43aea1785bfb77857ea95af55627917f8a87
 # part common/device_utils.cuh sha256 e817b025aafef6354686e03d29dcaf2af9c6f94c30070159a5ec05ef61d47008
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 6c980adb2a203d3d877f1376819a440ea6fe91350557d05d1378a867e9dd3a1b
