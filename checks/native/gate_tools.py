@@ -119,6 +119,18 @@ def tensors_error(A: torch.Tensor, named: list[tuple[str, torch.Tensor, tuple]])
 Measures = Callable[..., dict]   # (A, *outputs) chunk -> {gate: per-matrix values, diagnostic: (residual, ||A||_1)}
 
 
+def matrix_vector_report(gates: tuple[Gate, ...], measures: Measures, A: torch.Tensor, output,
+                         names: tuple[str, str]) -> GateReport:
+    """A (batch x n x n, batch x n) output tuple: structure first (a tuple of exactly these tensors, exact
+    shapes, float32, A's device, finite), then the gates, chunked over the batch."""
+    require_matrix_batch(A)
+    b, n = A.shape[0], A.shape[-1]
+    defect = tuple_error(output, names) or tensors_error(A, list(zip(names, output, ((b, n, n), (b, n)))))
+    if defect:
+        return GateReport(passed=False, message=defect)
+    return chunked_report(gates, measures, A, tuple(output))
+
+
 def chunked_report(gates: tuple[Gate, ...], measures: Measures, A: torch.Tensor, outputs: tuple) -> GateReport:
     """Run measures over chunks of the batch (float64 work stays near CHUNK_ELEMENTS per array).
 

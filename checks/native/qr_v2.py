@@ -13,8 +13,8 @@ import torch
 from checks.native import matrix_specs, profiles
 from checks.native.blocks import band_mask, band_width, kept_rank
 from checks.native.draw import EPS, F32, Draw
-from checks.native.gate_tools import (Gate, GateReport, chunked_report, l1, orthogonality, require_finite,
-                                      require_matrix_batch, scaled, tensors_error, tuple_error)
+from checks.native.gate_tools import (Gate, GateReport, l1, matrix_vector_report, orthogonality, require_finite,
+                                      scaled)
 
 DEFAULT_CASE = "dense"
 BASELINE_NAME = "torch.geqrf"
@@ -140,10 +140,4 @@ def _measures(A: torch.Tensor, H: torch.Tensor, tau: torch.Tensor) -> dict:
 
 def check_output(A: torch.Tensor, output) -> GateReport:
     """Structure first (a tuple (H, tau), exact shapes, float32, A's device, finite), then the gates."""
-    require_matrix_batch(A)
-    b, n = A.shape[0], A.shape[-1]
-    defect = tuple_error(output, OUTPUT_NAMES) or tensors_error(
-        A, list(zip(OUTPUT_NAMES, output, ((b, n, n), (b, n)))))
-    if defect:
-        return GateReport(passed=False, message=defect)
-    return chunked_report(GATES, _measures, A, tuple(output))
+    return matrix_vector_report(GATES, _measures, A, output, OUTPUT_NAMES)
