@@ -1,8 +1,13 @@
-"""Where a route's time goes: torch profiler over one call of a built submission on one case.
+"""Where a route's time goes: torch profiler over one call of a built submission, per case.
 
-Usage (GPU machine): python3 scripts/profile_route.py SUBMISSION PROBLEM 'batch: 640; n: 512; cond: 2; seed: 1'
-Prints the kernels sorted by total GPU time, so a change can target the largest one.
+Usage (GPU machine):
+    python3 scripts/profile_route.py SUBMISSION PROBLEM 'batch: 640; n: 512; cond: 2; seed: 1' ['...' ...]
+
+For each case it prints the wall time of one call (CUDA events, median of a few calls), the sum of
+the kernels' GPU time and the kernel count, then the kernels sorted by total GPU time. A wall time
+far above the GPU sum means the route waits on the host (launches, Python), not on the GPU.
 """
+import statistics
 import sys
 
 import torch
@@ -12,19 +17,49 @@ from checks.problems import load_problem, parse_spec  # noqa: E402
 from checks.worker import import_submission  # noqa: E402
 
 
-def main(path: str, problem: str, spec_text: str) -> None:
-    kernel = import_submission(path, "profiled").custom_kernel
-    prob = load_problem(problem)
+def wall_ms(kernel, A, repeats: int = 5) -> float:
+    """Median wall time of one call in ms, the grader's way (events around a synchronized call)."""
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        kernel(A)
+        end.record()
+        torch.cuda.synchronize()
+        times.append(start.elapsed_time(end))
+    return statistics.median(times)
+
+
+def self_gpu_us(event) -> float:
+    """An event's own GPU time in us (torch renamed the field from cuda to device)."""
+    value = getattr(event, "self_device_time_total", None)
+    return event.self_cuda_time_total if value is None else value
+
+
+def profile_case(kernel, prob, spec_text: str) -> None:
     A = prob.native.generate(parse_spec(spec_text, prob), "cuda")
     for _ in range(2):
         kernel(A)
-    torch.cuda.synchronize()
+    wall = wall_ms(kernel, A)
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
         kernel(A)
         torch.cuda.synchronize()
-    print(f"== {problem} {spec_text}")
-    print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
+    events = prof.key_averages()
+    gpu_us = sum(self_gpu_us(e) for e in events)
+    launches = sum(e.count for e in events if self_gpu_us(e) > 0)
+    print(f"== {spec_text}: wall {wall:.3f} ms, GPU busy {gpu_us / 1000:.3f} ms in {launches} kernels")
+    print(events.table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=60))
+
+
+def main(path: str, problem: str, *specs: str) -> None:
+    if not specs:
+        raise SystemExit("usage: profile_route.py SUBMISSION PROBLEM 'spec' ['spec' ...]")
+    kernel = import_submission(path, "profiled").custom_kernel
+    prob = load_problem(problem)
+    for spec_text in specs:
+        profile_case(kernel, prob, spec_text)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:])
