@@ -3,7 +3,7 @@
 Usage (GPU host, repository root):
   python3 scripts/sweep_route.py SUBMISSION PROBLEM VARIANTS.json [--case SPEC ...] [--reps K] [--json OUT]
 VARIANTS.json maps a variant name to module globals to set on the built submission, e.g.
-  {"default": {}, "tf32": {"GEMM_PRECISION": [[1073741824, "tf32"]]}}
+  {"default": {}, "split": {"TRAILING_PRODUCT": [[1073741824, "split_tf32"]]}}
 Every variant runs on the same inputs (the problem's benchmark list unless --case is given): median of
 K timed calls (CUDA events, after a warm-up call), and the native gates' worst fraction of each limit,
 so a faster variant that spends too much of the margin shows it. This is exploration: a choice it

@@ -2,11 +2,12 @@
 //
 // Computes L, lower triangular with A = L L^T, by right-looking Cholesky (spotf2 order: for
 // k = 0..n-1, l_kk = sqrt(a_kk), l_rk = a_rk / l_kk, a_rj -= l_rk l_jk for k < j <= r), and
-// optionally X = inv(L). Pivot floor: a pivot d <= f, f = eps * max_i a_ii of the matrix (or the
-// value the caller passes), becomes f. An SPD matrix meets such a pivot only through roundoff (a
-// numerically singular matrix); flooring perturbs A by at most ~2 f, far inside the
-// 20 n eps ||A||_1 gate, and keeps L finite without a host-side check (a NaN pivot stays NaN). A
-// truly indefinite input still gives a finite L that the reconstruction gate rejects.
+// optionally X = inv(L). Pivot floor: a pivot d <= f, f = eps * max_i a_ii of the matrix (the
+// caller passes max_i a_ii for a diagonal block of a larger matrix), becomes f. An SPD matrix
+// meets such a pivot only through roundoff (a numerically singular matrix); flooring perturbs A
+// by at most ~2 f, far inside the 20 n eps ||A||_1 gate, and keeps L finite without a host-side
+// check (a NaN pivot stays NaN). A truly indefinite input still gives a finite L that the
+// reconstruction gate rejects.
 // The block sits at src with leading dimension ld and a batch stride of `stride` floats (whole
 // matrices: ld = n, stride = n * n; a diagonal block of an N x N matrix: ld = N, stride = N * N).
 //
@@ -21,32 +22,39 @@
 // With the kb loop unrolled, "c_j > k" and "r_i >= c_j" are compile-time facts except on one tile
 // column and one tile diagonal, so step 3 is TS^2 predicated FMAs from registers plus 2 TS
 // shared-memory reads. Two barriers per step.
-// Inverse (xinv != NULL): L is staged in shared memory and each thread solves L x = e_c for its
-// columns by forward substitution (x_c = 1 / l_cc, x_i = -(sum_{c<=k<i} l_ik x_k) / l_ii).
+// Inverse (INV, for the blocked route's diagonal blocks): X = inv(L) by column elimination of
+// L X = I in the same loop and the same layout (x[i][j] = X[ty + TDIM i][tx + TDIM j], X = I at
+// the start): at step k, row k of X is final; its owners (ty == kt) scale it by 1 / l_kk and
+// publish it in a second shared vector w, and every thread updates x[i][j] -= v[r_i] w[c_j] for
+// r > k >= c. The two updates cover complementary parts of the lower triangle (c > k and c <= k),
+// so the inverse costs about as much as the factorization and adds no barrier.
 //
 // Launch: grid = batch, TDIM^2 threads; (TDIM, TS) in {(8, 4), (8, 8), (16, 4), (16, 8)}.
-// Shared memory: NP floats of v (static), plus 2 NP (NP + 1) floats with the inverse.
-// Why it is fast: the arithmetic runs from registers (shared memory carries one vector per step,
-// not the matrix); global memory is read and written once, 16-float row segments per half-warp;
-// one CTA per matrix keeps hundreds of matrices in flight on 132 SMs.
+// Shared memory: 2 NP floats (v, w), static.
+// Why it is fast: the arithmetic runs from registers (shared memory carries one or two vectors per
+// step, not the matrix); global memory is read and written once, 16-float row segments per
+// half-warp; one CTA per matrix keeps hundreds of matrices in flight on 132 SMs. The inverse's
+// earlier version (each thread forward-substituting one column from shared memory) was a serial
+// chain of n^2 / 2 dependent FMAs: ~85 of the ~110 us of a 128 x 128 diagonal block.
 #include "device_utils.cuh"
 
 namespace {
 
-template <int TDIM, int TS>
+template <int TDIM, int TS, bool INV>
 __global__ void __launch_bounds__(TDIM * TDIM)
-cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ floors,
+cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
                       int n, int ld, int stride) {
     constexpr int NP = TDIM * TS;
-    extern __shared__ float smem[];                      // the inverse's work space (dynamic)
-    __shared__ float v[NP];
+    constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
+    __shared__ float v[NP];                              // column k of L
+    __shared__ float w[INV ? NP : 1];                    // row k of X
     __shared__ float s_max[TDIM];
     __shared__ float s_inv;
     const int tx = threadIdx.x % TDIM, ty = threadIdx.x / TDIM;
     const float* A = src + (size_t)blockIdx.x * stride;
     float* out = dst + (size_t)blockIdx.x * stride;
 
-    float a[TS][TS];
+    float a[TS][TS], x[XS][XS];
 #pragma unroll
     for (int i = 0; i < TS; ++i) {
         const int r = ty + TDIM * i;
@@ -54,25 +62,26 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
         for (int j = 0; j < TS; ++j) {
             const int c = tx + TDIM * j;
             a[i][j] = (r < n && c <= r) ? A[(size_t)r * ld + c] : (r == c ? 1.f : 0.f);
+            if constexpr (INV) x[i][j] = (r == c) ? 1.f : 0.f;
         }
     }
 
-    float floor;
-    if (floors) {
-        floor = floors[blockIdx.x];
+    float top;                                           // max_i a_ii: given, or of this block
+    if (diag_max) {
+        top = diag_max[blockIdx.x];
     } else {
         if (ty == tx) {
-            float top = 0.f;
+            float m = 0.f;
 #pragma unroll
             for (int i = 0; i < TS; ++i)
-                if (ty + TDIM * i < n) top = fmaxf(top, a[i][i]);
-            s_max[ty] = top;
+                if (ty + TDIM * i < n) m = fmaxf(m, a[i][i]);
+            s_max[ty] = m;
         }
         __syncthreads();
-        floor = 0.f;
-        for (int q = 0; q < TDIM; ++q) floor = fmaxf(floor, s_max[q]);
-        floor *= 1.1920929e-7f;                          // float32 eps
+        top = 0.f;
+        for (int q = 0; q < TDIM; ++q) top = fmaxf(top, s_max[q]);
     }
+    float floor = top * 1.1920929e-7f;                   // float32 eps
     if (!(floor > 0.f)) floor = 1.17549435e-38f;         // an all-zero diagonal: the smallest normal
 
 #pragma unroll
@@ -89,14 +98,24 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
                 s_inv = 1.f / lkk;
             }
             __syncthreads();
-            if (tx == kt) {                              // 2. column k below the diagonal
-                const float inv = s_inv;
+            const float inv = s_inv;
+            if (tx == kt) {                              // 2. column k of L below the diagonal
 #pragma unroll
                 for (int i = 0; i < TS; ++i) {
                     const int r = ty + TDIM * i;
                     if (r > k) {
                         a[i][kb] *= inv;
                         v[r] = a[i][kb];
+                    }
+                }
+            }
+            if constexpr (INV) {                         //    and row k of X, columns c <= k
+                if (ty == kt) {
+#pragma unroll
+                    for (int j = 0; j <= kb; ++j) {
+                        if (j == kb && tx > kt) continue;
+                        x[kb][j] *= inv;
+                        w[tx + TDIM * j] = x[kb][j];
                     }
                 }
             }
@@ -117,6 +136,18 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
                     a[i][j] = fmaf(-lr[i], lc[j], a[i][j]);
                 }
             }
+            if constexpr (INV) {                         //    and X's rows r > k, columns c <= k
+#pragma unroll
+                for (int j = 0; j <= kb; ++j) {
+                    if (j == kb && tx > kt) continue;
+                    const float wc = w[tx + TDIM * j];
+#pragma unroll
+                    for (int i = kb; i < TS; ++i) {
+                        if (i == kb && ty <= kt) continue;
+                        x[i][j] = fmaf(-lr[i], wc, x[i][j]);
+                    }
+                }
+            }
         }
     }
 
@@ -129,59 +160,41 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
             if (r < n && c < n) out[(size_t)r * ld + c] = (c <= r) ? a[i][j] : 0.f;
         }
     }
-
-    if (xinv) {
-        constexpr int lds = NP + 1;
-        float* S = smem;                                 // L, staged
-        float* X = smem + NP * lds;                      // X[i][c]
+    if constexpr (INV) {
+        float* X = xinv + (size_t)blockIdx.x * n * n;
 #pragma unroll
-        for (int i = 0; i < TS; ++i)
+        for (int i = 0; i < TS; ++i) {
+            const int r = ty + TDIM * i;
 #pragma unroll
-            for (int j = 0; j < TS; ++j) S[(ty + TDIM * i) * lds + tx + TDIM * j] = a[i][j];
-        __syncthreads();
-        for (int c = threadIdx.x; c < n; c += TDIM * TDIM) {
-            X[c * lds + c] = 1.f / S[c * lds + c];
-            for (int i = c + 1; i < n; ++i) {
-                float s = 0.f;
-                for (int q = c; q < i; ++q) s = fmaf(S[i * lds + q], X[q * lds + c], s);
-                X[i * lds + c] = -s / S[i * lds + i];
+            for (int j = 0; j < TS; ++j) {
+                const int c = tx + TDIM * j;
+                if (r < n && c < n) X[(size_t)r * n + c] = (c <= r) ? x[i][j] : 0.f;
             }
-        }
-        __syncthreads();
-        float* Xout = xinv + (size_t)blockIdx.x * n * n;
-        for (int idx = threadIdx.x; idx < n * n; idx += TDIM * TDIM) {
-            const int r = idx / n, c = idx - r * n;
-            Xout[idx] = (c <= r) ? X[r * lds + c] : 0.f;
         }
     }
 }
 
 template <int TDIM, int TS>
-int launch(const float* src, float* dst, float* xinv, const float* floors, int batch, int n, int ld, int stride) {
-    constexpr int NP = TDIM * TS;
-    const int smem = xinv ? 2 * NP * (NP + 1) * (int)sizeof(float) : 0;
-    static int smem_set = 0;                             // over 48 KiB of dynamic shared memory needs the opt-in
-    if (smem > smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(cholesky_tiled_kernel<TDIM, TS>,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (err != cudaSuccess) return (int)err;
-        smem_set = smem;
-    }
-    cholesky_tiled_kernel<TDIM, TS><<<batch, TDIM * TDIM, smem>>>(src, dst, xinv, floors, n, ld, stride);
+int launch(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n, int ld, int stride) {
+    if (xinv)
+        cholesky_tiled_kernel<TDIM, TS, true><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
+    else
+        cholesky_tiled_kernel<TDIM, TS, false><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
     return (int)cudaGetLastError();
 }
 
 }  // namespace
 
 // Factor `batch` n x n blocks (src/dst: leading dimension ld, batch stride `stride` floats; src may
-// equal dst). xinv: NULL or batch x n x n for inv(L). floors: NULL (eps * max diagonal per block)
-// or one pivot floor per block. (tdim, ts): the thread grid and tile, tdim * ts >= n.
-POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* floors, int batch, int n,
+// equal dst). xinv: NULL or batch x n x n for inv(L). diag_max: NULL (the pivot floor comes from
+// this block's own diagonal) or max_i a_ii of each block's whole matrix. (tdim, ts): the thread
+// grid and tile, tdim * ts >= n.
+POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
                                  int ld, int stride, int tdim, int ts) {
     if (batch < 1 || n < 1 || n > tdim * ts || ld < n || stride < n) return (int)cudaErrorInvalidValue;
-    if (tdim == 8 && ts == 4) return launch<8, 4>(src, dst, xinv, floors, batch, n, ld, stride);
-    if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, floors, batch, n, ld, stride);
-    if (tdim == 16 && ts == 4) return launch<16, 4>(src, dst, xinv, floors, batch, n, ld, stride);
-    if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, floors, batch, n, ld, stride);
+    if (tdim == 8 && ts == 4) return launch<8, 4>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 16 && ts == 4) return launch<16, 4>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
     return (int)cudaErrorInvalidValue;
 }

@@ -11,12 +11,10 @@ Every route reads the lower triangle of A only. A pivot at or below eps * max_i 
 floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
 tunables below were measured on the H200 (docs/priors.md).
 """
-import contextlib
-
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import blocked_cholesky, factor_diag_model, pivot_floor, right_looking_model  # popkit: inline
+from parts.cholesky.model import blocked_cholesky, factor_diag_model, right_looking_model  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
@@ -30,11 +28,11 @@ DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
 BLOCK_NB = ((256, 128), (1 << 30, 64))
 TRAILING_CHUNK_ROWS = ((2048, 256), (1 << 30, 2048))            # (max n, rows per trailing GEMM)
-# (max n, fp32 matmul precision of the blocked route's GEMMs): "ieee" = fp32, "tf32" = tensor cores.
-# TF32 is not safe at any n: its ~1e-3 relative error exceeds the 1e-3..1e-4 damping of the lowrank
-# family, the trailing matrix loses definiteness and L overflows (H200, 7ae5206: 2x1024 and 3x1537
-# lowrank failed). A split (3-pass) TF32 product is the candidate for large n.
-GEMM_PRECISION = ((1 << 30, "ieee"),)
+# (max n, trailing product): "fp32" (SIMT GEMMs), or "split_tf32": three TF32 tensor-core products
+# summed in one GEMM of depth 3 nb (model.tf32_split), ~21 bits. Plain TF32 (~11 bits) is unsafe at
+# any n: its error exceeds the 1e-3..1e-4 damping of the lowrank family, the trailing matrix loses
+# definiteness and L overflows (H200, 7ae5206: 2x1024 and 3x1537 lowrank failed).
+TRAILING_PRODUCT = ((1 << 30, "fp32"),)
 
 
 def by_n(table, n: int):
@@ -43,32 +41,6 @@ def by_n(table, n: int):
         if n <= row[0]:
             return row[1] if len(row) == 2 else row[1:]
     raise ValueError(f"cholesky: no table row covers n = {n}")
-
-
-@contextlib.contextmanager
-def matmul_precision(precision: str):
-    """Set torch's CUDA fp32 matmul precision ("ieee" or "tf32") and restore the previous setting.
-
-    The new API (fp32_precision) is read and restored as it was: once it is set,
-    reading the legacy allow_tf32 flag (which the grader's check does) raises
-    unless the previous value was put back."""
-    matmul = torch.backends.cuda.matmul
-    try:
-        previous = matmul.fp32_precision
-    except AttributeError:                      # torch < 2.9: the legacy flag only
-        previous = None
-    if previous is None:
-        legacy = matmul.allow_tf32
-        matmul.allow_tf32 = precision == "tf32"
-    else:
-        matmul.fp32_precision = precision
-    try:
-        yield
-    finally:
-        if previous is None:
-            matmul.allow_tf32 = legacy
-        else:
-            matmul.fp32_precision = previous
 
 
 NULL = None   # a missing optional pointer (ctypes passes 0)
@@ -89,16 +61,14 @@ def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
     return L
 
 
-def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, floors: torch.Tensor) -> torch.Tensor:
+def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: torch.Tensor | None) -> None:
     """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
-    X = torch.empty(b, w, w, dtype=L.dtype, device=L.device)
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
     tdim, ts = by_n(DIAG_TILED_SHAPE, b)
     if tdim * ts < w:
         tdim, ts = by_n(TILED_SHAPE, w)
-    CUDA.call("cholesky_tiled", block, block, X, floors, b, w, n, n * n, tdim, ts)
-    return X
+    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, tdim, ts)
 
 
 def custom_kernel(data: torch.Tensor) -> torch.Tensor:
@@ -115,5 +85,5 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
             return right_looking_model(A)
         return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
     factor_diag = factor_diag_cuda if A.is_cuda else factor_diag_model
-    with matmul_precision(by_n(GEMM_PRECISION, n)):
-        return blocked_cholesky(A, by_n(BLOCK_NB, A.shape[0]), by_n(TRAILING_CHUNK_ROWS, n), factor_diag)
+    split_tf32 = by_n(TRAILING_PRODUCT, n) == "split_tf32"
+    return blocked_cholesky(A, by_n(BLOCK_NB, A.shape[0]), by_n(TRAILING_CHUNK_ROWS, n), factor_diag, split_tf32)
