@@ -308,8 +308,9 @@ def test_split_trailing_update_agrees_with_fp32():
     L21 = torch.randn(2, 70, 16, generator=g)
     A22 = torch.randn(2, 70, 70, generator=g)
     plain, split = A22.clone(), A22.clone()
-    trailing_update(plain, L21, 32)
-    trailing_update(split, L21, 32, split_tf32=True)
+    trailing_update(plain, L21, L21, 32)
+    hi, lo = tf32_split(L21)
+    trailing_update(split, torch.cat([hi, hi, lo], -1), torch.cat([hi, lo, hi], -1), 32, tf32=True)
     lower = torch.ones(70, 70).tril().bool()
     exact = A22.double() - L21.double() @ L21.double().mT
     for result in (plain, split):   # on CPU TF32 is off: the split's three products are fp32 products

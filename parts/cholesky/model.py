@@ -111,33 +111,41 @@ def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, M - hi
 
 
-def trailing_update(A22: torch.Tensor, L21: torch.Tensor, chunk_rows: int, split_tf32: bool = False) -> None:
-    """A22 -= L21 L21^T on the lower part only: row chunks of chunk_rows, each up to its own last column.
+def panel_model(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
+    """L21 = A21 inv(L11)^T in place below the diagonal block (cholesky_panel.cu); returns the
+    trailing update's operands (left, right): (L21, L21), or the split pair [hi hi lo], [hi lo hi]."""
+    panel = L[:, k0 + w:, k0:k0 + w]
+    L21 = torch.matmul(panel, X.mT)
+    panel.copy_(L21)
+    if not split_tf32:
+        return L21, L21
+    hi, lo = tf32_split(L21)
+    return torch.cat([hi, hi, lo], dim=-1), torch.cat([hi, lo, hi], dim=-1)
+
+
+def trailing_update(A22: torch.Tensor, left: torch.Tensor, right: torch.Tensor, chunk_rows: int,
+                    tf32: bool = False) -> None:
+    """A22 -= left right^T on the lower part only: row chunks of chunk_rows, each up to its own last column.
 
     Each chunk [r0, r1) updates A22[r0:r1, :r1], so about half the flops of the full square are
-    spent (plus a triangle per chunk, left in the unused upper part). split_tf32: the product runs
-    as one TF32 GEMM of depth 3w, [hi hi lo] [hi lo hi]^T (tf32_split), on tensor cores."""
-    left = right = L21
-    precision = "ieee"
-    if split_tf32:
-        hi, lo = tf32_split(L21)
-        left, right = torch.cat([hi, hi, lo], dim=-1), torch.cat([hi, lo, hi], dim=-1)
-        precision = "tf32"
+    spent (plus a triangle per chunk, left in the unused upper part). tf32: the GEMMs run on
+    tensor cores (for the split operands of panel_model)."""
     m = A22.shape[1]
-    with matmul_precision(precision):
+    with matmul_precision("tf32" if tf32 else "ieee"):
         for r0 in range(0, m, chunk_rows):
             r1 = min(m, r0 + chunk_rows)
             A22[:, r0:r1, :r1].baddbmm_(left[:, r0:r1], right[:, :r1].mT, alpha=-1.0)
 
 
 def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=factor_diag_model,
-                     split_tf32: bool = False) -> torch.Tensor:
+                     solve_panel=panel_model, split_tf32: bool = False) -> torch.Tensor:
     """Blocked right-looking Cholesky.
 
     Per block column k0 (width w = min(nb, n - k0)): factor and invert the diagonal block
-    (pivot floors from the original matrix's diagonal), L21 = A21 inv(L11)^T (one batched GEMM),
-    then A22 -= L21 L21^T (trailing_update). The upper part, which holds A's upper triangle and
-    the chunked updates' junk, is zeroed once at the end."""
+    (pivot floors from the original matrix's diagonal), L21 = A21 inv(L11)^T in place, then
+    A22 -= L21 L21^T (trailing_update; fp32, or split TF32 on tensor cores). The upper part, which
+    holds A's upper triangle and the chunked updates' junk, is zeroed once at the end. The
+    diagonal and panel steps are parameters, so the GPU route runs this driver with its kernels."""
     if nb < 1 or chunk_rows < 1:
         raise ValueError(f"blocked_cholesky: nb ({nb}) and chunk_rows ({chunk_rows}) must be >= 1")
     L = A.clone()
@@ -151,8 +159,6 @@ def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=fact
             break
         X = inverses[:b * w * w].view(b, w, w)
         factor_diag(L, k0, w, top, X)
-        panel = L[:, k0 + w:, k0:k0 + w]
-        L21 = torch.matmul(panel, X.mT)         # contiguous: the trailing GEMMs read it 1-3 times
-        panel.copy_(L21)
-        trailing_update(L[:, k0 + w:, k0 + w:], L21, chunk_rows, split_tf32)
+        left, right = solve_panel(L, k0, w, X, split_tf32)
+        trailing_update(L[:, k0 + w:, k0 + w:], left, right, chunk_rows, split_tf32)
     return L.tril_()

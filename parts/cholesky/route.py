@@ -4,8 +4,9 @@
 |-----------|-------------------------------------------------------------|--------------------------|
 | <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
 | <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model      |
-| larger    | blocked_cholesky: on-chip kernel (+ inverse) per diagonal   | blocked_cholesky with    |
-|           | block, cuBLAS GEMMs for the panel and the trailing update   | factor_diag_model        |
+| larger    | blocked_cholesky: cholesky_tiled.cu (+ inverse) per         | blocked_cholesky with    |
+|           | diagonal block, cholesky_panel.cu for the panel (and the    | factor_diag_model and    |
+|           | split operands), cuBLAS GEMMs for the trailing update       | panel_model              |
 
 Every route reads the lower triangle of A only. A pivot at or below eps * max_i a_ii becomes that
 floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
@@ -14,7 +15,7 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import blocked_cholesky, factor_diag_model, right_looking_model  # popkit: inline
+from parts.cholesky.model import blocked_cholesky, factor_diag_model, panel_model, right_looking_model  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
@@ -71,6 +72,21 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
     CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, tdim, ts)
 
 
+def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
+    """cholesky_panel.cu in place, with the signature of model.panel_model."""
+    b, n, _ = L.shape
+    m = n - k0 - w
+    panel = L[:, k0 + w:, k0:]                  # data_ptr() points at L[:, k0 + w, k0]
+    if not split_tf32:
+        CUDA.call("cholesky_panel", panel, X, NULL, NULL, b, m, w, n, n * n)
+        L21 = L[:, k0 + w:, k0:k0 + w]
+        return L21, L21
+    left = torch.empty(b, m, 3 * w, dtype=L.dtype, device=L.device)
+    right = torch.empty_like(left)
+    CUDA.call("cholesky_panel", panel, X, left, right, b, m, w, n, n * n)
+    return left, right
+
+
 def custom_kernel(data: torch.Tensor) -> torch.Tensor:
     """Cholesky factor of a batch of SPD matrices: L lower triangular, positive diagonal, A = L L^T."""
     if data.dim() != 3 or data.shape[-1] != data.shape[-2] or data.dtype != torch.float32:
@@ -84,6 +100,7 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
         if not A.is_cuda:
             return right_looking_model(A)
         return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
-    factor_diag = factor_diag_cuda if A.is_cuda else factor_diag_model
+    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if A.is_cuda else (factor_diag_model, panel_model)
     split_tf32 = by_n(TRAILING_PRODUCT, n) == "split_tf32"
-    return blocked_cholesky(A, by_n(BLOCK_NB, A.shape[0]), by_n(TRAILING_CHUNK_ROWS, n), factor_diag, split_tf32)
+    return blocked_cholesky(A, by_n(BLOCK_NB, A.shape[0]), by_n(TRAILING_CHUNK_ROWS, n), factor_diag, solve_panel,
+                            split_tf32)
