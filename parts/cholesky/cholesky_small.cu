@@ -2,7 +2,7 @@
 //
 // Computes L, lower triangular with A = L L^T, by right-looking Cholesky
 // (LAPACK spotf2 order): for k = 0..n-1
-//   l_kk = sqrt(a_kk),  l_ik = a_ik * (1 / l_kk)            (i > k)
+//   l_kk = sqrt(a_kk),  l_ik = a_ik * (1 / l_kk)            (i > k; 1 / l_kk = rsqrt(a_kk))
 //   a_ij -= l_ik * l_jk                                     (k < j <= i)
 // reading only the lower triangle of A. Writes the strict upper part of L as 0.
 // A pivot at or below f = eps * max_i a_ii becomes f (cholesky_tiled.cu's outline says why:
@@ -56,11 +56,9 @@ cholesky_small_kernel(const float* __restrict__ A, float* __restrict__ L, int ba
 #pragma unroll
     for (int k = 0; k < kSmallMaxN; ++k) {
         if (k >= n) break;
-        float d = __shfl_sync(0xffffffffu, a[k], k);
-        if (d <= floor) d = floor;                       // NaN compares false and stays NaN
-        const float lkk = sqrtf(d), inv = 1.f / lkk;
-        if (lane == k) a[k] = lkk;
-        else if (lane > k) a[k] *= inv;
+        const popkit::Pivot pivot = popkit::cholesky_pivot(__shfl_sync(0xffffffffu, a[k], k), floor);
+        if (lane == k) a[k] = pivot.lkk;
+        else if (lane > k) a[k] *= pivot.inv;
 #pragma unroll
         for (int j = k + 1; j < kSmallMaxN; ++j) {
             if (j >= n) break;

@@ -46,8 +46,8 @@ def right_looking_model(A: torch.Tensor, floors: torch.Tensor | None = None) -> 
     for k in range(n):
         d = S[:, k, k]
         d = torch.where(d <= floors, floors, d)
-        lkk = torch.sqrt(d)
-        inv = 1.0 / lkk
+        inv = torch.rsqrt(d)                    # popkit::cholesky_pivot: 1 / l_kk = rsqrt(d), l_kk = d / l_kk
+        lkk = d * inv
         column = S[:, k + 1:, k] * inv[:, None]
         S[:, k + 1:, k] = column
         S[:, k, k] = lkk

@@ -47,6 +47,17 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     return best;
 }
 
+// A Cholesky pivot: d at or below `floor` (eps * max_i a_ii) becomes floor (NaN compares false
+// and stays NaN); inv = 1 / l_kk = rsqrt(d) and l_kk = d * inv. One rsqrtf (<= 2 ulp) instead of
+// an IEEE sqrt and divide (tens of instructions) on the factorization's serial chain.
+struct Pivot { float lkk, inv; };
+
+__device__ __forceinline__ Pivot cholesky_pivot(float d, float floor) {
+    if (d <= floor) d = floor;
+    const float inv = rsqrtf(d);
+    return {d * inv, inv};
+}
+
 // LAPACK slarfg on (alpha, ||x||): returns tau and sets beta (the new diagonal)
 // and the factor that scales x into the Householder tail v = x * scale.
 // xnorm == 0 gives tau = 0 (H = I), exactly as geqrf does.
