@@ -14,35 +14,32 @@
 // Layout: a TDIM x TDIM grid of threads; thread (ty, tx) holds the TS x TS elements
 //   a[i][j] = A[ty + TDIM i][tx + TDIM j]      (cyclic, so every thread keeps working to the end)
 // of the padded NP x NP matrix (NP = TDIM * TS >= n; the padding is the identity, which factors
-// to itself and never touches the real entries). The TDIM threads of one column tx are
-// consecutive lanes of one warp (ty = lane % TDIM), so a column's owners can share the pivot by
-// shuffle. Step k = kb TDIM + kt, one barrier:
-//   1. the threads of column k (tx == kt) take a_kk from its owner (ty == kt) by shuffle, floor
-//      it, compute 1 / l_kk = rsqrt(a_kk) (popkit::cholesky_pivot), scale their entries below the
-//      diagonal and publish them in a shared vector v (v[r] = l_rk) with 1 / l_kk;
-//   2. barrier;
+// to itself and never touches the real entries). Step k = kb TDIM + kt:
+//   1. thread (kt, kt) owns a_kk: floors it, writes l_kk and shares 1 / l_kk = rsqrt(a_kk)
+//      (popkit::cholesky_pivot);
+//   2. the threads of column k (tx == kt) scale their entries below the diagonal and publish them
+//      in a shared vector v (v[r] = l_rk);
 //   3. every thread updates its entries with c > k and r >= c: a[i][j] -= v[r_i] v[c_j].
-// v is double-buffered (step k writes buffer k % 2), so step k + 1's writes cannot overtake a
-// slower thread still reading step k's vector. With the kb loop unrolled, "c_j > k" and
-// "r_i >= c_j" are compile-time facts except on one tile column and one tile diagonal, so step 3
-// is TS^2 predicated FMAs from registers plus 2 TS shared-memory reads.
+// With the kb loop unrolled, "c_j > k" and "r_i >= c_j" are compile-time facts except on one tile
+// column and one tile diagonal, so step 3 is TS^2 predicated FMAs from registers plus 2 TS
+// shared-memory reads. Two barriers per step.
 // Inverse (INV, for the blocked route's diagonal blocks): X = inv(L) by column elimination of
 // L X = I in the same loop and the same layout (x[i][j] = X[ty + TDIM i][tx + TDIM j], X = I at
-// the start): at step k, row k of X is final; its owners (ty == kt) publish it unscaled in a
-// second shared vector w before the barrier and scale their copy by 1 / l_kk after it, and every
-// thread updates x[i][j] -= v[r_i] (w[c_j] / l_kk) for r > k >= c. The two updates cover
-// complementary parts of the lower triangle (c > k and c <= k), so the inverse costs about as
-// much as the factorization and adds no barrier.
+// the start): at step k, row k of X is final; its owners (ty == kt) scale it by 1 / l_kk and
+// publish it in a second shared vector w, and every thread updates x[i][j] -= v[r_i] w[c_j] for
+// r > k >= c. The two updates cover complementary parts of the lower triangle (c > k and c <= k),
+// so the inverse costs about as much as the factorization and adds no barrier.
 //
 // Launch: grid = batch, TDIM^2 threads; (TDIM, TS) in {(8, 4), (8, 8), (16, 4), (16, 8)}.
-// Shared memory: 4 NP floats (v and w, double-buffered), static.
+// Shared memory: 2 NP floats (v, w), static.
 // Why it is fast: the arithmetic runs from registers (shared memory carries one or two vectors per
 // step, not the matrix); global memory is read and written once, 16-float row segments per
 // half-warp; one CTA per matrix keeps hundreds of matrices in flight on 132 SMs. The inverse's
 // earlier version (each thread forward-substituting one column from shared memory) was a serial
-// chain of n^2 / 2 dependent FMAs: ~85 of the ~110 us of a 128 x 128 diagonal block; with the
-// fused inverse and two barriers per step (the pivot thread alone, then the column) a 128 x 128
-// block still took 52 us at batch 1.
+// chain of n^2 / 2 dependent FMAs: ~85 of the ~110 us of a 128 x 128 diagonal block. A variant
+// with one barrier per step (a column's threads as lanes of one warp, sharing the pivot by
+// shuffle) was slower (H200, c17ca65: 1x4096's diagonal blocks 1.84 ms against 1.61): its
+// column-major thread order made every global access touch 16 rows.
 #include "device_utils.cuh"
 
 namespace {
@@ -51,15 +48,13 @@ template <int TDIM, int TS, bool INV>
 __global__ void __launch_bounds__(TDIM * TDIM)
 cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
                       int n, int ld, int stride) {
-    static_assert(TDIM == 8 || TDIM == 16, "a column's TDIM threads must be lanes of one warp");
     constexpr int NP = TDIM * TS;
     constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
-    __shared__ float v[2][NP];                           // column k of L, by step parity
-    __shared__ float w[2][INV ? NP : 1];                 // row k of X (unscaled), by step parity
-    __shared__ float s_inv[2];                           // 1 / l_kk, by step parity
+    __shared__ float v[NP];                              // column k of L
+    __shared__ float w[INV ? NP : 1];                    // row k of X
     __shared__ float s_max[TDIM];
-    const int ty = threadIdx.x % TDIM, tx = threadIdx.x / TDIM;
-    const unsigned column_lanes = ((1u << TDIM) - 1) << (threadIdx.x & 31 & ~(TDIM - 1));
+    __shared__ float s_inv;
+    const int tx = threadIdx.x % TDIM, ty = threadIdx.x / TDIM;
     const float* A = src + (size_t)blockIdx.x * stride;
     float* out = dst + (size_t)blockIdx.x * stride;
 
@@ -97,37 +92,41 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
     for (int kb = 0; kb < TS; ++kb) {
         if (kb * TDIM >= n) break;
         for (int kt = 0; kt < TDIM; ++kt) {
-            const int k = kb * TDIM + kt, buf = k & 1;
+            const int k = kb * TDIM + kt;
             if (k >= n) break;
-            if (tx == kt) {                              // 1. column k: pivot, scale, publish
-                const float akk = __shfl_sync(column_lanes, a[kb][kb], kt, TDIM);
-                const popkit::Pivot pivot = popkit::cholesky_pivot(akk, floor);
-                if (ty == kt) {
-                    a[kb][kb] = pivot.lkk;
-                    s_inv[buf] = pivot.inv;
-                }
+            if (ty == kt && tx == kt) {                  // 1. the pivot
+                const popkit::Pivot pivot = popkit::cholesky_pivot(a[kb][kb], floor);
+                a[kb][kb] = pivot.lkk;
+                s_inv = pivot.inv;
+            }
+            __syncthreads();
+            const float inv = s_inv;
+            if (tx == kt) {                              // 2. column k of L below the diagonal
 #pragma unroll
                 for (int i = 0; i < TS; ++i) {
                     const int r = ty + TDIM * i;
                     if (r > k) {
-                        a[i][kb] *= pivot.inv;
-                        v[buf][r] = a[i][kb];
+                        a[i][kb] *= inv;
+                        v[r] = a[i][kb];
                     }
                 }
             }
             if constexpr (INV) {                         //    and row k of X, columns c <= k
                 if (ty == kt) {
 #pragma unroll
-                    for (int j = 0; j <= kb; ++j)
-                        if (j < kb || tx <= kt) w[buf][tx + TDIM * j] = x[kb][j];
+                    for (int j = 0; j <= kb; ++j) {
+                        if (j == kb && tx > kt) continue;
+                        x[kb][j] *= inv;
+                        w[tx + TDIM * j] = x[kb][j];
+                    }
                 }
             }
-            __syncthreads();                             // 2.
+            __syncthreads();
             float lr[TS], lc[TS];                        // 3. the trailing update from registers
 #pragma unroll
-            for (int i = 0; i < TS; ++i) lr[i] = v[buf][ty + TDIM * i];
+            for (int i = 0; i < TS; ++i) lr[i] = v[ty + TDIM * i];
 #pragma unroll
-            for (int j = 0; j < TS; ++j) lc[j] = v[buf][tx + TDIM * j];
+            for (int j = 0; j < TS; ++j) lc[j] = v[tx + TDIM * j];
             const bool own_column_k = tx > kt;           // tile column kb: c = tx + TDIM kb > k
 #pragma unroll
             for (int i = 0; i < TS; ++i) {
@@ -140,12 +139,10 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
                 }
             }
             if constexpr (INV) {                         //    and X's rows r > k, columns c <= k
-                const float inv = s_inv[buf];
 #pragma unroll
                 for (int j = 0; j <= kb; ++j) {
                     if (j == kb && tx > kt) continue;
-                    if (ty == kt) x[kb][j] *= inv;       // row k of X, final
-                    const float wc = w[buf][tx + TDIM * j] * inv;
+                    const float wc = w[tx + TDIM * j];
 #pragma unroll
                     for (int i = kb; i < TS; ++i) {
                         if (i == kb && ty <= kt) continue;

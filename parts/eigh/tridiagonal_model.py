@@ -124,8 +124,21 @@ def solve_leaf(d: torch.Tensor, e: torch.Tensor):
         return d.clone(), torch.ones_like(d)[:, :, None]
     lo, hi = gershgorin_interval(d, e)
     tnorm = torch.maximum(lo.abs(), hi.abs())
+    e = split_leaf(e, tnorm)
     w = bisect_leaf(d, e, lo, hi, tnorm)
     return w, inverse_iteration(d, e, w, tnorm)
+
+
+def split_leaf(e: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
+    """e with every |e_i| <= eps ||T|| set to zero (a backward error of eps ||T||, as LAPACK's absolute split test).
+
+    Why: a run of near-equal d_i joined by couplings that small holds eigenvalues closer than
+    bisection resolves, so several lanes solve with the same shift, and one solve can then
+    favour one of the cluster's directions over another by more than 1/eps: Gram-Schmidt is
+    left with dependent vectors. Cut, each block's singular pivot is exactly zero and is
+    perturbed to the same pivtol, so every direction of the cluster grows alike.
+    """
+    return torch.where(e.abs() <= torch.finfo(e.dtype).eps * tnorm[:, None], torch.zeros_like(e), e)
 
 
 def gershgorin_interval(d: torch.Tensor, e: torch.Tensor):

@@ -1,0 +1,64 @@
+"""Time cholesky's CUDA entry points alone, for one or more built submissions (GPU host).
+
+Usage: python3 scripts/cholesky_kernel_bench.py BUILT.py [BUILT.py ...]
+For each file: cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
+(the latency of one diagonal block, what single large matrices wait on) and batch 264 (two per
+SM: throughput), and cholesky_panel on a 1 x 4096 matrix's first panel. Prints microseconds per
+launch (CUDA events over 50 launches after a warm-up), so kernel variants compare in one run.
+"""
+import sys
+
+import torch
+
+sys.path.insert(0, ".")
+from checks.worker import import_submission  # noqa: E402
+
+
+def per_launch_us(launch, repeats: int = 50) -> float:
+    launch()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        launch()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / repeats
+
+
+def spd(batch: int, n: int) -> torch.Tensor:
+    X = torch.randn(batch, n, n, device="cuda")
+    return X @ X.mT / n + 0.01 * torch.eye(n, device="cuda")
+
+
+def bench(path: str, tag: str) -> None:
+    module = import_submission(path, tag)
+    cuda = module.CUDA
+    for batch in (1, 264):
+        A = spd(batch, 128)
+        L = torch.empty_like(A)
+        X = torch.empty_like(A)
+        top = A.diagonal(dim1=1, dim2=2).amax(-1)
+        for tdim, ts in ((16, 8), (8, 8)):
+            if tdim * ts < 128:
+                continue
+            plain = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, None, top, batch, 128, 128, 128 * 128,
+                                                    tdim, ts))
+            inverse = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, X, top, batch, 128, 128, 128 * 128,
+                                                      tdim, ts))
+            print(f"{tag}: tiled {tdim}x{ts} n=128 batch={batch}: factor {plain:8.1f} us, "
+                  f"with inverse {inverse:8.1f} us")
+    n, w = 4096, 128
+    M = torch.randn(1, n, n, device="cuda")
+    Xw = torch.randn(1, w, w, device="cuda").tril()
+    left = torch.empty(1, n - w, 3 * w, device="cuda")
+    right = torch.empty_like(left)
+    panel = M[:, w:, :]
+    for name, args in (("plain", (None, None)), ("split", (left, right))):
+        t = per_launch_us(lambda: cuda.call("cholesky_panel", panel, Xw, *args, 1, n - w, w, n, n * n))
+        print(f"{tag}: panel {name} 1x{n} w={w}: {t:8.1f} us")
+
+
+if __name__ == "__main__":
+    for i, built in enumerate(sys.argv[1:]):
+        bench(built, f"v{i}:{built.rsplit('/', 1)[-1]}")
