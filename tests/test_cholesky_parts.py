@@ -191,8 +191,7 @@ def test_matmul_precision_restores_the_flag():
     assert matmul.fp32_precision == before
 
 
-@pytest.mark.parametrize("table", ("BLOCK_NB", "TRAILING_CHUNK_ROWS", "TRAILING_PRODUCT", "TILED_SHAPE",
-                                   "DIAG_TILED_SHAPE"))
+@pytest.mark.parametrize("table", ("BLOCK_NB", "TRAILING_PRODUCT", "TILED_SHAPE", "DIAG_TILED_SHAPE"))
 def test_tables_cover_every_n_in_order(table):
     rows = getattr(route, table)
     bounds = [row[0] for row in rows]
@@ -200,9 +199,23 @@ def test_tables_cover_every_n_in_order(table):
     assert route.by_n(rows, 1) is not None and route.by_n(rows, 32768) is not None
 
 
+def test_chunk_table_covers_every_shape_with_a_positive_row_count():
+    for n in (129, 256, 512, 1024, 2048, 4096, 32768):
+        for batch in (1, 4, 60, 640, 100000):
+            assert route.first_row(route.TRAILING_CHUNK_ROWS, n, batch * n) >= 1
+
+
 def test_by_n_refuses_an_uncovered_n():
-    with pytest.raises(ValueError, match="no table row covers n = 9"):
+    with pytest.raises(ValueError, match=r"no table row covers \(9,\)"):
         route.by_n(((8, "x"),), 9)
+
+
+def test_first_row_needs_every_key_covered():
+    table = ((2048, 8192, "one GEMM"), (2048, 1 << 30, "chunks"), (1 << 30, 1 << 30, "big"))
+    assert route.first_row(table, 1024, 4096) == "one GEMM"
+    assert route.first_row(table, 1024, 61440) == "chunks"
+    assert route.first_row(table, 4096, 4096) == "big"
+    assert route.first_row(((8, 2, 3, 4),), 8, 2) == (3, 4)
 
 
 def test_tunables_fit_the_kernels():

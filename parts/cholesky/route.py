@@ -28,20 +28,34 @@ DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
 BLOCK_NB = ((256, 128), (1 << 30, 64))
-TRAILING_CHUNK_ROWS = ((2048, 256), (1 << 30, 2048))            # (max n, rows per trailing GEMM)
+# (max n, max batch * n, rows per trailing GEMM): one GEMM per step (no chunks, twice the flops)
+# when the batch is small (fewer launches: 4x1024 857 -> 754 us, 16x512 403 -> 382), 256-row chunks
+# for large batches (640x512 3398 vs 3672 unchunked, 60x1024 1944 vs 2235), and 2048 or 4096 rows
+# for single large matrices (unchunked is 1.4-3x slower from n = 8192). H200, 368c49a-c17ca65.
+TRAILING_CHUNK_ROWS = ((2048, 8192, 1 << 30), (2048, 1 << 62, 256),
+                       (8192, 1 << 62, 2048), (1 << 30, 1 << 62, 4096))
 # (max n, trailing product): "fp32" (SIMT GEMMs), or "split_tf32": three TF32 tensor-core products
-# summed in one GEMM of depth 3 nb (model.tf32_split), ~21 bits. Plain TF32 (~11 bits) is unsafe at
-# any n: its error exceeds the 1e-3..1e-4 damping of the lowrank family, the trailing matrix loses
-# definiteness and L overflows (H200, 7ae5206: 2x1024 and 3x1537 lowrank failed).
-TRAILING_PRODUCT = ((1 << 30, "fp32"),)
+# summed in one GEMM of depth 3 nb (model.tf32_split), ~21 bits, with cholesky_panel.cu writing the
+# operands. Split from n = 2048: 1x32768 437 -> 218 ms, 1x16384 68 -> 39, 1x8192 13.8 -> 10.0,
+# 2x4096 5.2 -> 4.1, 8x2048 2.6 -> 2.35 (H200, eb7f279); below, its extra work does not pay.
+# Plain TF32 (~11 bits) is unsafe at any n: its error exceeds the 1e-3..1e-4 damping of the lowrank
+# family, the trailing matrix loses definiteness and L overflows (H200, 7ae5206: 2x1024 and 3x1537
+# lowrank failed).
+TRAILING_PRODUCT = ((1024, "fp32"), (1 << 30, "split_tf32"))
+
+
+def first_row(table, *keys: int):
+    """The value of the first (bound, ..., value...) row whose bounds cover every key."""
+    for row in table:
+        if all(key <= bound for key, bound in zip(keys, row)):
+            rest = row[len(keys):]
+            return rest[0] if len(rest) == 1 else rest
+    raise ValueError(f"cholesky: no table row covers {keys}")
 
 
 def by_n(table, n: int):
     """The value of the first (max n, value...) row that covers n."""
-    for row in table:
-        if n <= row[0]:
-            return row[1] if len(row) == 2 else row[1:]
-    raise ValueError(f"cholesky: no table row covers n = {n}")
+    return first_row(table, n)
 
 
 NULL = None   # a missing optional pointer (ctypes passes 0)
@@ -73,14 +87,15 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
-    """cholesky_panel.cu in place, with the signature of model.panel_model."""
+    """The panel step with the signature of model.panel_model: the model itself (cuBLAS GEMM and a
+    copy) for fp32 operands, which beat cholesky_panel.cu's product at every shape (H200, eb7f279:
+    1x4096 3.51 vs 3.89 ms, 640x512 3.40 vs 3.74), and cholesky_panel.cu when it also writes the
+    split operands (one launch instead of ~9 ops)."""
+    if not split_tf32:
+        return panel_model(L, k0, w, X, split_tf32)
     b, n, _ = L.shape
     m = n - k0 - w
     panel = L[:, k0 + w:, k0:]                  # data_ptr() points at L[:, k0 + w, k0]
-    if not split_tf32:
-        CUDA.call("cholesky_panel", panel, X, NULL, NULL, b, m, w, n, n * n)
-        L21 = L[:, k0 + w:, k0:k0 + w]
-        return L21, L21
     left = torch.empty(b, m, 3 * w, dtype=L.dtype, device=L.device)
     right = torch.empty_like(left)
     CUDA.call("cholesky_panel", panel, X, left, right, b, m, w, n, n * n)
@@ -102,5 +117,6 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
         return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
     factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if A.is_cuda else (factor_diag_model, panel_model)
     split_tf32 = by_n(TRAILING_PRODUCT, n) == "split_tf32"
-    return blocked_cholesky(A, by_n(BLOCK_NB, A.shape[0]), by_n(TRAILING_CHUNK_ROWS, n), factor_diag, solve_panel,
-                            split_tf32)
+    batch = A.shape[0]
+    chunk_rows = first_row(TRAILING_CHUNK_ROWS, n, batch * n)
+    return blocked_cholesky(A, by_n(BLOCK_NB, batch), chunk_rows, factor_diag, solve_panel, split_tf32)

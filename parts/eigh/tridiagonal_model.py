@@ -69,6 +69,9 @@ SECULAR_MAX_STEPS = 64
 # whose residual (eps/gap)^3 * gap stays below eps for any gap >= eps. Clusters tighter than
 # that are handled by the Gram-Schmidt, not by more solves.
 INVERSE_ITERATIONS = 3
+# Bisection leaves eigenvalues within ~eps ||T|| / 4; shifts of lanes whose eigenvalues it could
+# not tell apart are spread this many eps ||T|| apart (LAPACK's stein: 10 unit roundoffs = 5 eps).
+SHIFT_SEPARATION = 5
 
 
 def tridiagonal_eigh_model(d: torch.Tensor, e: torch.Tensor, leaf_size: int = LEAF_SIZE):
@@ -212,13 +215,28 @@ def inverse_iteration(d, e, w, tnorm) -> torch.Tensor:
     """
     b, m = d.shape
     pivtol = torch.finfo(d.dtype).eps * tnorm                     # slagts: pivots below eps ||T|| are perturbed
-    factors = factor_shifted(d, e, w, torch.clamp(pivtol, min=torch.finfo(d.dtype).tiny))
+    factors = factor_shifted(d, e, separated_shifts(w, tnorm), torch.clamp(pivtol, min=torch.finfo(d.dtype).tiny))
     x = start_vectors(m, m, d.dtype, d.device).expand(b, m, m)    # rows: lanes (eigenvalues), columns: entries
     for _ in range(INVERSE_ITERATIONS):
         x = solve_factored(factors, x)
         x = x / x.abs().amax(dim=2, keepdim=True)                # a solve grows x by up to 1/pivtol
         x = orthonormalize_rows(x)
     return x.transpose(1, 2).contiguous()
+
+
+def separated_shifts(w: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
+    """Shifts sigma_j = max(w_j, sigma_{j-1} + gap): ascending and at least SHIFT_SEPARATION eps ||T|| apart (sstein's PERTOL).
+
+    Eigenvalues closer than bisection resolves share one float shift, and that shift can sit far
+    closer to one of them than to the others (1e-16 against 1e-8 is seen): one solve then favours
+    that direction by more than 1/eps in every lane, and Gram-Schmidt is left with dependent
+    vectors. Pushed at least `gap` past the previous shift, every lane after the first is nearly
+    equidistant from the whole unresolved cluster, so it keeps a component orthogonal to the
+    earlier lanes. Closed form of the recurrence: sigma_j = j gap + max_{i<=j} (w_i - i gap).
+    """
+    gap = SHIFT_SEPARATION * torch.finfo(w.dtype).eps * tnorm[:, None]
+    steps = torch.arange(w.shape[1], device=w.device, dtype=w.dtype) * gap
+    return steps + torch.cummax(w - steps, dim=1).values
 
 
 def factor_shifted(d, e, shift, pivtol):
