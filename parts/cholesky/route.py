@@ -29,10 +29,11 @@ DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
 BLOCK_NB = ((256, 128), (1 << 30, 64))
 # (max n, max batch * n, rows per trailing GEMM): one GEMM per step (no chunks, twice the flops)
-# when the batch is small (fewer launches: 4x1024 857 -> 754 us, 16x512 403 -> 382), 256-row chunks
-# for large batches (640x512 3398 vs 3672 unchunked, 60x1024 1944 vs 2235), and 2048 or 4096 rows
-# for single large matrices (unchunked is 1.4-3x slower from n = 8192). H200, 368c49a-c17ca65.
-TRAILING_CHUNK_ROWS = ((2048, 8192, 1 << 30), (2048, 1 << 62, 256),
+# when the batch is small (fewer launches: 4x1024 857 -> 754 us, 16x512 403 -> 382) and at n = 2048
+# (split operands: 8x2048 2853 -> 2348 against 256-row chunks), 256-row chunks for large batches
+# (640x512 3398 vs 3672 unchunked, 60x1024 1944 vs 2235), and 2048 or 4096 rows for single large
+# matrices (unchunked is 1.4-3x slower from n = 8192). H200, 368c49a-0c2bdaf.
+TRAILING_CHUNK_ROWS = ((1024, 8192, 1 << 30), (1024, 1 << 62, 256), (2048, 1 << 62, 1 << 30),
                        (8192, 1 << 62, 2048), (1 << 30, 1 << 62, 4096))
 # (max n, trailing product): "fp32" (SIMT GEMMs), or "split_tf32": three TF32 tensor-core products
 # summed in one GEMM of depth 3 nb (model.tf32_split), ~21 bits, with cholesky_panel.cu writing the
