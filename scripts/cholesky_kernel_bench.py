@@ -3,7 +3,7 @@
 Usage: python3 scripts/cholesky_kernel_bench.py BUILT.py [BUILT.py ...]
 For each file: cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
 (the latency of one diagonal block, what single large matrices wait on) and batch 264 (two per
-SM: throughput), and cholesky_panel (with the split operands) on a 1 x 4096 matrix's first panel. Prints microseconds per
+SM: throughput), and cholesky_split on a 1 x 4096 matrix's first panel. Prints microseconds per
 launch (CUDA events over 50 launches after a warm-up), so kernel variants compare in one run.
 """
 import sys
@@ -50,12 +50,11 @@ def bench(path: str, tag: str) -> None:
                   f"with inverse {inverse:8.1f} us")
     n, w = 4096, 128
     M = torch.randn(1, n, n, device="cuda")
-    Xw = torch.randn(1, w, w, device="cuda").tril()
+    L21 = torch.randn(1, n - w, w, device="cuda")
     left = torch.empty(1, n - w, 3 * w, device="cuda")
     right = torch.empty_like(left)
-    panel = M[:, w:, :]
-    t = per_launch_us(lambda: cuda.call("cholesky_panel", panel, Xw, left, right, 1, n - w, w, n, n * n))
-    print(f"{tag}: panel with split operands 1x{n} w={w}: {t:8.1f} us")
+    t = per_launch_us(lambda: cuda.call("cholesky_split", L21, M[:, w:, :], left, right, 1, n - w, w, n, n * n))
+    print(f"{tag}: split operands 1x{n} w={w}: {t:8.1f} us")
 
 
 if __name__ == "__main__":

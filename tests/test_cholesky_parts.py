@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 
 import pytest
 import torch
@@ -335,3 +336,16 @@ def test_split_trailing_update_agrees_with_fp32():
 def test_split_tf32_blocked_route_meets_the_gates_on_every_family(case):
     A = spd(case, 150, 2)
     assert_cholesky(A, blocked_cholesky(A, 64, 48, split_tf32=True))
+
+
+def test_the_split_kernel_rounds_like_the_model():
+    """cholesky_split.cu and model.tf32_split must round the same way: add half of the dropped
+    13-bit field, clear it (~0x1fff and -0x2000 are the same 32-bit mask)."""
+    source = (Path(route.__file__).parent / "cholesky_split.cu").read_text()
+    assert "(__float_as_int(y) + 0x1000) & ~0x1fff" in source
+    M = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 2.0 ** -12, -(1.0 + 3 * 2.0 ** -12), 3.0e-39])
+    hi, _ = tf32_split(M)
+    bits = M.view(torch.int32)
+    assert torch.equal(hi.view(torch.int32), (bits + 0x1000) & ~0x1FFF)
+    assert hi[0] == 1.0 + 2.0 ** -10 and hi[2] == -(1.0 + 2.0 ** -10)          # a tie and above: away from zero
+    assert hi[1] == 1.0                                                          # below half the TF32 ulp: down

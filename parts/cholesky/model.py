@@ -112,8 +112,8 @@ def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def panel_model(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
-    """L21 = A21 inv(L11)^T in place below the diagonal block (cholesky_panel.cu); returns the
-    trailing update's operands (left, right): (L21, L21), or the split pair [hi hi lo], [hi lo hi]."""
+    """L21 = A21 inv(L11)^T in place below the diagonal block; returns the trailing update's operands
+    (left, right): (L21, L21), or the split pair [hi hi lo], [hi lo hi] (cholesky_split.cu's pass)."""
     panel = L[:, k0 + w:, k0:k0 + w]
     L21 = torch.matmul(panel, X.mT)
     panel.copy_(L21)

@@ -5,8 +5,8 @@
 | <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
 | <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model      |
 | larger    | blocked_cholesky: cholesky_tiled.cu (+ inverse) per         | blocked_cholesky with    |
-|           | diagonal block, cholesky_panel.cu for the panel (and the    | factor_diag_model and    |
-|           | split operands), cuBLAS GEMMs for the trailing update       | panel_model              |
+|           | diagonal block, cuBLAS GEMMs for the panel and the trailing | factor_diag_model and    |
+|           | update; cholesky_split.cu writes split-TF32 operands        | panel_model              |
 
 Every route reads the lower triangle of A only. A pivot at or below eps * max_i a_ii becomes that
 floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
@@ -36,7 +36,7 @@ BLOCK_NB = ((256, 128), (1 << 30, 64))
 TRAILING_CHUNK_ROWS = ((1024, 8192, 1 << 30), (1024, 1 << 62, 256), (2048, 1 << 62, 1 << 30),
                        (8192, 1 << 62, 2048), (1 << 30, 1 << 62, 4096))
 # (max n, trailing product): "fp32" (SIMT GEMMs), or "split_tf32": three TF32 tensor-core products
-# summed in one GEMM of depth 3 nb (model.tf32_split), ~21 bits, with cholesky_panel.cu writing the
+# summed in one GEMM of depth 3 nb (model.tf32_split), ~21 bits, with cholesky_split.cu writing the
 # operands. Split from n = 2048: 1x32768 437 -> 218 ms, 1x16384 68 -> 39, 1x8192 13.8 -> 10.0,
 # 2x4096 5.2 -> 4.1, 8x2048 2.6 -> 2.35 (H200, eb7f279); below, its extra work does not pay.
 # Plain TF32 (~11 bits) is unsafe at any n: its error exceeds the 1e-3..1e-4 damping of the lowrank
@@ -88,18 +88,16 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
-    """The panel step with the signature of model.panel_model: the model itself (cuBLAS GEMM and a
-    copy) for fp32 operands, which beat cholesky_panel.cu's product at every shape (H200, eb7f279:
-    1x4096 3.51 vs 3.89 ms, 640x512 3.40 vs 3.74), and cholesky_panel.cu when it also writes the
-    split operands (one launch instead of ~9 ops)."""
+    """The panel step with the signature of model.panel_model: cuBLAS's GEMM for L21, then (split)
+    cholesky_split.cu writes it back and writes the split operands in one pass instead of ~8 ops."""
     if not split_tf32:
         return panel_model(L, k0, w, X, split_tf32)
     b, n, _ = L.shape
     m = n - k0 - w
-    panel = L[:, k0 + w:, k0:]                  # data_ptr() points at L[:, k0 + w, k0]
+    L21 = torch.matmul(L[:, k0 + w:, k0:k0 + w], X.mT)
     left = torch.empty(b, m, 3 * w, dtype=L.dtype, device=L.device)
     right = torch.empty_like(left)
-    CUDA.call("cholesky_panel", panel, X, left, right, b, m, w, n, n * n)
+    CUDA.call("cholesky_split", L21, L[:, k0 + w:, k0:], left, right, b, m, w, n, n * n)
     return left, right
 
 
