@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (blocked_cholesky, inverse_model, matmul_precision, pivot_floor, right_looking_model,
-                                  tf32_split, trailing_update)
+from parts.cholesky.model import (blocked_cholesky, inverse_model, matmul_precision, pivot_floor, product_nt,
+                                  right_looking_model, subtract_product_nt, tf32_split, trailing_update)
 
 EPS = torch.finfo(torch.float32).eps
 SIZES = (1, 2, 3, 17, 31, 32, 33, 64, 100, 128, 129, 257, 600)
@@ -192,7 +192,7 @@ def test_matmul_precision_restores_the_flag():
     assert matmul.fp32_precision == before
 
 
-@pytest.mark.parametrize("table", ("BLOCK_NB", "TRAILING_PRODUCT", "TILED_SHAPE", "DIAG_TILED_SHAPE"))
+@pytest.mark.parametrize("table", ("BLOCK_NB", "TILED_SHAPE", "DIAG_TILED_SHAPE"))
 def test_tables_cover_every_n_in_order(table):
     rows = getattr(route, table)
     bounds = [row[0] for row in rows]
@@ -200,10 +200,11 @@ def test_tables_cover_every_n_in_order(table):
     assert route.by_n(rows, 1) is not None and route.by_n(rows, 32768) is not None
 
 
-def test_chunk_table_covers_every_shape_with_a_positive_row_count():
+def test_chunk_and_product_tables_cover_every_shape():
     for n in (129, 256, 512, 1024, 2048, 4096, 32768):
         for batch in (1, 4, 60, 640, 100000):
             assert route.first_row(route.TRAILING_CHUNK_ROWS, n, batch * n) >= 1
+            assert route.first_row(route.TRAILING_PRODUCT, n, batch * n) in ("fp32", "split_tf32")
 
 
 def test_by_n_refuses_an_uncovered_n():
@@ -228,7 +229,7 @@ def test_tunables_fit_the_kernels():
     for _, nb in route.BLOCK_NB:                              # a diagonal block fits the largest tiled shape
         assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N <= max(t * s for _, t, s in route.TILED_SHAPE)
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
-    assert all(p in ("fp32", "split_tf32") for _, p in route.TRAILING_PRODUCT)
+    assert all(row[-1] in ("fp32", "split_tf32") for row in route.TRAILING_PRODUCT)
 
 
 def test_empty_batch_gives_an_empty_result():
@@ -349,3 +350,14 @@ def test_the_split_kernel_rounds_like_the_model():
     assert torch.equal(hi.view(torch.int32), (bits + 0x1000) & ~0x1FFF)
     assert hi[0] == 1.0 + 2.0 ** -10 and hi[2] == -(1.0 + 2.0 ** -10)          # a tie and above: away from zero
     assert hi[1] == 1.0                                                          # below half the TF32 ulp: down
+
+
+@pytest.mark.parametrize("batch", (1, 2))
+def test_products_of_one_matrix_and_of_a_batch_agree(batch):
+    g = torch.Generator().manual_seed(11)
+    A, B = torch.randn(batch, 9, 5, generator=g), torch.randn(batch, 7, 5, generator=g)
+    C = torch.randn(batch, 9, 7, generator=g)
+    expected = C - A @ B.mT
+    assert torch.allclose(product_nt(A, B), A @ B.mT, atol=1e-6)
+    subtract_product_nt(C, A, B)
+    assert torch.allclose(C, expected, atol=1e-5)

@@ -15,7 +15,8 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import blocked_cholesky, factor_diag_model, panel_model, right_looking_model  # popkit: inline
+from parts.cholesky.model import (blocked_cholesky, factor_diag_model, panel_model, product_nt,  # popkit: inline
+                                  right_looking_model)  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
@@ -35,14 +36,15 @@ BLOCK_NB = ((256, 128), (1 << 30, 64))
 # matrices (unchunked is 1.4-3x slower from n = 8192). H200, 368c49a-0c2bdaf.
 TRAILING_CHUNK_ROWS = ((1024, 8192, 1 << 30), (1024, 1 << 62, 256), (2048, 1 << 62, 1 << 30),
                        (8192, 1 << 62, 2048), (1 << 30, 1 << 62, 4096))
-# (max n, trailing product): "fp32" (SIMT GEMMs), or "split_tf32": three TF32 tensor-core products
+# (max n, max batch * n, trailing product): "fp32" (SIMT GEMMs), or "split_tf32": three TF32 tensor-core products
 # summed in one GEMM of depth 3 nb (model.tf32_split), ~21 bits, with cholesky_split.cu writing the
 # operands. Split from n = 2048: 1x32768 437 -> 218 ms, 1x16384 68 -> 39, 1x8192 13.8 -> 10.0,
-# 2x4096 5.2 -> 4.1, 8x2048 2.6 -> 2.35 (H200, eb7f279); below, its extra work does not pay.
+# 2x4096 5.2 -> 4.1, 8x2048 2.6 -> 2.1 (H200, eb7f279-1b4f48f); below, and at 2x2048 (1.61 fp32
+# against 1.94 split, 1b4f48f), its extra work does not pay.
 # Plain TF32 (~11 bits) is unsafe at any n: its error exceeds the 1e-3..1e-4 damping of the lowrank
 # family, the trailing matrix loses definiteness and L overflows (H200, 7ae5206: 2x1024 and 3x1537
 # lowrank failed).
-TRAILING_PRODUCT = ((1024, "fp32"), (1 << 30, "split_tf32"))
+TRAILING_PRODUCT = ((1024, 1 << 62, "fp32"), (2048, 4096, "fp32"), (1 << 30, 1 << 62, "split_tf32"))
 
 
 def first_row(table, *keys: int):
@@ -94,7 +96,7 @@ def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bo
         return panel_model(L, k0, w, X, split_tf32)
     b, n, _ = L.shape
     m = n - k0 - w
-    L21 = torch.matmul(L[:, k0 + w:, k0:k0 + w], X.mT)
+    L21 = product_nt(L[:, k0 + w:, k0:k0 + w], X)
     left = torch.empty(b, m, 3 * w, dtype=L.dtype, device=L.device)
     right = torch.empty_like(left)
     CUDA.call("cholesky_split", L21, L[:, k0 + w:, k0:], left, right, b, m, w, n, n * n)
@@ -115,7 +117,7 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
             return right_looking_model(A)
         return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
     factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if A.is_cuda else (factor_diag_model, panel_model)
-    split_tf32 = by_n(TRAILING_PRODUCT, n) == "split_tf32"
     batch = A.shape[0]
+    split_tf32 = first_row(TRAILING_PRODUCT, n, batch * n) == "split_tf32"
     chunk_rows = first_row(TRAILING_CHUNK_ROWS, n, batch * n)
     return blocked_cholesky(A, by_n(BLOCK_NB, batch), chunk_rows, factor_diag, solve_panel, split_tf32)

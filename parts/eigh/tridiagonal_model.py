@@ -69,9 +69,11 @@ SECULAR_MAX_STEPS = 64
 # whose residual (eps/gap)^3 * gap stays below eps for any gap >= eps. Clusters tighter than
 # that are handled by the Gram-Schmidt, not by more solves.
 INVERSE_ITERATIONS = 3
-# Bisection leaves eigenvalues within ~eps ||T|| / 4; shifts of lanes whose eigenvalues it could
-# not tell apart are spread this many eps ||T|| apart (LAPACK's stein: 10 unit roundoffs = 5 eps).
-SHIFT_SEPARATION = 5
+# Bisection leaves each eigenvalue within ~eps ||T|| / 4 of the truth: neighbours closer than
+# CLUSTER_GAP eps ||T|| may be unresolved and share one shift, CLUSTER_OFFSET eps ||T|| above them
+# (see cluster_shifts; LAPACK's stein separates such shifts by a similar 5 eps).
+CLUSTER_GAP = 4
+CLUSTER_OFFSET = 2
 
 
 def tridiagonal_eigh_model(d: torch.Tensor, e: torch.Tensor, leaf_size: int = LEAF_SIZE):
@@ -215,7 +217,7 @@ def inverse_iteration(d, e, w, tnorm) -> torch.Tensor:
     """
     b, m = d.shape
     pivtol = torch.finfo(d.dtype).eps * tnorm                     # slagts: pivots below eps ||T|| are perturbed
-    factors = factor_shifted(d, e, separated_shifts(w, tnorm), torch.clamp(pivtol, min=torch.finfo(d.dtype).tiny))
+    factors = factor_shifted(d, e, cluster_shifts(w, tnorm), torch.clamp(pivtol, min=torch.finfo(d.dtype).tiny))
     x = start_vectors(m, m, d.dtype, d.device).expand(b, m, m)    # rows: lanes (eigenvalues), columns: entries
     for _ in range(INVERSE_ITERATIONS):
         x = solve_factored(factors, x)
@@ -224,19 +226,26 @@ def inverse_iteration(d, e, w, tnorm) -> torch.Tensor:
     return x.transpose(1, 2).contiguous()
 
 
-def separated_shifts(w: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
-    """Shifts sigma_j = max(w_j, sigma_{j-1} + gap): ascending and at least SHIFT_SEPARATION eps ||T|| apart (sstein's PERTOL).
+def cluster_shifts(w: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
+    """Per lane, the shift of its solves: w_j itself, or for a group of eigenvalues that bisection
+    could not tell apart (consecutive gaps <= CLUSTER_GAP eps ||T||), one shared shift
+    CLUSTER_OFFSET eps ||T|| above the group's largest.
 
-    Eigenvalues closer than bisection resolves share one float shift, and that shift can sit far
-    closer to one of them than to the others (1e-16 against 1e-8 is seen): one solve then favours
-    that direction by more than 1/eps in every lane, and Gram-Schmidt is left with dependent
-    vectors. Pushed at least `gap` past the previous shift, every lane after the first is nearly
-    equidistant from the whole unresolved cluster, so it keeps a component orthogonal to the
-    earlier lanes. Closed form of the recurrence: sigma_j = j gap + max_{i<=j} (w_i - i gap).
+    Why: lanes of an unresolved group would otherwise solve with (nearly) the same shift, which
+    can sit far closer to one of the group's eigenvalues than to the others (1e-16 against 1e-8
+    is seen): one solve then favours that direction by more than 1/eps in every lane and
+    Gram-Schmidt is left with dependent vectors. From just outside the group every member is
+    about equally far (ratio <= 1 + width / offset), so the lanes' solves and Gram-Schmidt are a
+    subspace iteration onto the group's invariant subspace. The shift stays within offset of
+    the group, so the residual a lane can inherit from its neighbours is bounded by the group's width.
     """
-    gap = SHIFT_SEPARATION * torch.finfo(w.dtype).eps * tnorm[:, None]
-    steps = torch.arange(w.shape[1], device=w.device, dtype=w.dtype) * gap
-    return steps + torch.cummax(w - steps, dim=1).values
+    eps = torch.finfo(w.dtype).eps
+    apart = (w[:, 1:] - w[:, :-1]) > CLUSTER_GAP * eps * tnorm[:, None]
+    group = torch.cat([torch.zeros_like(w[:, :1], dtype=torch.long), apart.long().cumsum(dim=1)], dim=1)
+    top = torch.full_like(w, -math.inf).scatter_reduce(1, group, w, reduce="amax")
+    size = torch.zeros_like(w).scatter_add(1, group, torch.ones_like(w))
+    shared = size.gather(1, group) > 1
+    return torch.where(shared, top.gather(1, group) + CLUSTER_OFFSET * eps * tnorm[:, None], w)
 
 
 def factor_shifted(d, e, shift, pivtol):
