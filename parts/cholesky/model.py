@@ -111,31 +111,11 @@ def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, M - hi
 
 
-# A batch of one matrix runs its GEMMs as 2D products (cuBLAS's non-batched heuristics) instead of a
-# batched product of one; the sweep switches it off to compare.
-SINGLE_MATRIX_AS_2D = True
-
-
-def product_nt(A: torch.Tensor, B: torch.Tensor) -> torch.Tensor:
-    """A B^T per matrix of the batch."""
-    if SINGLE_MATRIX_AS_2D and A.shape[0] == 1:
-        return torch.mm(A[0], B[0].T).unsqueeze(0)
-    return torch.matmul(A, B.mT)
-
-
-def subtract_product_nt(C: torch.Tensor, A: torch.Tensor, B: torch.Tensor) -> None:
-    """C -= A B^T per matrix of the batch, in place."""
-    if SINGLE_MATRIX_AS_2D and C.shape[0] == 1:
-        C[0].addmm_(A[0], B[0].T, alpha=-1.0)
-    else:
-        C.baddbmm_(A, B.mT, alpha=-1.0)
-
-
 def panel_model(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
     """L21 = A21 inv(L11)^T in place below the diagonal block; returns the trailing update's operands
     (left, right): (L21, L21), or the split pair [hi hi lo], [hi lo hi] (cholesky_split.cu's pass)."""
     panel = L[:, k0 + w:, k0:k0 + w]
-    L21 = product_nt(panel, X)
+    L21 = torch.matmul(panel, X.mT)
     panel.copy_(L21)
     if not split_tf32:
         return L21, L21
@@ -154,7 +134,7 @@ def trailing_update(A22: torch.Tensor, left: torch.Tensor, right: torch.Tensor, 
     with matmul_precision("tf32" if tf32 else "ieee"):
         for r0 in range(0, m, chunk_rows):
             r1 = min(m, r0 + chunk_rows)
-            subtract_product_nt(A22[:, r0:r1, :r1], left[:, r0:r1], right[:, :r1])
+            A22[:, r0:r1, :r1].baddbmm_(left[:, r0:r1], right[:, :r1].mT, alpha=-1.0)
 
 
 def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=factor_diag_model,

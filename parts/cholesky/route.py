@@ -15,8 +15,7 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import (blocked_cholesky, factor_diag_model, panel_model, product_nt,  # popkit: inline
-                                  right_looking_model)  # popkit: inline
+from parts.cholesky.model import blocked_cholesky, factor_diag_model, panel_model, right_looking_model  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
@@ -96,7 +95,7 @@ def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bo
         return panel_model(L, k0, w, X, split_tf32)
     b, n, _ = L.shape
     m = n - k0 - w
-    L21 = product_nt(L[:, k0 + w:, k0:k0 + w], X)
+    L21 = torch.matmul(L[:, k0 + w:, k0:k0 + w], X.mT)
     left = torch.empty(b, m, 3 * w, dtype=L.dtype, device=L.device)
     right = torch.empty_like(left)
     CUDA.call("cholesky_split", L21, L[:, k0 + w:, k0:], left, right, b, m, w, n, n * n)

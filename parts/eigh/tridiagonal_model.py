@@ -26,8 +26,8 @@ Recursion shape
 
 Future CUDA kernels (one row per stage)
     leaf kernel     `solve_leaf`: one warp per leaf, one lane per eigenvalue. Bisection on Sturm
-                    counts, then inverse iteration (a tridiagonal LU solve per lane) and
-                    Gram-Schmidt of the leaf's vectors.
+                    counts, the lane's shift (`cluster_shifts`: a neighbour scan), then inverse
+                    iteration (a tridiagonal LU solve per lane) and Gram-Schmidt of the leaf's vectors.
     merge kernel    `merge` up to the GEMM: z, sort, `deflate` (a serial scan: one thread),
                     `solve_secular` (one thread per root), `secular_vectors` (a thread per
                     column), then the deflation rotations and permutations applied to S.
@@ -39,9 +39,11 @@ Numerical safeguards
       in e^2 or z^2 (inputs reach 1.8e19), and every tolerance below is relative to 1.
     - Sturm counts replace a pivot smaller than pivmin by -pivmin (LAPACK's slaebz), so an
       exact zero pivot never divides.
-    - Inverse iteration perturbs tiny LU pivots (slagts), normalises by the largest entry before
-      Gram-Schmidt (no overflow in the dot products), and orthogonalises every leaf vector
-      against all earlier ones.
+    - Inverse iteration perturbs tiny LU pivots (slagts), gives the lanes of eigenvalues that
+      bisection cannot tell apart one shared shift just outside their group (`cluster_shifts`:
+      without it, clusters such as d = 1 with couplings near eps lose orthogonality entirely),
+      normalises by the largest entry before Gram-Schmidt (no overflow in the dot products),
+      and orthogonalises every leaf vector against all earlier ones.
     - Deflation (slaed2's two tests, tolerance DEFLATION_TOL) leaves poles strictly separated and
       every z_j away from zero, so the secular roots are strictly interlaced.
     - The secular iteration is bracketed: a two-pole rational step is taken only when it lands
@@ -58,16 +60,18 @@ LEAF_SIZE = 32
 # roundoff eps/2, so 8 of those are 4 machine epsilons. A pole whose rho |z_j| is below it, or
 # a pair whose coupling after a Givens rotation is below it, is left where it is.
 DEFLATION_TOL = 4
-# slaed4's stopping rule: |f| <= eps * (1 + rho * (8 * sum_j |z_j^2 / delta_j| + |tau| f')),
-# a bound on the rounding error of evaluating f itself; tighter is noise.
-SECULAR_TERM_ERROR = 8
+# Stop once |f| <= eps * (1 + rho * (SECULAR_TERM_ERROR * sum_j |z_j^2 / delta_j| + |tau| f'/rho)):
+# the rounding error of evaluating f. slaed4 uses its worst-case bound (a factor 8); in float32
+# that left roots ~8 ulps off (measured: eigenvalue errors 2.5x larger), so we stop at the typical
+# error instead; where f's noise never gets that small the bracket closes to adjacent floats.
+SECULAR_TERM_ERROR = 1
 # The rational step converges quadratically (a handful of steps); the cap only bounds the
 # bisection fallback, which reaches the adjacent float of tau well within it.
 SECULAR_MAX_STEPS = 64
 # With eigenvalues accurate to eps ||T||, one solve multiplies the wanted eigenvector by at
 # least 1/eps relative to the others' 1/gap; three solves leave (eps/gap)^3-sized contamination,
 # whose residual (eps/gap)^3 * gap stays below eps for any gap >= eps. Clusters tighter than
-# that are handled by the Gram-Schmidt, not by more solves.
+# that are handled by cluster_shifts and Gram-Schmidt, not by more solves.
 INVERSE_ITERATIONS = 3
 # Bisection leaves each eigenvalue within ~eps ||T|| / 4 of the truth: neighbours closer than
 # CLUSTER_GAP eps ||T|| may be unresolved and share one shift, CLUSTER_OFFSET eps ||T|| above them
@@ -129,21 +133,8 @@ def solve_leaf(d: torch.Tensor, e: torch.Tensor):
         return d.clone(), torch.ones_like(d)[:, :, None]
     lo, hi = gershgorin_interval(d, e)
     tnorm = torch.maximum(lo.abs(), hi.abs())
-    e = split_leaf(e, tnorm)
     w = bisect_leaf(d, e, lo, hi, tnorm)
     return w, inverse_iteration(d, e, w, tnorm)
-
-
-def split_leaf(e: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
-    """e with every |e_i| <= eps ||T|| set to zero (a backward error of eps ||T||, as LAPACK's absolute split test).
-
-    Why: a run of near-equal d_i joined by couplings that small holds eigenvalues closer than
-    bisection resolves, so several lanes solve with the same shift, and one solve can then
-    favour one of the cluster's directions over another by more than 1/eps: Gram-Schmidt is
-    left with dependent vectors. Cut, each block's singular pivot is exactly zero and is
-    perturbed to the same pivtol, so every direction of the cluster grows alike.
-    """
-    return torch.where(e.abs() <= torch.finfo(e.dtype).eps * tnorm[:, None], torch.zeros_like(e), e)
 
 
 def gershgorin_interval(d: torch.Tensor, e: torch.Tensor):
@@ -208,8 +199,8 @@ def start_vectors(lanes: int, m: int, dtype, device) -> torch.Tensor:
 
 
 def inverse_iteration(d, e, w, tnorm) -> torch.Tensor:
-    """Eigenvectors (columns) of each leaf for its eigenvalues w: INVERSE_ITERATIONS solves with T - w_j I per lane,
-    each followed by Gram-Schmidt of all the leaf's vectors in ascending order.
+    """Eigenvectors (columns) of each leaf for its eigenvalues w: INVERSE_ITERATIONS solves with T - sigma_j I
+    per lane (sigma from cluster_shifts), each followed by Gram-Schmidt of all the leaf's vectors in ascending order.
 
     Orthogonalising against every earlier vector (not only a cluster of close eigenvalues, as
     LAPACK's stein does) costs m^3/2 per leaf at m <= 32 and removes the eps/gap loss of
