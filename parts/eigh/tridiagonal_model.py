@@ -190,7 +190,8 @@ def bisect_leaf(d, e, lo, hi, tnorm) -> torch.Tensor:
 
 
 def start_vectors(lanes: int, m: int, dtype, device) -> torch.Tensor:
-    """Fixed pseudo-random starting vectors (lanes x m) in [-1/2, 1/2): an integer hash of (lane, row), reproducible in a kernel."""
+    """Fixed pseudo-random starting vectors (lanes x m) in [-1/2, 1/2): an integer hash of (lane, row),
+    so a kernel reproduces them."""
     h = torch.arange(lanes, device=device)[:, None] * m + torch.arange(m, device=device)[None, :] + 1
     for _ in range(2):
         h = (((h >> 16) ^ h) * 0x45D9F3B) & 0xFFFFFFFF
