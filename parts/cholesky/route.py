@@ -88,16 +88,18 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
     CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, tdim, ts)
 
 
-def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool):
+def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
     """The panel step with the signature of model.panel_model: cuBLAS's GEMM for L21, then (split)
     cholesky_split.cu writes it back and writes the split operands in one pass instead of ~8 ops."""
     if not split_tf32:
-        return panel_model(L, k0, w, X, split_tf32)
+        return panel_model(L, k0, w, X, split_tf32, workspace)
     b, n, _ = L.shape
     m = n - k0 - w
-    L21 = torch.matmul(L[:, k0 + w:, k0:k0 + w], X.mT)
-    left = torch.empty(b, m, 3 * w, dtype=L.dtype, device=L.device)
-    right = torch.empty_like(left)
+    size = b * m * w
+    L21 = workspace[:size].view(b, m, w)
+    torch.matmul(L[:, k0 + w:, k0:k0 + w], X.mT, out=L21)
+    left = workspace[size:4 * size].view(b, m, 3 * w)
+    right = workspace[4 * size:7 * size].view(b, m, 3 * w)
     CUDA.call("cholesky_split", L21, L[:, k0 + w:, k0:], left, right, b, m, w, n, n * n)
     return left, right
 
