@@ -1,8 +1,7 @@
 """Time cholesky's CUDA entry points alone, for one or more built submissions (GPU host).
 
 Usage: python3 scripts/cholesky_kernel_bench.py BUILT.py [BUILT.py ...]
-For each file: cholesky_tiled (and cholesky_diag, where built) on a 128 x 128 SPD block with and
-without the inverse, at batch 1
+For each file: cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
 (the latency of one diagonal block, what single large matrices wait on) and batch 264 (two per
 SM: throughput), and cholesky_split on a 1 x 4096 matrix's first panel. Prints microseconds per
 launch (CUDA events over 50 launches after a warm-up), so kernel variants compare in one run.
@@ -27,15 +26,6 @@ def per_launch_us(launch, repeats: int = 50) -> float:
     return start.elapsed_time(end) * 1e3 / repeats
 
 
-def has_entry(cuda, name: str) -> bool:
-    """Whether this build exports the entry point (older builds lack newer kernels)."""
-    try:
-        cuda.entry(name)
-    except AttributeError:
-        return False
-    return True
-
-
 def spd(batch: int, n: int) -> torch.Tensor:
     X = torch.randn(batch, n, n, device="cuda")
     return X @ X.mT / n + 0.01 * torch.eye(n, device="cuda")
@@ -57,11 +47,6 @@ def bench(path: str, tag: str) -> None:
             inverse = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, X, top, batch, 128, 128, 128 * 128,
                                                       tdim, ts))
             print(f"{tag}: tiled {tdim}x{ts} n=128 batch={batch}: factor {plain:8.1f} us, "
-                  f"with inverse {inverse:8.1f} us")
-        if has_entry(cuda, "cholesky_diag"):
-            plain = per_launch_us(lambda: cuda.call("cholesky_diag", A, L, None, top, batch, 128, 128, 128 * 128))
-            inverse = per_launch_us(lambda: cuda.call("cholesky_diag", A, L, X, top, batch, 128, 128, 128 * 128))
-            print(f"{tag}: diag (32-column panels) n=128 batch={batch}: factor {plain:8.1f} us, "
                   f"with inverse {inverse:8.1f} us")
     n, w = 4096, 128
     M = torch.randn(1, n, n, device="cuda")

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (blocked_cholesky, blocked_factor_diag_model, blocked_inverse_model, factor_diag_model,
-                                  inverse_model, matmul_precision, pivot_floor, right_looking_model, tf32_split, trailing_update)
+from parts.cholesky.model import (blocked_cholesky, inverse_model, matmul_precision, pivot_floor, right_looking_model,
+                                  tf32_split, trailing_update)
 
 EPS = torch.finfo(torch.float32).eps
 SIZES = (1, 2, 3, 17, 31, 32, 33, 64, 100, 128, 129, 257, 600)
@@ -80,7 +80,6 @@ MODELS = {
     "blocked-32": blocked(32),
     "blocked-64": blocked(64, chunk_rows=1 << 20),       # one trailing GEMM per step
     "blocked-32-split": lambda A: blocked_cholesky(A, 32, 48, split_tf32=True),
-    "blocked-128-diag-panels": lambda A: blocked_cholesky(A, 128, 1 << 20, blocked_factor_diag_model),
     "route": route.custom_kernel,
 }
 
@@ -351,30 +350,3 @@ def test_the_split_kernel_rounds_like_the_model():
     assert torch.equal(hi.view(torch.int32), (bits + 0x1000) & ~0x1FFF)
     assert hi[0] == 1.0 + 2.0 ** -10 and hi[2] == -(1.0 + 2.0 ** -10)          # a tie and above: away from zero
     assert hi[1] == 1.0                                                          # below half the TF32 ulp: down
-
-
-@pytest.mark.parametrize("n", (1, 5, 31, 32, 33, 64, 100, 128))
-def test_blocked_inverse_model_is_the_inverse(n):
-    L = right_looking_model(spd("spectrum", n, 2))
-    X = blocked_inverse_model(L)
-    assert torch.count_nonzero(torch.triu(X, 1)) == 0
-    assert (X.double() @ L.double() - torch.eye(n, dtype=torch.float64)).abs().max() < 1e-3
-
-
-@pytest.mark.parametrize("w", (7, 32, 45, 96, 128))
-def test_blocked_diag_model_agrees_with_the_tiled_model(w):
-    A = spd("dense", 160, 2)
-    top = A.diagonal(dim1=1, dim2=2).amax(-1)
-    tiled, panels = A.clone(), A.clone()
-    X_tiled, X_panels = torch.empty(2, w, w), torch.empty(2, w, w)
-    factor_diag_model(tiled, 16, w, top, X_tiled)
-    blocked_factor_diag_model(panels, 16, w, top, X_panels)
-    block = (slice(None), slice(16, 16 + w), slice(16, 16 + w))
-    assert torch.count_nonzero(torch.triu(panels[block], 1)) == 0
-    assert ((panels[block] - tiled[block]).norm() / tiled[block].norm()) < 1e-5
-    assert ((X_panels - X_tiled).norm() / X_tiled.norm()) < 1e-4
-    assert torch.equal(panels[:, :16], A[:, :16]) and torch.equal(panels[:, 16 + w:], A[:, 16 + w:])
-
-
-def test_diag_kernel_table_names_a_kernel():
-    assert all(row[-1] in ("tiled", "blocked") for row in route.DIAG_KERNEL)

@@ -76,68 +76,6 @@ def factor_diag_model(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: to
         X.copy_(inverse_model(L11))
 
 
-DIAG_PANEL = 32      # cholesky_diag.cu's panel: one warp
-
-
-def solve_rows_model(Y: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
-    """Y D^-T for lower-triangular D, column by column as cholesky_diag.cu's threads do it:
-    y_k *= 1 / d_kk, then y_j -= y_k d_jk for j > k."""
-    Y = Y.clone()
-    for k in range(D.shape[-1]):
-        Y[:, :, k] *= (1.0 / D[:, k, k])[:, None]
-        Y[:, :, k + 1:] -= Y[:, :, k, None] * D[:, None, k + 1:, k]
-    return Y
-
-
-def substitution_inverse_model(L: torch.Tensor) -> torch.Tensor:
-    """inv(L) for a small lower-triangular L, row by row: x_i = -(sum_{k<i} l_ik x_k) / l_ii
-    (cholesky_diag.cu's warp: one lane per column)."""
-    b, n, _ = L.shape
-    X = torch.zeros_like(L)
-    for i in range(n):
-        inv = 1.0 / L[:, i, i]
-        X[:, i, :] = -torch.matmul(L[:, i:i + 1, :i], X[:, :i, :]).squeeze(1) * inv[:, None]
-        X[:, i, i] = inv
-    return X
-
-
-def blocked_inverse_model(L: torch.Tensor, panel: int = DIAG_PANEL) -> torch.Tensor:
-    """inv(L) by panel x panel blocks: the diagonal blocks by substitution, then level by level
-    (I - J = 1, 2, ...): X_IJ = -X_II sum_{J <= K < I} L_IK X_KJ."""
-    n = L.shape[-1]
-    starts = list(range(0, n, panel))
-    X = torch.zeros_like(L)
-    for s0 in starts:
-        s1 = min(n, s0 + panel)
-        X[:, s0:s1, s0:s1] = substitution_inverse_model(L[:, s0:s1, s0:s1])
-    for level in range(1, len(starts)):
-        for J in range(len(starts) - level):
-            I = J + level
-            i0, i1, j0, j1 = starts[I], min(n, starts[I] + panel), starts[J], starts[J] + panel
-            T = torch.matmul(L[:, i0:i1, j0:i0], X[:, j0:i0, j0:j1])
-            X[:, i0:i1, j0:j1] = -torch.matmul(X[:, i0:i1, i0:i1], T)
-    return X
-
-
-def blocked_factor_diag_model(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: torch.Tensor | None) -> None:
-    """cholesky_diag.cu: the diagonal block factored in panels of 32 (the panel's diagonal block
-    unblocked, the rows below solved against it, a rank-32 update of the rest) and inverted by
-    blocks; the signature of factor_diag_model."""
-    block = L[:, k0:k0 + w, k0:k0 + w]
-    S = torch.tril(block)
-    floors = floor_from_max(top)
-    for c0 in range(0, w, DIAG_PANEL):
-        c1 = min(w, c0 + DIAG_PANEL)
-        S[:, c0:c1, c0:c1] = right_looking_model(S[:, c0:c1, c0:c1], floors)
-        if c1 == w:
-            break
-        S[:, c1:, c0:c1] = solve_rows_model(S[:, c1:, c0:c1], S[:, c0:c1, c0:c1])
-        S[:, c1:, c1:] -= torch.tril(torch.matmul(S[:, c1:, c0:c1], S[:, c1:, c0:c1].mT))
-    block.copy_(S)
-    if X is not None:
-        X.copy_(blocked_inverse_model(S))
-
-
 @contextlib.contextmanager
 def matmul_precision(precision: str):
     """Set torch's CUDA fp32 matmul precision ("ieee" or "tf32") and restore the previous setting.

@@ -4,10 +4,9 @@
 |-----------|-------------------------------------------------------------|--------------------------|
 | <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
 | <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model      |
-| larger    | blocked_cholesky: cholesky_tiled.cu or cholesky_diag.cu     | blocked_cholesky with    |
-|           | (+ inverse) per diagonal block, cuBLAS GEMMs for the panel  | factor_diag_model (or    |
-|           | and the trailing update; cholesky_split.cu writes the       | blocked_factor_diag_     |
-|           | split-TF32 operands                                         | model) and panel_model   |
+| larger    | blocked_cholesky: cholesky_tiled.cu (+ inverse) per         | blocked_cholesky with    |
+|           | diagonal block, cuBLAS GEMMs for the panel and the trailing | factor_diag_model and    |
+|           | update; cholesky_split.cu writes split-TF32 operands        | panel_model              |
 
 Every route reads the lower triangle of A only. A pivot at or below eps * max_i a_ii becomes that
 floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
@@ -16,19 +15,14 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import (blocked_cholesky, blocked_factor_diag_model, factor_diag_model,  # popkit: inline
-                                  panel_model, right_looking_model)  # popkit: inline
+from parts.cholesky.model import blocked_cholesky, factor_diag_model, panel_model, right_looking_model  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
 BLOCK_MAX_N = 128                # cholesky_tiled.cu holds up to 128 x 128
 # (max n, TDIM, TS) of cholesky_tiled.cu for whole matrices: TDIM^2 threads, TS x TS entries each
 TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
-# (max batch, kernel) for the diagonal blocks: "tiled" (cholesky_tiled.cu, the whole block in
-# registers, one step per column with two CTA barriers) or "blocked" (cholesky_diag.cu: 32-column
-# panels, the serial steps inside one warp)
-DIAG_KERNEL = ((1 << 30, "tiled"),)
-# (max batch, TDIM, TS) for the tiled kernel on diagonal blocks (nb <= TDIM * TS): more threads when few matrices
+# (max batch, TDIM, TS) for the diagonal blocks (nb <= TDIM * TS): more threads when few matrices
 DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
 # (max batch, diagonal block size): 128 lengthens the GEMMs (K = 128) and halves the chain of steps;
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
@@ -85,12 +79,9 @@ def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
 
 
 def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: torch.Tensor | None) -> None:
-    """The diagonal block's kernel (DIAG_KERNEL), in place, with the signature of model.factor_diag_model."""
+    """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    if by_n(DIAG_KERNEL, b) == "blocked":
-        CUDA.call("cholesky_diag", block, block, X, top, b, w, n, n * n)
-        return
     tdim, ts = by_n(DIAG_TILED_SHAPE, b)
     if tdim * ts < w:
         tdim, ts = by_n(TILED_SHAPE, w)
@@ -126,11 +117,7 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
         if not A.is_cuda:
             return right_looking_model(A)
         return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
-    if A.is_cuda:
-        factor_diag, solve_panel = factor_diag_cuda, panel_cuda
-    else:
-        factor_diag = blocked_factor_diag_model if by_n(DIAG_KERNEL, A.shape[0]) == "blocked" else factor_diag_model
-        solve_panel = panel_model
+    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if A.is_cuda else (factor_diag_model, panel_model)
     batch = A.shape[0]
     split_tf32 = first_row(TRAILING_PRODUCT, n, batch * n) == "split_tf32"
     chunk_rows = first_row(TRAILING_CHUNK_ROWS, n, batch * n)
