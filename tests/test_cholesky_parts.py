@@ -228,7 +228,6 @@ def test_tunables_fit_the_kernels():
         assert (tdim, ts) in shapes
     for _, nb in route.BLOCK_NB:                              # a diagonal block fits the largest tiled shape
         assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N <= max(t * s for _, t, s in route.TILED_SHAPE)
-    assert all(r in (1, 2, 4) for _, r in route.DIAG_STEP_COLUMNS)      # the R cholesky_tiled.cu has for 16 x 8
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
     assert all(row[-1] in ("fp32", "split_tf32") for row in route.TRAILING_PRODUCT)
 
@@ -245,54 +244,64 @@ def test_floor_test_input_really_fails_in_float32():
     assert math.isclose(y - x * x / a, 9.3e-9, rel_tol=0.01)
 
 
-def tiled_row(ty: int, i: int, tdim: int, r: int) -> int:
-    """The matrix row of cholesky_tiled.cu's register row i in thread row ty (R x R blocks, cyclic)."""
-    return r * (ty + tdim * (i // r)) + i % r
-
-
-def tiled_masks(tdim: int, ts: int, r: int, s: int):
-    """Which entries cholesky_tiled.cu touches at step s (columns k0 .. k0 + R - 1), written as the
-    kernel decides it per thread (ty, tx) and register (i, j): phase 2's rows of L21, phase 3's
-    update of L and of X, and the columns of X's rows that phase 2 publishes."""
+def tiled_update_mask(tdim: int, ts: int, k: int) -> torch.Tensor:
+    """Which entries (r, c) of the padded matrix cholesky_tiled.cu's step 3 updates at step k,
+    written as the kernel decides it per thread (ty, tx) and register (i, j)."""
     npad = tdim * ts
-    sb, st = divmod(s, tdim)
-    l21, update, xupdate = (torch.zeros(npad, npad, dtype=torch.bool) for _ in range(3))
-    published = set()
+    kb, kt = divmod(k, tdim)
+    mask = torch.zeros(npad, npad, dtype=torch.bool)
     for ty in range(tdim):
         for tx in range(tdim):
             for i in range(ts):
-                ib, row = i // r, tiled_row(ty, i, tdim, r)
                 for j in range(ts):
-                    jb, col = j // r, tiled_row(tx, j, tdim, r)
-                    if tx == st and jb == sb and ty + tdim * ib > s:
-                        l21[row, col] = True
-                    if ty == st and ib == sb and tx + tdim * jb <= s:
-                        published.add(col)
-                    if ib < sb or (ib == sb and ty <= st):
+                    if j < kb or i < j:
                         continue
-                    if not (jb < sb or jb > ib or (jb == sb and tx <= st)
-                            or (jb == ib and (ty < tx or (ty == tx and j % r > i % r)))):
-                        update[row, col] = True
-                    if not (jb > sb or (jb == sb and tx > st)):
-                        xupdate[row, col] = True
-    return l21, update, xupdate, sorted(published)
+                    if j == kb and not tx > kt:
+                        continue
+                    if i == j and ty < tx:
+                        continue
+                    mask[ty + tdim * i, tx + tdim * j] = True
+    return mask
 
 
-TILED_SHAPES = ((8, 4, 1), (8, 8, 1), (16, 4, 1), (16, 8, 1), (16, 8, 2), (16, 8, 4), (4, 4, 2), (2, 8, 4))
-
-
-@pytest.mark.parametrize("tdim, ts, r", TILED_SHAPES)
-def test_tiled_kernel_touches_exactly_the_step_s_parts(tdim, ts, r):
+@pytest.mark.parametrize("tdim, ts", ((8, 4), (8, 8), (16, 4), (16, 8)))
+def test_tiled_kernel_updates_exactly_the_trailing_lower_part(tdim, ts):
     npad = tdim * ts
-    rows = torch.arange(npad)[:, None]
-    cols = torch.arange(npad)[None, :]
-    for s in range(npad // r):
-        k0, k1 = r * s, r * s + r
-        l21, update, xupdate, published = tiled_masks(tdim, ts, r, s)
-        assert torch.equal(l21, (rows >= k1) & (cols >= k0) & (cols < k1)), s
-        assert torch.equal(update, (cols >= k1) & (rows >= cols)), s
-        assert torch.equal(xupdate, (rows >= k1) & (cols < k1)), s
-        assert published == list(range(k1)), s
+    r = torch.arange(npad)[:, None]
+    c = torch.arange(npad)[None, :]
+    for k in range(npad):
+        assert torch.equal(tiled_update_mask(tdim, ts, k), (c > k) & (r >= c)), k
+
+
+@pytest.mark.parametrize("tdim, ts", ((8, 4), (8, 8), (16, 4), (16, 8)))
+def test_tiled_kernel_scales_and_publishes_exactly_column_k_below_the_diagonal(tdim, ts):
+    for k in range(tdim * ts):
+        rows = sorted(ty + tdim * i for ty in range(tdim) for i in range(ts) if ty + tdim * i > k)
+        assert rows == list(range(k + 1, tdim * ts))
+
+
+@pytest.mark.parametrize("tdim, ts", ((8, 4), (16, 8)))
+def test_tiled_kernel_inverse_updates_exactly_rows_below_k_and_columns_up_to_k(tdim, ts):
+    """The fused inverse's predicates, written as the kernel decides them per thread and register:
+    row k of X is published for c <= k, and x is updated for r > k >= c."""
+    npad = tdim * ts
+    r = torch.arange(npad)[:, None]
+    c = torch.arange(npad)[None, :]
+    for k in range(npad):
+        kb, kt = divmod(k, tdim)
+        published = sorted(tx + tdim * j for tx in range(tdim) for j in range(kb + 1) if not (j == kb and tx > kt))
+        assert published == list(range(k + 1)), k
+        mask = torch.zeros(npad, npad, dtype=torch.bool)
+        for ty in range(tdim):
+            for tx in range(tdim):
+                for j in range(kb + 1):
+                    if j == kb and tx > kt:
+                        continue
+                    for i in range(kb, ts):
+                        if i == kb and ty <= kt:
+                            continue
+                        mask[ty + tdim * i, tx + tdim * j] = True
+        assert torch.equal(mask, (r > k) & (c <= k)), k
 
 
 def test_inverse_model_runs_the_kernels_elimination_order():

@@ -44,29 +44,27 @@
 
 namespace {
 
-template <int TDIM, int TS, int R, bool INV>
+template <int TDIM, int TS, bool INV>
 __global__ void __launch_bounds__(TDIM * TDIM)
 cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
                       int n, int ld, int stride) {
-    static_assert(TS % R == 0, "a thread's tile holds whole R x R blocks");
     constexpr int NP = TDIM * TS;
     constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
-    __shared__ float v[NP][R];                           // columns k0 .. k0 + R - 1 of L, by row
-    __shared__ float w[INV ? NP : 1][R];                 // rows k0 .. k0 + R - 1 of X, by column
-    __shared__ float s_dinv[R][R];                       // inv(L_D) of the step's diagonal block
+    __shared__ float v[NP];                              // column k of L
+    __shared__ float w[INV ? NP : 1];                    // row k of X
     __shared__ float s_max[TDIM];
+    __shared__ float s_inv;
     const int tx = threadIdx.x % TDIM, ty = threadIdx.x / TDIM;
     const float* A = src + (size_t)blockIdx.x * stride;
     float* out = dst + (size_t)blockIdx.x * stride;
 
-    // register (i, j) holds entry (R (ty + TDIM (i / R)) + i % R, R (tx + TDIM (j / R)) + j % R)
     float a[TS][TS], x[XS][XS];
 #pragma unroll
     for (int i = 0; i < TS; ++i) {
-        const int r = R * (ty + TDIM * (i / R)) + i % R;
+        const int r = ty + TDIM * i;
 #pragma unroll
         for (int j = 0; j < TS; ++j) {
-            const int c = R * (tx + TDIM * (j / R)) + j % R;
+            const int c = tx + TDIM * j;
             a[i][j] = (r < n && c <= r) ? A[(size_t)r * ld + c] : (r == c ? 1.f : 0.f);
             if constexpr (INV) x[i][j] = (r == c) ? 1.f : 0.f;
         }
@@ -80,7 +78,7 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
             float m = 0.f;
 #pragma unroll
             for (int i = 0; i < TS; ++i)
-                if (R * (ty + TDIM * (i / R)) + i % R < n) m = fmaxf(m, a[i][i]);
+                if (ty + TDIM * i < n) m = fmaxf(m, a[i][i]);
             s_max[ty] = m;
         }
         __syncthreads();
@@ -91,126 +89,64 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
     if (!(floor > 0.f)) floor = 1.17549435e-38f;         // an all-zero diagonal: the smallest normal
 
 #pragma unroll
-    for (int sb = 0; sb < TS / R; ++sb) {                // the step's block within a thread's tile
-        if (R * TDIM * sb >= n) break;
-        for (int st = 0; st < TDIM; ++st) {              // the thread row/column that owns it
-            const int s = sb * TDIM + st, k0 = R * s;    // step s: columns k0 .. k0 + R - 1
-            if (k0 >= n) break;
-            if (ty == st && tx == st) {                  // 1. factor and invert the R x R diagonal block
-                float d[R][R], dinv[R][R];
-#pragma unroll
-                for (int p = 0; p < R; ++p)
-#pragma unroll
-                    for (int q = 0; q < R; ++q) d[p][q] = a[R * sb + p][R * sb + q];
-#pragma unroll
-                for (int p = 0; p < R; ++p) {
-                    const popkit::Pivot pivot = popkit::cholesky_pivot(d[p][p], floor);
-                    d[p][p] = pivot.lkk;
-                    dinv[p][p] = pivot.inv;
-#pragma unroll
-                    for (int rr = p + 1; rr < R; ++rr) d[rr][p] *= pivot.inv;
-#pragma unroll
-                    for (int rr = p + 1; rr < R; ++rr)
-#pragma unroll
-                        for (int cc = p + 1; cc <= rr; ++cc) d[rr][cc] = fmaf(-d[rr][p], d[cc][p], d[rr][cc]);
-                }
-#pragma unroll
-                for (int p = 0; p < R; ++p)
-#pragma unroll
-                    for (int rr = p + 1; rr < R; ++rr) {
-                        float t = 0.f;
-#pragma unroll
-                        for (int q = p; q < rr; ++q) t = fmaf(d[rr][q], dinv[q][p], t);
-                        dinv[rr][p] = -t * dinv[rr][rr];
-                    }
-#pragma unroll
-                for (int p = 0; p < R; ++p)
-#pragma unroll
-                    for (int q = 0; q < R; ++q) {
-                        if (q <= p) a[R * sb + p][R * sb + q] = d[p][q];
-                        s_dinv[p][q] = (q <= p) ? dinv[p][q] : 0.f;
-                    }
+    for (int kb = 0; kb < TS; ++kb) {
+        if (kb * TDIM >= n) break;
+        for (int kt = 0; kt < TDIM; ++kt) {
+            const int k = kb * TDIM + kt;
+            if (k >= n) break;
+            if (ty == kt && tx == kt) {                  // 1. the pivot
+                const popkit::Pivot pivot = popkit::cholesky_pivot(a[kb][kb], floor);
+                a[kb][kb] = pivot.lkk;
+                s_inv = pivot.inv;
             }
             __syncthreads();
-            if (tx == st) {                              // 2. L21 = A21 inv(L_D)^T for rows below the block
+            const float inv = s_inv;
+            if (tx == kt) {                              // 2. column k of L below the diagonal
 #pragma unroll
-                for (int i = 0; i < TS; i += R) {
-                    const int rb = ty + TDIM * (i / R);
-                    if (rb <= s) continue;
-#pragma unroll
-                    for (int p = 0; p < R; ++p) {
-                        float y[R];
-#pragma unroll
-                        for (int q = 0; q < R; ++q) y[q] = a[i + p][R * sb + q];
-#pragma unroll
-                        for (int c = 0; c < R; ++c) {
-                            float t = 0.f;
-#pragma unroll
-                            for (int q = 0; q <= c; ++q) t = fmaf(y[q], s_dinv[c][q], t);
-                            a[i + p][R * sb + c] = t;
-                            v[R * rb + p][c] = t;
-                        }
+                for (int i = 0; i < TS; ++i) {
+                    const int r = ty + TDIM * i;
+                    if (r > k) {
+                        a[i][kb] *= inv;
+                        v[r] = a[i][kb];
                     }
                 }
             }
-            if constexpr (INV) {                         //    and X's rows k0 .. k0 + R - 1: inv(L_D) X
-                if (ty == st) {
+            if constexpr (INV) {                         //    and row k of X, columns c <= k
+                if (ty == kt) {
 #pragma unroll
-                    for (int j = 0; j < TS; j += R) {
-                        const int cb = tx + TDIM * (j / R);
-                        if (cb > s) continue;
-#pragma unroll
-                        for (int q = 0; q < R; ++q) {
-                            float xc[R];
-#pragma unroll
-                            for (int p = 0; p < R; ++p) xc[p] = x[R * sb + p][j + q];
-#pragma unroll
-                            for (int p = 0; p < R; ++p) {
-                                float t = 0.f;
-#pragma unroll
-                                for (int p2 = 0; p2 <= p; ++p2) t = fmaf(s_dinv[p][p2], xc[p2], t);
-                                x[R * sb + p][j + q] = t;
-                                w[R * cb + q][p] = t;
-                            }
-                        }
+                    for (int j = 0; j <= kb; ++j) {
+                        if (j == kb && tx > kt) continue;
+                        x[kb][j] *= inv;
+                        w[tx + TDIM * j] = x[kb][j];
                     }
                 }
             }
             __syncthreads();
-            // 3. rank-R updates from registers: a[r][c] -= sum_q l_rq l_cq for c >= k0 + R, r >= c;
-            //    x[r][c] -= sum_q l_rq x_qc for r >= k0 + R, c < k0 + R.
+            float lr[TS], lc[TS];                        // 3. the trailing update from registers
+#pragma unroll
+            for (int i = 0; i < TS; ++i) lr[i] = v[ty + TDIM * i];
+#pragma unroll
+            for (int j = 0; j < TS; ++j) lc[j] = v[tx + TDIM * j];
+            const bool own_column_k = tx > kt;           // tile column kb: c = tx + TDIM kb > k
 #pragma unroll
             for (int i = 0; i < TS; ++i) {
-                const int ib = i / R;
-                if (ib < sb) continue;                   // rows of earlier blocks: final
-                const int rb = ty + TDIM * ib;
-                if (ib == sb && ty <= st) continue;      // the step's own row block or above
-                float lr[R];
-#pragma unroll
-                for (int q = 0; q < R; ++q) lr[q] = v[R * rb + i % R][q];
 #pragma unroll
                 for (int j = 0; j < TS; ++j) {
-                    const int jb = j / R;
-                    if (jb < sb || jb > ib) continue;    // c < k0 (x below), or a block above the diagonal
-                    if (jb == sb && tx <= st) continue;  // the step's columns (x below)
-                    if (jb == ib && (ty < tx || (ty == tx && j % R > i % R))) continue;
-                    const int cb = tx + TDIM * jb;
-                    float t = a[i][j];
-#pragma unroll
-                    for (int q = 0; q < R; ++q) t = fmaf(-lr[q], v[R * cb + j % R][q], t);
-                    a[i][j] = t;
+                    if (j < kb || i < j) continue;       // c < k, or above the diagonal: static
+                    if (j == kb && !own_column_k) continue;
+                    if (i == j && ty < tx) continue;     // the diagonal tile: r >= c needs ty >= tx
+                    a[i][j] = fmaf(-lr[i], lc[j], a[i][j]);
                 }
-                if constexpr (INV) {
+            }
+            if constexpr (INV) {                         //    and X's rows r > k, columns c <= k
 #pragma unroll
-                    for (int j = 0; j < TS; ++j) {
-                        const int jb = j / R;
-                        if (jb > sb) continue;           // columns beyond the step's block: still zero
-                        if (jb == sb && tx > st) continue;
-                        const int cb = tx + TDIM * jb;
-                        float t = x[i][j];
+                for (int j = 0; j <= kb; ++j) {
+                    if (j == kb && tx > kt) continue;
+                    const float wc = w[tx + TDIM * j];
 #pragma unroll
-                        for (int q = 0; q < R; ++q) t = fmaf(-lr[q], w[R * cb + j % R][q], t);
-                        x[i][j] = t;
+                    for (int i = kb; i < TS; ++i) {
+                        if (i == kb && ty <= kt) continue;
+                        x[i][j] = fmaf(-lr[i], wc, x[i][j]);
                     }
                 }
             }
@@ -219,10 +155,10 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
 
 #pragma unroll
     for (int i = 0; i < TS; ++i) {
-        const int r = R * (ty + TDIM * (i / R)) + i % R;
+        const int r = ty + TDIM * i;
 #pragma unroll
         for (int j = 0; j < TS; ++j) {
-            const int c = R * (tx + TDIM * (j / R)) + j % R;
+            const int c = tx + TDIM * j;
             if (r < n && c < n) out[(size_t)r * ld + c] = (c <= r) ? a[i][j] : 0.f;
         }
     }
@@ -230,22 +166,22 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
         float* X = xinv + (size_t)blockIdx.x * n * n;
 #pragma unroll
         for (int i = 0; i < TS; ++i) {
-            const int r = R * (ty + TDIM * (i / R)) + i % R;
+            const int r = ty + TDIM * i;
 #pragma unroll
             for (int j = 0; j < TS; ++j) {
-                const int c = R * (tx + TDIM * (j / R)) + j % R;
+                const int c = tx + TDIM * j;
                 if (r < n && c < n) X[(size_t)r * n + c] = (c <= r) ? x[i][j] : 0.f;
             }
         }
     }
 }
 
-template <int TDIM, int TS, int R>
+template <int TDIM, int TS>
 int launch(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n, int ld, int stride) {
     if (xinv)
-        cholesky_tiled_kernel<TDIM, TS, R, true><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
+        cholesky_tiled_kernel<TDIM, TS, true><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
     else
-        cholesky_tiled_kernel<TDIM, TS, R, false><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
+        cholesky_tiled_kernel<TDIM, TS, false><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
     return (int)cudaGetLastError();
 }
 
@@ -254,17 +190,13 @@ int launch(const float* src, float* dst, float* xinv, const float* diag_max, int
 // Factor `batch` n x n blocks (src/dst: leading dimension ld, batch stride `stride` floats; src may
 // equal dst). xinv: NULL or batch x n x n for inv(L). diag_max: NULL (the pivot floor comes from
 // this block's own diagonal) or max_i a_ii of each block's whole matrix. (tdim, ts): the thread
-// grid and tile, tdim * ts >= n; r: columns per step (1, 2 or 4).
+// grid and tile, tdim * ts >= n.
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
-                                 int ld, int stride, int tdim, int ts, int r) {
+                                 int ld, int stride, int tdim, int ts) {
     if (batch < 1 || n < 1 || n > tdim * ts || ld < n || stride < n) return (int)cudaErrorInvalidValue;
-    if (r == 1) {
-        if (tdim == 8 && ts == 4) return launch<8, 4, 1>(src, dst, xinv, diag_max, batch, n, ld, stride);
-        if (tdim == 8 && ts == 8) return launch<8, 8, 1>(src, dst, xinv, diag_max, batch, n, ld, stride);
-        if (tdim == 16 && ts == 4) return launch<16, 4, 1>(src, dst, xinv, diag_max, batch, n, ld, stride);
-        if (tdim == 16 && ts == 8) return launch<16, 8, 1>(src, dst, xinv, diag_max, batch, n, ld, stride);
-    }
-    if (r == 2 && tdim == 16 && ts == 8) return launch<16, 8, 2>(src, dst, xinv, diag_max, batch, n, ld, stride);
-    if (r == 4 && tdim == 16 && ts == 8) return launch<16, 8, 4>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 8 && ts == 4) return launch<8, 4>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 16 && ts == 4) return launch<16, 4>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
     return (int)cudaErrorInvalidValue;
 }

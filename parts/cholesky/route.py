@@ -24,9 +24,6 @@ BLOCK_MAX_N = 128                # cholesky_tiled.cu holds up to 128 x 128
 TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
 # (max batch, TDIM, TS) for the diagonal blocks (nb <= TDIM * TS): more threads when few matrices
 DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
-# (max batch, R): columns per step of the tiled kernel on 128-wide diagonal blocks (16 x 8 tiles only;
-# R x R register blocks, one rank-R update per step: 128 / R steps of two barriers each)
-DIAG_STEP_COLUMNS = ((1 << 30, 1),)
 # (max batch, diagonal block size): 128 lengthens the GEMMs (K = 128) and halves the chain of steps;
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
@@ -77,7 +74,7 @@ def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)
     tdim, ts = by_n(TILED_SHAPE, n)
-    CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts, 1)
+    CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts)
     return L
 
 
@@ -88,8 +85,7 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
     tdim, ts = by_n(DIAG_TILED_SHAPE, b)
     if tdim * ts < w:
         tdim, ts = by_n(TILED_SHAPE, w)
-    r = by_n(DIAG_STEP_COLUMNS, b) if (tdim, ts) == (16, 8) else 1
-    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, tdim, ts, r)
+    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, tdim, ts)
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
