@@ -87,13 +87,9 @@ POPKIT_EXPORT int cholesky_small(const float* A, float* L, int batch, int n, int
     if (batch < 1 || n < 1 || n > kSmallMaxN || warps < 1 || warps > kSmallMaxWarps)
         return (int)cudaErrorInvalidValue;
     const int smem = warps * kSmallMaxN * kSmallLd * (int)sizeof(float);
-    static int smem_set = 0;               // over 48 KiB of dynamic shared memory needs the opt-in
-    if (smem > smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(cholesky_small_kernel,
-                                                     cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (err != cudaSuccess) return (int)err;
-        smem_set = smem;
-    }
+    static int granted = 0;
+    const cudaError_t err = popkit::allow_dynamic_smem(cholesky_small_kernel, smem, granted);
+    if (err != cudaSuccess) return (int)err;
     cholesky_small_kernel<<<(batch + warps - 1) / warps, warps * 32, smem>>>(A, L, batch, n);
     return (int)cudaGetLastError();
 }

@@ -1,5 +1,5 @@
-// Shared device helpers for every popkit kernel: warp/block reductions and the
-// C entry-point convention.
+// Shared device helpers for every popkit kernel: warp/block reductions, pivots and reflectors,
+// the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
 // they launch on the default queue (what torch uses unless told otherwise) and
@@ -10,6 +10,17 @@
 #define POPKIT_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace popkit {
+
+// Allow `kernel` `bytes` of dynamic shared memory (over 48 KiB needs the opt-in). `granted` is the
+// caller's static record of the largest size already allowed, so the runtime call happens once
+// per new maximum, not per launch.
+template <typename Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, int bytes, int& granted) {
+    if (bytes <= granted) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err == cudaSuccess) granted = bytes;
+    return err;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

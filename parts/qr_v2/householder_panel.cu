@@ -137,12 +137,9 @@ POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch,
     if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > kPanelMaxW || w > n - k0)
         return (int)cudaErrorInvalidValue;
     const int smem = qr_panel_smem_bytes(n - k0, w);
-    static int smem_set = 0;               // dynamic + static shared memory over 48 KiB needs the opt-in
-    if (smem > smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(qr_panel_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (err != cudaSuccess) return (int)err;
-        smem_set = smem;
-    }
+    static int granted = 0;                // dynamic + static shared memory over 48 KiB needs the opt-in
+    const cudaError_t err = popkit::allow_dynamic_smem(qr_panel_kernel, smem, granted);
+    if (err != cudaSuccess) return (int)err;
     qr_panel_kernel<<<batch, kPanelThreads, smem>>>(A, tau, Vt, T, n, k0, w);
     return (int)cudaGetLastError();
 }
