@@ -45,6 +45,25 @@ def test_new_records_are_appended_in_time_order_and_repeats_skipped(tmp_path, ta
     assert (again.added, again.present) == (0, 6) and target.read_text() == text
 
 
+def test_an_older_run_merged_late_joins_the_log_in_time_order(tmp_path, target):
+    newer = write(tmp_path / "newer.jsonl", [record("2026-12-01T12:00:00Z", "bench")])
+    older = write(tmp_path / "older.jsonl", [record("2026-12-01T10:30:00Z", "diff")])
+    logs.merge_logs([newer], target)
+    logs.merge_logs([older], target)                                  # a folder from earlier, merged last
+    times = [r["time"] for r in logs.read_records(target)[0]]
+    assert times == ["2026-12-01T09:00:00Z", "2026-12-01T10:30:00Z", "2026-12-01T12:00:00Z"]
+    assert logs.read_records(target)[0][-1]["mode"] == "bench"        # the newest is last, as readers assume
+
+
+def test_a_bad_line_keeps_its_place_when_an_older_run_is_merged(tmp_path, target):
+    with target.open("a") as log:
+        log.write("not json\n")
+    logs.merge_logs([write(tmp_path / "older.jsonl", [record("2026-12-01T08:00:00Z", "diff")])], target)
+    lines = target.read_text().splitlines()
+    assert json.loads(lines[0])["time"] == "2026-12-01T08:00:00Z"
+    assert json.loads(lines[1])["time"] == "2026-12-01T09:00:00Z" and lines[2] == "not json"
+
+
 def test_a_run_is_the_same_only_with_the_same_time_problem_mode_and_file(tmp_path, target):
     incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T09:00:00Z", sha="cd" * 32),
                                               record("2026-12-01T09:00:00Z", mode="bench"),

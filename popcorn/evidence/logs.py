@@ -261,8 +261,10 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     """Add the valid records of SOURCES (performance.jsonl files made elsewhere) to TARGET.
 
     Records already in TARGET (same time, problem, mode and submission_sha256) are skipped; the new
-    ones are appended in time order and the file is replaced in one step, so a reader never sees half
-    a merge. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET."""
+    ones join the file in time order, also when they are older than records already there (folders
+    merged out of order), because readers take the last record as the newest. The file is replaced
+    in one step, so a reader never sees half a merge. TABLES (a folder) also copies that run's .txt
+    tables to device/ beside TARGET."""
     target = Path(target)
     paths = [Path(p) for p in sources]
     for path in paths:
@@ -285,15 +287,38 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
     copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
     if incoming:
-        old = target.read_bytes() if target.is_file() else b""
-        if old and not old.endswith(b"\n"):
-            old += b"\n"     # a torn last line stays a line of its own
-        new = "".join(json.dumps(r, allow_nan=False) + "\n" for r in sorted(incoming, key=lambda r: r["time"]))
-        write_atomic(target, old + new.encode())
+        old = target.read_bytes().splitlines() if target.is_file() else []
+        write_atomic(target, _in_time_order(old, incoming))
     for source, dest in copies:
         write_atomic(dest, source.read_bytes())
     result.added, result.tables = len(incoming), [dest for _, dest in copies]
     return result
+
+
+def _line_time(line: bytes) -> str | None:
+    """The "time" of a log line, or None for a line that is not a record with one."""
+    try:
+        value = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return None
+    time = value.get("time") if isinstance(value, dict) else None
+    return time if isinstance(time, str) else None
+
+
+def _in_time_order(old_lines: list[bytes], incoming: list[dict]) -> bytes:
+    """The log's lines with the incoming records placed by time: a stable order, old lines before
+    new ones of the same time, and a line without a time (a torn or bad line) kept right after the
+    line it followed."""
+    keyed, previous = [], ""
+    for index, line in enumerate(old_lines):
+        if not line.strip():
+            continue
+        previous = _line_time(line) or previous
+        keyed.append((previous, 0, index, line))
+    for index, record in enumerate(sorted(incoming, key=lambda r: r["time"])):
+        keyed.append((record["time"], 1, index, json.dumps(record, allow_nan=False).encode()))
+    keyed.sort(key=lambda item: item[:3])
+    return b"".join(line + b"\n" for *_, line in keyed)
 
 
 def _table_copies(folder: Path, device_dir: Path, stamp: str) -> list[tuple[Path, Path]]:
