@@ -44,6 +44,22 @@
 
 namespace {
 
+// Write a thread's TS x TS cyclic tile (entry (ty + TDIM i, tx + TDIM j)) of an n x n lower-triangular
+// result, zeros above the diagonal.
+template <int TDIM, int TS>
+__device__ __forceinline__ void store_lower_tile(const float (&t)[TS][TS], float* dst, int ld, int n, int ty,
+                                                 int tx) {
+#pragma unroll
+    for (int i = 0; i < TS; ++i) {
+        const int r = ty + TDIM * i;
+#pragma unroll
+        for (int j = 0; j < TS; ++j) {
+            const int c = tx + TDIM * j;
+            if (r < n && c < n) dst[(size_t)r * ld + c] = (c <= r) ? t[i][j] : 0.f;
+        }
+    }
+}
+
 template <int TDIM, int TS, bool INV>
 __global__ void __launch_bounds__(TDIM * TDIM)
 cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
@@ -153,27 +169,8 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
         }
     }
 
-#pragma unroll
-    for (int i = 0; i < TS; ++i) {
-        const int r = ty + TDIM * i;
-#pragma unroll
-        for (int j = 0; j < TS; ++j) {
-            const int c = tx + TDIM * j;
-            if (r < n && c < n) out[(size_t)r * ld + c] = (c <= r) ? a[i][j] : 0.f;
-        }
-    }
-    if constexpr (INV) {
-        float* X = xinv + (size_t)blockIdx.x * n * n;
-#pragma unroll
-        for (int i = 0; i < TS; ++i) {
-            const int r = ty + TDIM * i;
-#pragma unroll
-            for (int j = 0; j < TS; ++j) {
-                const int c = tx + TDIM * j;
-                if (r < n && c < n) X[(size_t)r * n + c] = (c <= r) ? x[i][j] : 0.f;
-            }
-        }
-    }
+    store_lower_tile<TDIM, TS>(a, out, ld, n, ty, tx);
+    if constexpr (INV) store_lower_tile<TDIM, TS>(x, xinv + (size_t)blockIdx.x * n * n, n, n, ty, tx);
 }
 
 template <int TDIM, int TS>

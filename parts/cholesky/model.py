@@ -118,22 +118,31 @@ def workspace_size(b: int, n: int, nb: int, split_tf32: bool) -> int:
     return b * max(n - nb, 0) * nb * (7 if split_tf32 else 1)
 
 
+def l21_view(workspace: torch.Tensor, b: int, m: int, w: int) -> torch.Tensor:
+    """The workspace's first b x m x w floats: L21."""
+    return workspace[:b * m * w].view(b, m, w)
+
+
+def split_views(workspace: torch.Tensor, b: int, m: int, w: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The workspace after L21: the split operands left and right, b x m x 3w each."""
+    size = b * m * w
+    return workspace[size:4 * size].view(b, m, 3 * w), workspace[4 * size:7 * size].view(b, m, 3 * w)
+
+
 def panel_model(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
     """L21 = A21 inv(L11)^T in place below the diagonal block; returns the trailing update's operands
     (left, right) as views of the workspace: (L21, L21), or the split pair [hi hi lo], [hi lo hi]
     (cholesky_split.cu's pass)."""
     b, n, _ = L.shape
     m = n - k0 - w
-    size = b * m * w
     panel = L[:, k0 + w:, k0:k0 + w]
-    L21 = workspace[:size].view(b, m, w)
+    L21 = l21_view(workspace, b, m, w)
     torch.matmul(panel, X.mT, out=L21)
     panel.copy_(L21)
     if not split_tf32:
         return L21, L21
     hi, lo = tf32_split(L21)
-    left = workspace[size:4 * size].view(b, m, 3 * w)
-    right = workspace[4 * size:7 * size].view(b, m, 3 * w)
+    left, right = split_views(workspace, b, m, w)
     torch.cat([hi, hi, lo], dim=-1, out=left)
     torch.cat([hi, lo, hi], dim=-1, out=right)
     return left, right

@@ -15,7 +15,8 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import blocked_cholesky, factor_diag_model, panel_model, right_looking_model  # popkit: inline
+from parts.cholesky.model import (blocked_cholesky, factor_diag_model, l21_view, panel_model,  # popkit: inline
+                                  right_looking_model, split_views)  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
@@ -95,11 +96,9 @@ def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bo
         return panel_model(L, k0, w, X, split_tf32, workspace)
     b, n, _ = L.shape
     m = n - k0 - w
-    size = b * m * w
-    L21 = workspace[:size].view(b, m, w)
+    L21 = l21_view(workspace, b, m, w)
     torch.matmul(L[:, k0 + w:, k0:k0 + w], X.mT, out=L21)
-    left = workspace[size:4 * size].view(b, m, 3 * w)
-    right = workspace[4 * size:7 * size].view(b, m, 3 * w)
+    left, right = split_views(workspace, b, m, w)
     CUDA.call("cholesky_split", L21, L[:, k0 + w:, k0:], left, right, b, m, w, n, n * n)
     return left, right
 
