@@ -1,9 +1,11 @@
 """Time cholesky's CUDA entry points alone, for one or more built submissions (GPU host).
 
 Usage: python3 scripts/cholesky_kernel_bench.py BUILT.py [BUILT.py ...]
-For each file: cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
+For each file: cholesky_small on 4096 matrices of n = 32, cholesky_tiled on whole matrices (1024 x 64
+and 256 x 128), cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
 (the latency of one diagonal block, what single large matrices wait on) and batch 264 (two per
-SM: throughput), and cholesky_split on a 1 x 4096 matrix's first panel. Prints microseconds per
+SM: throughput), and cholesky_split on a 1 x 4096 matrix's first panel. Each kernel's result is
+checked (max |L L^T - A| / max |A|) so that a fast wrong variant shows. Prints microseconds per
 launch (CUDA events over 50 launches after a warm-up), so kernel variants compare in one run.
 """
 import sys
@@ -31,9 +33,26 @@ def spd(batch: int, n: int) -> torch.Tensor:
     return X @ X.mT / n + 0.01 * torch.eye(n, device="cuda")
 
 
+def residual(A: torch.Tensor, L: torch.Tensor) -> float:
+    """max |L L^T - A| / max |A| over the batch (lower triangle of L only)."""
+    L = L.tril()
+    return ((L @ L.mT - A).abs().amax() / A.abs().amax()).item()
+
+
 def bench(path: str, tag: str) -> None:
     module = import_submission(path, tag)
     cuda = module.CUDA
+    for batch, n, entry, args in ((4096, 32, "cholesky_small", (8,)), (1024, 64, "cholesky_tiled", (None, None)),
+                                  (256, 128, "cholesky_tiled", (None, None))):
+        A = spd(batch, n)
+        L = torch.empty_like(A)
+        if entry == "cholesky_small":
+            launch = lambda: cuda.call(entry, A, L, batch, n, *args)  # noqa: E731
+        else:
+            tdim, ts = (8, 8) if n == 64 else (16, 8)
+            launch = lambda: cuda.call(entry, A, L, *args, batch, n, n, n * n, tdim, ts)  # noqa: E731
+        t = per_launch_us(launch)
+        print(f"{tag}: {entry} {batch}x{n}: {t:8.1f} us, residual {residual(A, L):.1e}")
     for batch in (1, 264):
         A = spd(batch, 128)
         L = torch.empty_like(A)
@@ -47,7 +66,8 @@ def bench(path: str, tag: str) -> None:
             inverse = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, X, top, batch, 128, 128, 128 * 128,
                                                       tdim, ts))
             print(f"{tag}: tiled {tdim}x{ts} n=128 batch={batch}: factor {plain:8.1f} us, "
-                  f"with inverse {inverse:8.1f} us")
+                  f"with inverse {inverse:8.1f} us, residual {residual(A, L):.1e}, "
+                  f"inverse error {(X.tril() @ L.tril() - torch.eye(128, device='cuda')).abs().amax().item():.1e}")
     n, w = 4096, 128
     M = torch.randn(1, n, n, device="cuda")
     L21 = torch.randn(1, n - w, w, device="cuda")
