@@ -9,6 +9,7 @@ err, best, worst per benchmark (ns per call in the protocol, us in popkit's reco
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -164,7 +165,8 @@ def _run_main(workdir: Path, main: str, mode: str, timeout_s: float, env: dict,
 
     A thread reads the pipe while the process runs (a large report cannot fill the pipe and deadlock)
     and reports each finished case; past the limit the whole process group is killed and the exit
-    code is the runner's 114."""
+    code is the runner's 114. eval.py runs in a session of its own (so the kill reaches its children),
+    which also keeps Ctrl-C from reaching it: an interrupted popkit kills the group before it stops."""
     read_fd, write_fd = os.pipe()
     proc = subprocess.Popen([sys.executable, main, mode, "cases.txt"], cwd=workdir,
                             env={**env, "POPCORN_FD": str(write_fd)}, pass_fds=(write_fd,),
@@ -180,6 +182,11 @@ def _run_main(workdir: Path, main: str, mode: str, timeout_s: float, env: dict,
         os.killpg(proc.pid, signal.SIGKILL)
         _, stderr = proc.communicate()
         exit_code = TIMEOUT_EXIT
+    except BaseException:
+        with contextlib.suppress(ProcessLookupError):     # it may have ended as the interrupt came
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
     reader.join(timeout=10)
     return lines, exit_code, stderr.decode(errors="replace")
 

@@ -7,7 +7,11 @@ to a temporary place; records, parts and the local config go to tmp_path, never 
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -179,6 +183,27 @@ def test_a_hanging_run_is_killed_at_the_task_timeout(toy, tmp_path):
     statuses = [c["status"] for c in outcome.record["cases"]]
     assert statuses == ["pass", "fail", "fail"]
     assert "timed out after 2 s" in outcome.record["cases"][1]["error"]
+
+
+def test_an_interrupted_run_kills_eval_py_instead_of_leaving_it_running(tmp_path):
+    # eval.py runs in its own session, out of Ctrl-C's reach: popkit must stop it on the way out.
+    pid_file = tmp_path / "pid"
+    write(tmp_path / "main.py", f"import os, time\nopen({str(pid_file)!r}, 'w').write(str(os.getpid()))\n"
+                                "time.sleep(60)\n")
+    interrupt = threading.Thread(target=lambda: (_wait_for(pid_file), os.kill(os.getpid(), signal.SIGINT)))
+    interrupt.start()
+    with pytest.raises(KeyboardInterrupt):
+        harness._run_main(tmp_path, "main.py", "test", 30, dict(os.environ), lambda text: None)
+    interrupt.join()
+    with pytest.raises(ProcessLookupError):
+        os.kill(int(pid_file.read_text()), 0)
+
+
+def _wait_for(path: Path) -> None:
+    deadline = time.monotonic() + 20
+    while not path.is_file() or not path.read_text():
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
 
 
 def test_bench_times_the_list_beside_the_folders_reference(toy, tmp_path):
