@@ -25,7 +25,7 @@ import jinja2
 import yaml
 
 from checks import problems
-from checks.preflight import BANNED, PreflightReport, preflight_bytes
+from checks.preflight import BANNED, PreflightReport, defines, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError
 from popcorn.evidence.files import write_atomic
@@ -191,13 +191,6 @@ def check_imports(text: str, where: str, run_folder: list[str] = ()) -> None:
                                   f"'{INLINE_MARK}'")
 
 
-def defines(text: str, name: str) -> bool:
-    """Whether a module assigns NAME at its top level."""
-    return any(isinstance(target, ast.Name) and target.id == name
-               for node in ast.parse(text).body if isinstance(node, (ast.Assign, ast.AnnAssign))
-               for target in (node.targets if isinstance(node, ast.Assign) else [node.target]))
-
-
 def render(problem: str, leaderboard: str | None = None, gpu: str | None = None) -> BuildResult:
     """Render the submission text for a problem (no file is written); leaderboard and gpu override the record's."""
     manifest = load_manifest(problem)
@@ -214,7 +207,7 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
     python_texts = [python_part_text(p) for p in python_parts]
     for part, text in zip(python_parts, python_texts):
         check_imports(text, str(PARTS / part.path), run_folder)
-    if cuda_parts and not any(defines(text, "CUDA") for text in python_texts):
+    if cuda_parts and not any(defines(ast.parse(text), "CUDA") for text in python_texts):
         raise PopkitError(f"{manifest_path}: CUDA parts need a Python part that defines CUDA, the loader: "
                           "add common/cuda_loader.py to 'python'")
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), undefined=jinja2.StrictUndefined,

@@ -2,13 +2,14 @@
 
 Rules (../shared/docs/platform-rules.md): no 'stream' in any case, 1..1,000,000
 bytes, UTF-8, an accepted file suffix, the #!POPCORN directives in the leading
-comment block; a .py file must compile (the grader would fail at import, after
-the upload); and KernelGuard (PyPI 'kernelguard'), whose 'should_filter'
-verdict the server would mark as hacked. Without kernelguard installed the
-other rules still run and the report says KernelGuard was skipped.
+comment block; a .py file must compile and define custom_kernel (else the grader
+fails at import, after the upload); and KernelGuard (PyPI 'kernelguard'), whose
+'should_filter' verdict the server would mark as hacked. Without kernelguard
+installed the other rules still run and the report says KernelGuard was skipped.
 """
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 import re
@@ -21,6 +22,7 @@ from pathlib import Path
 MAX_BYTES = 1_000_000
 SUFFIXES = (".py", ".cu", ".cuh", ".cpp")
 BANNED = re.compile(b"stream", re.IGNORECASE)
+ENTRY_POINT = "custom_kernel"
 DIRECTIVE = re.compile(r"^\s*(?:#|//)!POPCORN\s+(\w+)\s+(\S+)")
 
 
@@ -70,7 +72,10 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -
         report.errors.append(f"{name}: not UTF-8 (byte {exc.start})")
         return report
     if name.endswith(".py"):
-        check_syntax(report, text, name)
+        tree = check_syntax(report, text, name)
+        if tree is not None and not defines(tree, ENTRY_POINT):
+            report.errors.append(f"{name}: defines no {ENTRY_POINT} at its top level (the grader runs "
+                                 f"`from submission import {ENTRY_POINT}`)")
     report.directives = leading_directives(text)
     for key in ("leaderboard", "gpu"):
         if key not in report.directives:
@@ -81,19 +86,49 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -
     return report
 
 
-def check_syntax(report: PreflightReport, text: str, name: str) -> None:
-    """Compile (never run) the file: a syntax error is an error with its line; a compiler
-    warning (an invalid escape, say) is a warning."""
+def check_syntax(report: PreflightReport, text: str, name: str) -> ast.Module | None:
+    """Compile (never run) the file: a syntax error is an error with its line; a parser or compiler
+    warning (an invalid escape, say) is a warning. Returns the syntax tree of a file that compiles."""
+    tree = None
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            compile(text, name, "exec", dont_inherit=True)
+            # Parsed once, then compiled from the tree: each warning is raised by one stage only.
+            tree = compile(text, name, "exec", flags=ast.PyCF_ONLY_AST, dont_inherit=True)
+            compile(tree, name, "exec", dont_inherit=True)
         except SyntaxError as exc:
             where = f"{name}:{exc.lineno}" if exc.lineno else name
             report.errors.append(f"{where}: not valid Python ({exc.msg})")
+            tree = None
         except ValueError as exc:        # a NUL byte, on Pythons that refuse it before parsing
             report.errors.append(f"{name}: not valid Python ({exc})")
     report.warnings.extend(f"{name}:{w.lineno}: {w.category.__name__}: {w.message}" for w in caught)
+    return tree
+
+
+def defines(tree: ast.Module, name: str) -> bool:
+    """Whether a module binds NAME at its top level (def, class, assignment or import, also under
+    if/try/with); a star import might, so it counts."""
+    names = _bound_names(tree.body)
+    return name in names or "*" in names
+
+
+def _bound_names(body: list[ast.stmt]) -> set[str]:
+    names = set()
+    for node in body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names |= {n.id for t in targets for n in ast.walk(t)
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names |= {a.asname or a.name.split(".")[0] for a in node.names}
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            nested = [node.body, getattr(node, "orelse", []), getattr(node, "finalbody", [])]
+            nested += [handler.body for handler in getattr(node, "handlers", [])]
+            names |= _bound_names([stmt for block in nested for stmt in block])
+    return names
 
 
 def kernelguard_available() -> bool:

@@ -142,7 +142,33 @@ def test_python_syntax_error_is_rejected_with_its_line(body, line, message):
 def test_compile_warning_is_a_warning_not_an_error():
     report = rules(CLEAN + 'PATTERN = "\\d+"\n')
     assert report.ok, report.errors
-    assert any(w.startswith("submission.py:8: ") and "escape" in w for w in report.warnings), report.warnings
+    assert [w for w in report.warnings if "escape" in w] == [report.warnings[0]], report.warnings
+    assert report.warnings[0].startswith("submission.py:8: "), report.warnings
+
+
+@pytest.mark.parametrize("body", [
+    "import torch\n",
+    "def kernel(data):\n    return data\n",
+    "def helper():\n    custom_kernel = None\n",
+    "table = {}\ntable['custom_kernel'] = print\n",
+])
+def test_a_python_file_without_custom_kernel_is_rejected(body):
+    # The grader runs `from submission import custom_kernel`: without it every run fails after the upload.
+    assert_rejected(rules(HEADER + body), "defines no custom_kernel")
+
+
+@pytest.mark.parametrize("body", [
+    "async def custom_kernel(data):\n    return data\n",
+    "custom_kernel = print\n",
+    "kernel, custom_kernel = print, print\n",
+    "from reference import ref_kernel as custom_kernel\n",
+    "try:\n    import torch\nexcept ImportError:\n    pass\nelse:\n    def custom_kernel(data):\n        return data\n",
+    "if True:\n    custom_kernel: object = print\n",
+    "class custom_kernel:\n    pass\n",
+    "from kernels import *\n",
+])
+def test_custom_kernel_counts_in_any_top_level_binding(body):
+    assert rules(HEADER + body).ok
 
 
 @pytest.mark.parametrize("name", ["kernel.cu", "kernel.cpp"])
