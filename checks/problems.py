@@ -92,7 +92,7 @@ def generic_spec(spec: dict) -> dict:
     for key, value in spec.items():
         if not isinstance(key, str) or not SPEC_KEY.match(key):
             raise ProblemError(f"case spec {spec}: key {key!r} is not an identifier")
-        if not isinstance(value, (bool, int, float, str)) or any(c in str(value) for c in ";:\n"):
+        if not isinstance(value, (bool, int, float, str)) or not re.fullmatch(r"[^\s;:]+", str(value)):
             raise ProblemError(f"case spec {spec}: {key} = {value!r} is not a number or a word")
     return dict(spec)
 
@@ -104,11 +104,12 @@ def parse_spec(text: str, problem: Problem | str | None = None) -> dict:
         part = part.strip()
         if not part:
             continue
-        key, sep, value = part.partition(":")
-        if not sep:
-            raise ProblemError(f"bad case spec {text!r}: expected 'key: value' pairs joined by '; '")
-        value = value.strip()
-        spec[key.strip()] = int(value) if re.fullmatch(r"[+-]?[0-9]+", value) else value
+        key, sep, value = (piece.strip() for piece in part.partition(":"))
+        if not sep or not key or not value:
+            raise ProblemError(f"bad case spec {text!r}: expected 'key: value' pairs joined by '; ', got {part!r}")
+        if key in spec:
+            raise ProblemError(f"bad case spec {text!r}: {key} is given twice")
+        spec[key] = int(value) if re.fullmatch(r"[+-]?[0-9]+", value) else value
     return normalize(problem, spec) if problem is not None else generic_spec(spec)
 
 

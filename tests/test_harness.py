@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import threading
@@ -231,6 +232,22 @@ def test_case_accepts_the_tasks_own_keys(toy, tmp_path):
     outcome = runner.check("addone", write(tmp_path / "s.py", GOOD), ["size: 5; seed: 1; mode: wide"],
                            device="cpu", log_path=None)
     assert outcome.passed and outcome.record["cases"][0]["spec"] == {"size": 5, "seed": 1, "mode": "wide"}
+
+
+@pytest.mark.parametrize("text,why", [
+    ("size: 5; size: 6; seed: 1", "size is given twice"),          # was: size 6, silently
+    ("size: ; seed: 1", "got 'size:'"),                           # was: eval.py's "bad case file", after a pre-run
+    ("size: 5 6; seed: 1", "is not a number or a word"),
+])
+def test_a_malformed_case_is_refused_before_anything_runs(toy, text, why):
+    prob = added(toy)
+    with pytest.raises(ProblemError, match=re.escape(why)):
+        problems.parse_spec(text, prob)
+
+
+def test_a_native_case_with_a_key_given_twice_is_refused():
+    with pytest.raises(ProblemError, match="batch is given twice"):
+        problems.parse_spec("batch: 4; batch: 5; n: 64; cond: 1; seed: 7; case: mixed", "qr_v2")
 
 
 def test_native_only_options_are_refused_for_a_harness_problem(toy, tmp_path):
