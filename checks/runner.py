@@ -289,7 +289,10 @@ def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: l
 def _start(problem: str, submissions: dict[str, Path], device: str | None, harness: str | None,
            mode: str) -> tuple[Problem, str, str]:
     prob = load_problem(problem)
-    for path in submissions.values():
+    for role, path in submissions.items():
+        if role == "incumbent" and not Path(path).is_file():
+            raise PopkitError(f"{path}: no such incumbent: `popkit promote {prob.name}` installs one, or pass "
+                              f"--incumbent FILE (or --incumbent {REFERENCE_INCUMBENT}, the folder's ref_kernel)")
         require_submission_for(prob, Path(path))
     backend = resolve_backend(prob, harness, mode)
     return prob, resolve_device(device), backend

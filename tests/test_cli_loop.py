@@ -235,6 +235,17 @@ def test_diff_needs_three_rounds(steady, tmp_path):
     assert result.exit_code == 1 and result.output.splitlines() == ["error: diff needs at least 3 rounds"]
 
 
+def test_diff_without_an_incumbent_says_how_to_get_one(steady, tmp_path):
+    # It used to say "no such submission file (run `popkit build qr_v2` first)": building does not make one.
+    missing = tmp_path / "incumbents" / "qr_v2.py"
+    result = run("diff", "qr_v2", "--submission", steady, "--incumbent", missing, "--case", TINY, "--device", "cpu",
+                 "--log", tmp_path / "l")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: {missing}: no such incumbent: `popkit promote qr_v2` installs one, or pass --incumbent FILE "
+        "(or --incumbent reference, the folder's ref_kernel)"]
+
+
 def test_changed_parts_names_the_parts_that_differ(built, tmp_path):
     text = built["qr_v2"].read_text()
     old = re.search(r"(?m)^# part qr_v2/route\.py sha256 ([0-9a-f]{64})$", text).group(1)
