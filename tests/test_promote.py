@@ -227,3 +227,10 @@ def test_cli_unknown_problem_is_one_line(bound, candidate, log):
     assert result.exit_code == 1
     assert result.output.splitlines()[0].startswith("error: unknown problem 'foo'")
     assert len(result.output.splitlines()) == 1 and not bound.exists()
+
+
+def test_cli_help_names_the_file_promote_takes():
+    # The help once said an unbuilt problem's parts are built to a temporary file: promote builds nothing.
+    result = run("promote", "--help")
+    assert result.exit_code == 0
+    assert "built to a temporary file" not in result.output and "submission.py]" in result.output

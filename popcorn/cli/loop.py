@@ -167,7 +167,8 @@ def register(main):
 
     @main.command("promote")
     @click.argument("problem")
-    @submission_opt
+    @click.option("--submission", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_SUBMISSION,
+                  show_default=True, help="the file to make the incumbent (built for PROBLEM)")
     @click.option("--force", is_flag=True,
                   help="skip the GPU evidence (unknown problems and other problems' files are still refused)")
     @log_opt
@@ -175,6 +176,5 @@ def register(main):
     def promote_cmd(problem, submission, force, log_path):
         """Make the candidate the incumbent that `diff` compares against."""
         from popcorn.promote import promote
-        submission = submission or DEFAULT_SUBMISSION
         target = promote(problem, submission, log_path=log_path, force=force)
         click.echo(f"promoted {submission} -> {target}")
