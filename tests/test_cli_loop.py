@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import shutil
+import subprocess
+import sys
 
 import pytest
 from click.testing import CliRunner
@@ -258,3 +261,13 @@ def test_changed_parts_names_the_parts_that_differ(built, tmp_path):
     shared = {"common/device_utils.cuh", "common/cuda_loader.py"}     # same bytes in both files
     assert changed_parts(built["eigh"], built["qr_v2"]) == sorted(every - shared)
 
+
+
+def test_output_into_a_closed_pipe_ends_quietly():
+    # `popkit problem show qr_v2 | head -2` printed "error: : Broken pipe" once head had read its lines.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    done = subprocess.run([sys.executable, "-m", "popcorn", "problem", "show", "qr_v2"], stdout=write_end,
+                          stderr=subprocess.PIPE, cwd=build.ROOT, timeout=120)
+    os.close(write_end)
+    assert done.returncode == 1 and done.stderr == b""

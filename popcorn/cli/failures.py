@@ -4,6 +4,7 @@ Its own module so that the verb modules import it without importing the group th
 from __future__ import annotations
 
 import functools
+import os
 import sys
 
 import click
@@ -20,6 +21,11 @@ def fail_cleanly(func):
             return func(*args, **kwargs)
         except (PopkitError, ProblemError) as exc:
             click.echo(f"error: {exc}", err=True)
+            sys.exit(1)
+        except BrokenPipeError:
+            # The reader has gone (`popkit problem show qr_v2 | head`): nothing failed, and nothing more can
+            # be shown; stdout goes to /dev/null so the interpreter's last flush does not complain either.
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
         except OSError as exc:
             click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
