@@ -8,7 +8,8 @@ checks/task_folder.py), or by hand for the native problems. Two kinds:
   name, so no shared file lists problem names.
 
 A case spec is a dict of scalars in the task's key order: {batch, n, cond, seed, case} for the
-matrix problems, {size, seed} or {seqlen, bs, dim, ...} elsewhere.
+matrix problems, {size, seed} or {seqlen, bs, dim, ...} elsewhere; a grouped task also gives lists of
+integers ({m: [96, 128], g: 2, ...}: per-group sizes, '[96, 128]' in a cases file).
 """
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ import yaml
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 SPEC_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+INTEGER = r"[+-]?[0-9]+"
+INTEGER_LIST = re.compile(rf"\[\s*{INTEGER}(\s*,\s*{INTEGER})*\s*\]")
 
 
 class ProblemError(ValueError):
@@ -86,19 +89,30 @@ def normalize(problem: Problem | str, spec: dict) -> dict:
 
 
 def generic_spec(spec: dict) -> dict:
-    """A harness problem's spec: identifier keys and scalar values that fit one line of a cases file."""
+    """A harness problem's spec: identifier keys, and scalar values (or lists of integers) that fit one
+    line of a cases file."""
     if not isinstance(spec, dict) or not spec:
         raise ProblemError(f"a case spec is a non-empty mapping, got {spec!r}")
     for key, value in spec.items():
         if not isinstance(key, str) or not SPEC_KEY.match(key):
             raise ProblemError(f"case spec {spec}: key {key!r} is not an identifier")
-        if not isinstance(value, (bool, int, float, str)) or not re.fullmatch(r"[^\s;:]+", str(value)):
-            raise ProblemError(f"case spec {spec}: {key} = {value!r} is not a number or a word")
+        if not (_is_word(value) or _is_integer_list(value)):
+            raise ProblemError(f"case spec {spec}: {key} = {value!r} is not a number, a word or a list of integers")
     return dict(spec)
 
 
+def _is_word(value) -> bool:
+    return isinstance(value, (bool, int, float, str)) and re.fullmatch(r"[^\s;:]+", str(value)) is not None
+
+
+def _is_integer_list(value) -> bool:
+    return (isinstance(value, list) and bool(value)
+            and all(isinstance(v, int) and not isinstance(v, bool) for v in value))
+
+
 def parse_spec(text: str, problem: Problem | str | None = None) -> dict:
-    """Parse the case-file syntax 'batch: 640; n: 512; seed: 1029; case: mixed' (integers become ints)."""
+    """Parse the case-file syntax 'batch: 640; n: 512; seed: 1029; case: mixed' (integers become ints,
+    '[96, 128]' a list of them)."""
     spec = {}
     for part in text.split(";"):
         part = part.strip()
@@ -109,7 +123,12 @@ def parse_spec(text: str, problem: Problem | str | None = None) -> dict:
             raise ProblemError(f"bad case spec {text!r}: expected 'key: value' pairs joined by '; ', got {part!r}")
         if key in spec:
             raise ProblemError(f"bad case spec {text!r}: {key} is given twice")
-        spec[key] = int(value) if re.fullmatch(r"[+-]?[0-9]+", value) else value
+        if re.fullmatch(INTEGER, value):
+            spec[key] = int(value)
+        elif INTEGER_LIST.fullmatch(value):
+            spec[key] = [int(v) for v in value[1:-1].split(",")]
+        else:
+            spec[key] = value
     return normalize(problem, spec) if problem is not None else generic_spec(spec)
 
 

@@ -237,12 +237,23 @@ def test_case_accepts_the_tasks_own_keys(toy, tmp_path):
 @pytest.mark.parametrize("text,why", [
     ("size: 5; size: 6; seed: 1", "size is given twice"),          # was: size 6, silently
     ("size: ; seed: 1", "got 'size:'"),                           # was: eval.py's "bad case file", after a pre-run
-    ("size: 5 6; seed: 1", "is not a number or a word"),
+    ("size: 5 6; seed: 1", "is not a number, a word or a list of integers"),
 ])
 def test_a_malformed_case_is_refused_before_anything_runs(toy, text, why):
     prob = added(toy)
     with pytest.raises(ProblemError, match=re.escape(why)):
         problems.parse_spec(text, prob)
+
+
+def test_a_grouped_task_with_per_group_sizes_is_added_and_its_cases_round_trip(toy):
+    # nvfp4_group_gemm gives per-group sizes as lists ({"m": [96, 128], ...}): `problem add` refused it.
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('{"size": 100, "seed": 21}', '{"size": [96, 128], "g": 2, "seed": 21}'))
+    prob = added(toy)
+    assert prob.benchmarks[0] == {"size": [96, 128], "g": 2, "seed": 21}
+    line = problems.format_spec(prob.benchmarks[0])
+    assert line == "size: [96, 128]; g: 2; seed: 21"                    # what the grouped eval.py reads
+    assert problems.parse_spec(line, prob) == prob.benchmarks[0]
 
 
 def test_a_native_case_with_a_key_given_twice_is_refused():
