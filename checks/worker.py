@@ -7,6 +7,7 @@ per event through a pipe: ("start", info), ("progress", text), ("case", result),
 """
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import sys
 import time
@@ -29,8 +30,10 @@ def checker(problem: str):
 
 
 def import_submission(path: str, module_name: str):
-    """Import a submission file as a module (the grader does `from submission import custom_kernel`)."""
-    spec = importlib.util.spec_from_file_location(module_name, path)
+    """Import a submission file as a module (the grader does `from submission import custom_kernel`).
+    The loader is named: the grader saves any file as submission.py, so a name without .py runs too."""
+    loader = importlib.machinery.SourceFileLoader(module_name, path)
+    spec = importlib.util.spec_from_file_location(module_name, path, loader=loader)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
     spec.loader.exec_module(module)

@@ -181,6 +181,16 @@ def test_select_specs_adds_k_remapped_copies():
                for s in specs)
 
 
+def test_check_runs_a_submission_saved_without_the_py_suffix(built, tmp_path):
+    # The grader saves any upload as submission.py; the worker's import said "'NoneType' object has no
+    # attribute 'loader'" for a file named, say, candidate.
+    candidate = tmp_path / "candidate"
+    shutil.copyfile(built["qr_v2"], candidate)
+    result = run("check", "qr_v2", "--submission", candidate, "--case", SPEC, "--device", "cpu",
+                 "--log", tmp_path / "l")
+    assert result.exit_code == 0, result.output
+
+
 def test_check_errors_before_spawning_are_one_line(tmp_path):
     result = run("check", "nope", "--submission", tmp_path / "x.py", "--device", "cpu", "--log", tmp_path / "l")
     assert result.exit_code == 1 and result.output.startswith("error: unknown problem 'nope'")
