@@ -75,12 +75,17 @@ def record_for(folder: task_folder.TaskFolder, leaderboard: str | None) -> dict:
     }
 
 
-def render_record(name: str, record: dict, previous: str | None) -> str:
-    """The record's YAML: the previous file's leading comments and non-task keys survive a --force."""
+def render_record(name: str, record: dict, previous: str | None, where: Path | None = None) -> str:
+    """The record's YAML: the previous file's leading comments and non-task keys survive a --force;
+    a previous file that is not YAML is refused rather than replaced (its other keys would be lost)."""
     kept, comments = {}, []
     if previous is not None:
         comments = list(itertools.takewhile(lambda line: line.startswith("#"), previous.splitlines()))
-        old = yaml.safe_load(previous) or {}
+        try:
+            old = yaml.safe_load(previous) or {}
+        except yaml.YAMLError as exc:
+            raise ProblemError(f"{where or name}: not readable YAML ({str(exc).splitlines()[0]}), so --force cannot "
+                               "keep its other keys: fix the file, or delete it and add the problem again") from None
         kept = {k: v for k, v in old.items() if k not in TASK_KEYS} if isinstance(old, dict) else {}
     header = comments or [f"# {name}: recorded by `popkit problem add` from the competition's task.yml.",
                           "# Case lists and facts only; the folder itself is found at run time (.popkit/harness.yml)."]
@@ -121,7 +126,7 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         for case in record[key]:
             problems.generic_spec(case)
     previous = record_path.read_text(encoding="utf-8") if exists else None
-    text = render_record(name, record, previous)
+    text = render_record(name, record, previous, record_path)
     scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), parts_dir)
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),

@@ -85,6 +85,16 @@ def test_add_refuses_an_existing_name_unless_forced_and_keeps_parts_and_extra_ke
     assert problems.load_problem("addone").gates == {"exact": "every value is x + 1"}
 
 
+def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy):
+    # It was a yaml traceback; replacing the file instead would drop whatever else it held.
+    problem_add.add_problem("addone", toy)
+    record = problems.record_path("addone")
+    write(record, "gates: {exact: [unclosed\n")
+    with pytest.raises(ProblemError, match=r"addone\.yml: not readable YAML .*delete it and add the problem again"):
+        problem_add.add_problem("addone", toy, force=True)
+    assert record.read_text() == "gates: {exact: [unclosed\n"
+
+
 @pytest.mark.parametrize("damage, message", [
     (lambda d: shutil.rmtree(d), "no such folder"),
     (lambda d: (d / "task.yml").unlink(), "not a problem folder"),
