@@ -297,6 +297,16 @@ def test_problem_verbs_add_list_show(toy):
     assert missing.exit_code == 1 and "no such folder" in missing.output
 
 
+def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
+    # One broken record made `problem list` a single error line, hiding every other problem.
+    problem_add.add_problem("addone", toy)
+    write(problems.record_path("broken"), "tests: [\n")
+    listing = CliRunner().invoke(main, ["problem", "list"])
+    assert listing.exit_code == 0
+    assert "addone_v1" in listing.stdout and "broken   unreadable" in listing.stdout
+    assert listing.stderr.startswith("warning: ") and "broken.yml: not a readable problem record" in listing.stderr
+
+
 def test_the_record_is_plain_task_data(toy):
     problem_add.add_problem("addone", toy)
     data = yaml.safe_load(problems.record_path("addone").read_text())

@@ -46,14 +46,21 @@ def register(main):
     @problem_group.command("list")
     @fail_cleanly
     def list_cmd():
-        """Every problem with its kind, leaderboard and case counts."""
-        from checks.problems import known_problems, load_problem
-        rows = []
+        """Every problem with its kind, leaderboard and case counts (an unreadable record is named, not fatal)."""
+        from checks.problems import ProblemError, known_problems, load_problem
+        rows, broken = [], []
         for name in known_problems():
-            prob = load_problem(name)
+            try:
+                prob = load_problem(name)
+            except ProblemError as exc:
+                rows.append([name, "unreadable", "-", "-", "-", "-"])
+                broken.append(str(exc))
+                continue
             rows.append([name, _kind(prob), prob.leaderboard, ", ".join(prob.gpus), len(prob.tests),
                          len(prob.benchmarks)])
         click.echo(render_table(["problem", "kind", "leaderboard", "gpus", "tests", "benchmarks"], rows, {4, 5}))
+        for line in broken:
+            click.echo(f"warning: {line}", err=True)
 
     @problem_group.command("show")
     @click.argument("name")
