@@ -14,25 +14,24 @@
 // Layout: a TDIM x TDIM grid of threads; thread (ty, tx) holds the TS x TS elements
 //   a[i][j] = A[ty + TDIM i][tx + TDIM j]      (cyclic, so every thread keeps working to the end)
 // of the padded NP x NP matrix (NP = TDIM * TS >= n; the padding is the identity, which factors
-// to itself and never touches the real entries). Step k = kb TDIM + kt reads column k of the
-// partly updated A, published in shared memory by its owners at the end of step k - 1:
-//   1. every thread derives the pivot from it (popkit::cholesky_pivot: 1 / l_kk = rsqrt(a_kk),
-//      the same value everywhere) and scales the entries it needs, l_rk = a_rk / l_kk;
-//   2. the threads of column k (tx == kt) keep l_rk in their registers;
-//   3. every thread updates its entries with c > k and r >= c: a[i][j] -= l_{r_i k} l_{c_j k};
-//   4. the owners of column k + 1 publish it, now final for step k + 1, in the other buffer.
+// to itself and never touches the real entries). Step k = kb TDIM + kt:
+//   1. thread (kt, kt) owns a_kk: floors it, writes l_kk and shares 1 / l_kk = rsqrt(a_kk)
+//      (popkit::cholesky_pivot);
+//   2. the threads of column k (tx == kt) scale their entries below the diagonal and publish them
+//      in a shared vector v (v[r] = l_rk);
+//   3. every thread updates its entries with c > k and r >= c: a[i][j] -= v[r_i] v[c_j].
 // With the kb loop unrolled, "c_j > k" and "r_i >= c_j" are compile-time facts except on one tile
 // column and one tile diagonal, so step 3 is TS^2 predicated FMAs from registers plus 2 TS
-// shared-memory reads. One barrier per step, after the publication.
+// shared-memory reads. Two barriers per step.
 // Inverse (INV, for the blocked route's diagonal blocks): X = inv(L) by column elimination of
 // L X = I in the same loop and the same layout (x[i][j] = X[ty + TDIM i][tx + TDIM j], X = I at
-// the start): at step k, row k of X (published like column k) is final once scaled by 1 / l_kk;
-// its owners (ty == kt) keep it, and every thread updates x[i][j] -= l_{r_i k} X[k][c_j] for
+// the start): at step k, row k of X is final; its owners (ty == kt) scale it by 1 / l_kk and
+// publish it in a second shared vector w, and every thread updates x[i][j] -= v[r_i] w[c_j] for
 // r > k >= c. The two updates cover complementary parts of the lower triangle (c > k and c <= k),
 // so the inverse costs about as much as the factorization and adds no barrier.
 //
 // Launch: grid = batch, TDIM^2 threads; (TDIM, TS) in {(8, 4), (8, 8), (16, 4), (16, 8)}.
-// Shared memory: 4 NP floats (column k of A and row k of X, double-buffered), static.
+// Shared memory: 2 NP floats (v, w), static.
 // Why it is fast: the arithmetic runs from registers (shared memory carries one or two vectors per
 // step, not the matrix); global memory is read and written once, 16-float row segments per
 // half-warp; one CTA per matrix keeps hundreds of matrices in flight on 132 SMs. The inverse's
@@ -62,14 +61,15 @@ __device__ __forceinline__ void store_lower_tile(const float (&t)[TS][TS], float
 }
 
 template <int TDIM, int TS, bool INV>
-__global__ void __launch_bounds__(TDIM * TDIM, 1)
+__global__ void __launch_bounds__(TDIM * TDIM)
 cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
                       int n, int ld, int stride) {
     constexpr int NP = TDIM * TS;
     constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
-    __shared__ float u[2][NP];                           // column k of A before scaling (double-buffered)
-    __shared__ float xw[2][INV ? NP : 1];                // row k of X before scaling (double-buffered)
+    __shared__ float v[NP];                              // column k of L
+    __shared__ float w[INV ? NP : 1];                    // row k of X
     __shared__ float s_max[TDIM];
+    __shared__ float s_inv;
     const int tx = threadIdx.x % TDIM, ty = threadIdx.x / TDIM;
     const float* A = src + (size_t)blockIdx.x * stride;
     float* out = dst + (size_t)blockIdx.x * stride;
@@ -104,38 +104,45 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
     float floor = top * 1.1920929e-7f;                   // float32 eps
     if (!(floor > 0.f)) floor = 1.17549435e-38f;         // an all-zero diagonal: the smallest normal
 
-    if (tx == 0) {                                       // publish column 0 and row 0 of X (= e_0)
-#pragma unroll
-        for (int i = 0; i < TS; ++i) u[0][ty + TDIM * i] = a[i][0];
-    }
-    if constexpr (INV) {
-        if (threadIdx.x == 0) xw[0][0] = 1.f;
-    }
-    __syncthreads();
-
 #pragma unroll
     for (int kb = 0; kb < TS; ++kb) {
         if (kb * TDIM >= n) break;
         for (int kt = 0; kt < TDIM; ++kt) {
             const int k = kb * TDIM + kt;
             if (k >= n) break;
-            const int p = k & 1;
-            // 1. every thread derives the pivot from the shared column (the same value everywhere)
-            const popkit::Pivot pivot = popkit::cholesky_pivot(u[p][k], floor);
-            float lr[TS], lc[TS];                        // l_rk and l_ck for this thread's rows, columns
-#pragma unroll
-            for (int i = 0; i < TS; ++i) lr[i] = u[p][ty + TDIM * i] * pivot.inv;
-#pragma unroll
-            for (int j = 0; j < TS; ++j) lc[j] = u[p][tx + TDIM * j] * pivot.inv;
-            if (tx == kt) {                              // 2. column k of L, kept in registers
+            if (ty == kt && tx == kt) {                  // 1. the pivot
+                const popkit::Pivot pivot = popkit::cholesky_pivot(a[kb][kb], floor);
+                a[kb][kb] = pivot.lkk;
+                s_inv = pivot.inv;
+            }
+            __syncthreads();
+            const float inv = s_inv;
+            if (tx == kt) {                              // 2. column k of L below the diagonal
 #pragma unroll
                 for (int i = 0; i < TS; ++i) {
                     const int r = ty + TDIM * i;
-                    if (r > k) a[i][kb] = lr[i];
-                    else if (r == k) a[i][kb] = pivot.lkk;
+                    if (r > k) {
+                        a[i][kb] *= inv;
+                        v[r] = a[i][kb];
+                    }
                 }
             }
-            // 3. the trailing update from registers: c > k and r >= c
+            if constexpr (INV) {                         //    and row k of X, columns c <= k
+                if (ty == kt) {
+#pragma unroll
+                    for (int j = 0; j <= kb; ++j) {
+                        if (j == kb && tx > kt) continue;
+                        x[kb][j] *= inv;
+                        w[tx + TDIM * j] = x[kb][j];
+                    }
+                }
+            }
+            __syncthreads();
+            float lr[TS], lc[TS];                        // 3. the trailing update from registers
+#pragma unroll
+            for (int i = 0; i < TS; ++i) lr[i] = v[ty + TDIM * i];
+#pragma unroll
+            for (int j = 0; j < TS; ++j) lc[j] = v[tx + TDIM * j];
             const bool own_column_k = tx > kt;           // tile column kb: c = tx + TDIM kb > k
 #pragma unroll
             for (int i = 0; i < TS; ++i) {
@@ -147,12 +154,11 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
                     a[i][j] = fmaf(-lr[i], lc[j], a[i][j]);
                 }
             }
-            if constexpr (INV) {                         //    and X: row k final, rows r > k, columns c <= k
+            if constexpr (INV) {                         //    and X's rows r > k, columns c <= k
 #pragma unroll
                 for (int j = 0; j <= kb; ++j) {
                     if (j == kb && tx > kt) continue;
-                    const float wc = xw[p][tx + TDIM * j] * pivot.inv;
-                    if (ty == kt) x[kb][j] = wc;
+                    const float wc = w[tx + TDIM * j];
 #pragma unroll
                     for (int i = kb; i < TS; ++i) {
                         if (i == kb && ty <= kt) continue;
@@ -160,34 +166,6 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
                     }
                 }
             }
-            // 4. publish column k + 1 of A and row k + 1 of X (both final for step k + 1) in the other buffer
-            if (k + 1 < n) {
-                const int q = p ^ 1;
-                if (kt + 1 < TDIM) {
-                    if (tx == kt + 1) {
-#pragma unroll
-                        for (int i = 0; i < TS; ++i) u[q][ty + TDIM * i] = a[i][kb];
-                    }
-                    if constexpr (INV) {
-                        if (ty == kt + 1) {
-#pragma unroll
-                            for (int j = 0; j <= kb; ++j) xw[q][tx + TDIM * j] = x[kb][j];
-                        }
-                    }
-                } else if (kb + 1 < TS) {
-                    if (tx == 0) {
-#pragma unroll
-                        for (int i = 0; i < TS; ++i) u[q][ty + TDIM * i] = a[i][kb + 1];
-                    }
-                    if constexpr (INV) {
-                        if (ty == 0) {
-#pragma unroll
-                            for (int j = 0; j <= kb + 1; ++j) xw[q][tx + TDIM * j] = x[kb + 1][j];
-                        }
-                    }
-                }
-            }
-            __syncthreads();
         }
     }
 
