@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (blocked_cholesky, inverse_model, matmul_precision, pivot_floor, right_looking_model,
-                                  tf32_split, trailing_update)
+from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model, inverse_model, matmul_precision,
+                                  pivot_floor, right_looking_model, tf32_round, tf32_split, tf32x3_product,
+                                  trailing_update)
 
 EPS = torch.finfo(torch.float32).eps
 SIZES = (1, 2, 3, 17, 31, 32, 33, 64, 100, 128, 129, 257, 600)
@@ -80,6 +81,7 @@ MODELS = {
     "blocked-32": blocked(32),
     "blocked-64": blocked(64, chunk_rows=1 << 20),       # one trailing GEMM per step
     "blocked-32-split": lambda A: blocked_cholesky(A, 32, 48, split_tf32=True),
+    "blocked-32-tf32x3": lambda A: blocked_tf32x3_model(A, 32),
     "route": route.custom_kernel,
 }
 
@@ -200,11 +202,12 @@ def test_tables_cover_every_n_in_order(table):
     assert route.by_n(rows, 1) is not None and route.by_n(rows, 32768) is not None
 
 
-def test_chunk_and_product_tables_cover_every_shape():
+def test_chunk_product_and_driver_tables_cover_every_shape():
     for n in (129, 256, 512, 1024, 2048, 4096, 32768):
         for batch in (1, 4, 60, 640, 100000):
             assert route.first_row(route.TRAILING_CHUNK_ROWS, n, batch * n) >= 1
             assert route.first_row(route.TRAILING_PRODUCT, n, batch * n) in ("fp32", "split_tf32")
+            assert route.first_row(route.BLOCKED_DRIVER, n, batch * n) in ("tf32x3", "library")
 
 
 def test_by_n_refuses_an_uncovered_n():
@@ -228,6 +231,7 @@ def test_tunables_fit_the_kernels():
         assert (tdim, ts) in shapes
     for _, nb in route.BLOCK_NB:                              # a diagonal block fits the largest tiled shape
         assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N <= max(t * s for _, t, s in route.TILED_SHAPE)
+        assert nb % 32 == 0 and nb <= 128                     # cholesky_blocked.cu: K in chunks of 32, one tile
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
     assert all(row[-1] in ("fp32", "split_tf32") for row in route.TRAILING_PRODUCT)
 
@@ -350,3 +354,42 @@ def test_the_split_kernel_rounds_like_the_model():
     assert torch.equal(hi.view(torch.int32), (bits + 0x1000) & ~0x1FFF)
     assert hi[0] == 1.0 + 2.0 ** -10 and hi[2] == -(1.0 + 2.0 ** -10)          # a tie and above: away from zero
     assert hi[1] == 1.0                                                          # below half the TF32 ulp: down
+
+
+def test_tf32x3_product_keeps_about_21_bits_where_plain_tf32_keeps_11():
+    g = torch.Generator().manual_seed(11)
+    P, Q = torch.randn(3, 40, 64, generator=g), torch.randn(3, 50, 64, generator=g)
+    exact = P.double() @ Q.double().mT
+    scale = P.double().abs() @ Q.double().abs().mT                              # the products' own size
+    split_error = ((tf32x3_product(P, Q).double() - exact).abs() / scale).max()
+    plain_error = ((tf32_round(P).double() @ tf32_round(Q).double().mT - exact).abs() / scale).max()
+    assert split_error < 2.0 ** -19 < 2.0 ** -13 < plain_error
+
+
+def test_the_product_kernel_rounds_like_the_model():
+    """cholesky_blocked.cu rounds hi and lo with cvt.rna (ties away from zero), as model.tf32_round does."""
+    source = (Path(route.__file__).parent / "cholesky_blocked.cu").read_text()
+    assert source.count("cvt.rna.tf32.f32") == 1 and "to_tf32(x - __uint_as_float(hi))" in source
+    M = torch.tensor([1.0 + 2.0 ** -11, -(1.0 + 2.0 ** -11), 1.0 + 2.0 ** -12])
+    assert tf32_round(M).tolist() == [1.0 + 2.0 ** -10, -(1.0 + 2.0 ** -10), 1.0]
+
+
+@pytest.mark.parametrize("nb", (32, 64))
+@pytest.mark.parametrize("n", (100, 129, 200))
+def test_tf32x3_blocked_agrees_with_unblocked(nb, n):
+    A = spd("dense", n, 3)
+    L_ref = right_looking_model(A)
+    L = blocked_tf32x3_model(A, nb)
+    assert torch.count_nonzero(torch.triu(L, 1)) == 0
+    assert ((L - L_ref).norm() / L_ref.norm()) < 1e-5
+
+
+@pytest.mark.parametrize("case", ROUTE_FAMILIES)
+def test_tf32x3_blocked_route_meets_the_gates_on_every_family(case):
+    A = spd(case, 150, 2)
+    assert_cholesky(A, blocked_tf32x3_model(A, 64))
+
+
+def test_tf32x3_blocked_rejects_a_zero_block():
+    with pytest.raises(ValueError, match=r"nb \(0\) must be >= 1"):
+        blocked_tf32x3_model(spd("dense", 8, 1), 0)

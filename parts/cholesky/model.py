@@ -10,9 +10,12 @@ submission runs them on CPU tensors.
 - `right_looking_model`: spotf2-order Cholesky, the arithmetic of cholesky_small.cu (one warp per
   matrix, n <= 32) and cholesky_tiled.cu (n <= 128); `inverse_model` is cholesky_tiled.cu's
   inverse: column elimination of L X = I, one rank-1 update per step beside the factorization's.
-- `blocked_cholesky`: the blocked right-looking driver; the diagonal-block factor is a parameter,
-  so the GPU route runs this very function with the CUDA block kernel. Its trailing update is
-  fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose sum carries ~21 bits.
+- `blocked_cholesky`: the blocked right-looking driver with library GEMMs; the diagonal-block
+  factor is a parameter, so the GPU route runs this very function with the CUDA block kernel. Its
+  trailing update is fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose
+  sum carries ~21 bits.
+- `blocked_tf32x3_model`: cholesky_blocked.cu, the same loop with our own tensor-core products
+  (`tf32x3_product`) for the panel and the trailing update, in one CUDA call.
 """
 import contextlib
 
@@ -102,13 +105,27 @@ def matmul_precision(precision: str):
             matmul.fp32_precision = previous
 
 
-def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """M = hi + lo with hi exact in TF32 (mantissa rounded to 10 bits, ties away from zero) and
-    lo = M - hi exact in float32 (|lo| <= 2^-11 |M|); TF32 keeps ~11 bits of lo, so the products
-    hi hi^T + hi lo^T + lo hi^T carry ~21 bits (the dropped lo lo^T is ~2^-22 relative)."""
+def tf32_round(M: torch.Tensor) -> torch.Tensor:
+    """M rounded to TF32: mantissa to 10 bits, ties away from zero (the tensor cores' cvt.rna)."""
     bits = M.contiguous().view(torch.int32)
-    hi = ((bits + 0x1000) & -0x2000).view(torch.float32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
+def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """M = hi + lo with hi = tf32_round(M) and lo = M - hi exact in float32 (|lo| <= 2^-11 |M|);
+    TF32 keeps ~11 bits of lo, so the products hi hi^T + hi lo^T + lo hi^T carry ~21 bits (the
+    dropped lo lo^T is ~2^-22 relative)."""
+    hi = tf32_round(M)
     return hi, M - hi
+
+
+def tf32x3_product(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+    """P Q^T as cholesky_blocked.cu computes it on tensor cores: both operands split into TF32 hi + lo
+    (lo rounded to TF32 too), then lo_P hi_Q^T + hi_P lo_Q^T + hi_P hi_Q^T in float32."""
+    Ph, Pl = tf32_split(P)
+    Qh, Ql = tf32_split(Q)
+    Pl, Ql = tf32_round(Pl), tf32_round(Ql)
+    return Pl @ Qh.mT + Ph @ Ql.mT + Ph @ Qh.mT
 
 
 def workspace_size(b: int, n: int, nb: int, split_tf32: bool) -> int:
@@ -162,12 +179,28 @@ def trailing_update(A22: torch.Tensor, left: torch.Tensor, right: torch.Tensor, 
             A22[:, r0:r1, :r1].baddbmm_(left[:, r0:r1], right[:, :r1].mT, alpha=-1.0)
 
 
+def factor_blocks(L: torch.Tensor, nb: int, factor_diag=factor_diag_model):
+    """Walk L's diagonal blocks in place (L holds A on entry): factor each one, pivot floors from
+    A's max diagonal, and yield (k0, w, X = inv(L11)) for every block with a panel below it (the
+    last block is factored without an inverse)."""
+    b, n, _ = L.shape
+    top = diagonal_max(L)
+    inverses = torch.empty(b * nb * nb, dtype=L.dtype, device=L.device)
+    for k0 in range(0, n, nb):
+        w = min(nb, n - k0)
+        if k0 + w == n:
+            factor_diag(L, k0, w, top, None)
+            return
+        X = inverses[:b * w * w].view(b, w, w)
+        factor_diag(L, k0, w, top, X)
+        yield k0, w, X
+
+
 def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=factor_diag_model,
                      solve_panel=panel_model, split_tf32: bool = False) -> torch.Tensor:
-    """Blocked right-looking Cholesky.
+    """Blocked right-looking Cholesky with library GEMMs.
 
-    Per block column k0 (width w = min(nb, n - k0)): factor and invert the diagonal block
-    (pivot floors from the original matrix's diagonal), L21 = A21 inv(L11)^T in place, then
+    Per block column (factor_blocks): L21 = A21 inv(L11)^T in place (solve_panel), then
     A22 -= L21 L21^T (trailing_update; fp32, or split TF32 on tensor cores). The upper part, which
     holds A's upper triangle and the chunked updates' junk, is zeroed once at the end. The
     diagonal and panel steps are parameters, so the GPU route runs this driver with its kernels."""
@@ -175,16 +208,21 @@ def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=fact
         raise ValueError(f"blocked_cholesky: nb ({nb}) and chunk_rows ({chunk_rows}) must be >= 1")
     L = A.clone()
     b, n, _ = L.shape
-    top = diagonal_max(A)
-    inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
     workspace = torch.empty(workspace_size(b, n, nb, split_tf32), dtype=A.dtype, device=A.device)
-    for k0 in range(0, n, nb):
-        w = min(nb, n - k0)
-        if k0 + w == n:
-            factor_diag(L, k0, w, top, None)
-            break
-        X = inverses[:b * w * w].view(b, w, w)
-        factor_diag(L, k0, w, top, X)
+    for k0, w, X in factor_blocks(L, nb, factor_diag):
         left, right = solve_panel(L, k0, w, X, split_tf32, workspace)
         trailing_update(L[:, k0 + w:, k0 + w:], left, right, chunk_rows, split_tf32)
+    return L.tril_()
+
+
+def blocked_tf32x3_model(A: torch.Tensor, nb: int, factor_diag=factor_diag_model) -> torch.Tensor:
+    """cholesky_blocked.cu: blocked right-looking Cholesky whose panel (L21 = A21 inv(L11)^T, in place)
+    and trailing update (A22 -= L21 L21^T) are tf32x3 products; the upper part is zeroed at the end."""
+    if nb < 1:
+        raise ValueError(f"blocked_tf32x3_model: nb ({nb}) must be >= 1")
+    L = A.clone()
+    for k0, w, X in factor_blocks(L, nb, factor_diag):
+        panel = L[:, k0 + w:, k0:k0 + w]
+        panel.copy_(tf32x3_product(panel, X))
+        L[:, k0 + w:, k0 + w:] -= tf32x3_product(panel, panel)
     return L.tril_()

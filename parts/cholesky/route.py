@@ -4,7 +4,11 @@
 |-----------|-------------------------------------------------------------|--------------------------|
 | <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
 | <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model      |
-| larger    | blocked_cholesky: cholesky_tiled.cu (+ inverse) per         | blocked_cholesky with    |
+| larger    | BLOCKED_DRIVER "tf32x3": cholesky_blocked.cu, the whole     | blocked_tf32x3_model     |
+|           | blocked loop in one call: cholesky_tiled.cu (+ inverse) per |                          |
+|           | diagonal block, our tensor-core products for the panel and  |                          |
+|           | the trailing update                                         |                          |
+|           | "library": blocked_cholesky with cholesky_tiled.cu per      | blocked_cholesky with    |
 |           | diagonal block, cuBLAS GEMMs for the panel and the trailing | factor_diag_model and    |
 |           | update; cholesky_split.cu writes split-TF32 operands        | panel_model              |
 
@@ -15,8 +19,9 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import (blocked_cholesky, factor_diag_model, l21_view, panel_model,  # popkit: inline
-                                  right_looking_model, split_views)  # popkit: inline
+from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model, diagonal_max,  # popkit: inline
+                                  factor_diag_model, l21_view, panel_model, right_looking_model,  # popkit: inline
+                                  split_views)  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
@@ -45,6 +50,9 @@ TRAILING_CHUNK_ROWS = ((1024, 8192, 1 << 30), (1024, 1 << 62, 256), (2048, 1 << 
 # family, the trailing matrix loses definiteness and L overflows (H200, 7ae5206: 2x1024 and 3x1537
 # lowrank failed).
 TRAILING_PRODUCT = ((1024, 1 << 62, "fp32"), (2048, 4096, "fp32"), (1 << 30, 1 << 62, "split_tf32"))
+# (max n, max batch * n, driver) for n > 128: "tf32x3" (cholesky_blocked.cu: one call, our tensor-core
+# products) or "library" (blocked_cholesky: a Python loop over cuBLAS GEMMs, the tables above).
+BLOCKED_DRIVER = ((8192, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
 
 
 def first_row(table, *keys: int):
@@ -79,14 +87,26 @@ def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
     return L
 
 
+def diag_shape(batch: int, w: int) -> tuple[int, int]:
+    """(TDIM, TS) of cholesky_tiled.cu for diagonal blocks of width w in a batch of `batch` matrices."""
+    tdim, ts = by_n(DIAG_TILED_SHAPE, batch)
+    return (tdim, ts) if tdim * ts >= w else by_n(TILED_SHAPE, w)
+
+
 def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: torch.Tensor | None) -> None:
     """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    tdim, ts = by_n(DIAG_TILED_SHAPE, b)
-    if tdim * ts < w:
-        tdim, ts = by_n(TILED_SHAPE, w)
-    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, tdim, ts)
+    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(b, w))
+
+
+def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
+    """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model)."""
+    b, n, _ = A.shape
+    L = A.clone()
+    inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
+    CUDA.call("cholesky_blocked", L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb))
+    return L.tril_()
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
@@ -116,8 +136,11 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
         if not A.is_cuda:
             return right_looking_model(A)
         return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
-    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if A.is_cuda else (factor_diag_model, panel_model)
     batch = A.shape[0]
+    nb = by_n(BLOCK_NB, batch)
+    if first_row(BLOCKED_DRIVER, n, batch * n) == "tf32x3":
+        return blocked_tf32x3_cuda(A, nb) if A.is_cuda else blocked_tf32x3_model(A, nb)
+    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if A.is_cuda else (factor_diag_model, panel_model)
     split_tf32 = first_row(TRAILING_PRODUCT, n, batch * n) == "split_tf32"
     chunk_rows = first_row(TRAILING_CHUNK_ROWS, n, batch * n)
-    return blocked_cholesky(A, by_n(BLOCK_NB, batch), chunk_rows, factor_diag, solve_panel, split_tf32)
+    return blocked_cholesky(A, nb, chunk_rows, factor_diag, solve_panel, split_tf32)

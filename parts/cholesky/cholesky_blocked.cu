@@ -1,0 +1,230 @@
+// cholesky, blocked route in one call: the right-looking loop runs in the library, every step on
+// our own kernels, so no Python (and no cuBLAS launch) sits between two steps.
+//
+// For k0 = 0, nb, 2 nb, ... (w = min(nb, n - k0)):
+//   1. cholesky_tiled.cu factors the diagonal block in place and writes X = inv(L11);
+//   2. the panel, in place:        L21 = A21 X^T      (a tf32x3 product, overwriting A21)
+//   3. the trailing update:        A22 -= L21 L21^T   (a tf32x3 product, lower tiles only)
+// The strict upper part keeps A's upper triangle and the diagonal tiles' products; the caller
+// zeroes it once (model.blocked_tf32x3_model is the same algorithm in torch).
+//
+// tf32x3 product, C = P Q^T or C -= P Q^T (P: m x K rows, Q: ncols x K rows, K a multiple of 32):
+// every operand is split as x = hi + lo, hi = x rounded to TF32 (cvt.rna: 10 mantissa bits, ties
+// away from zero) and lo = x - hi rounded to TF32, and the tile accumulates
+// lo_P hi_Q + hi_P lo_Q + hi_P hi_Q on tensor cores (mma.sync m16n8k8, fp32 accumulate): ~21 bits
+// per product, the dropped lo lo term is ~2^-22 relative (model.tf32x3_product). Plain TF32 (~11
+// bits) breaks the lowrank family (docs/priors.md).
+// Launch: one CTA per 128 x 128 tile of C (grid.x: every tile, or the T(T+1)/2 tiles on and below
+// the diagonal; grid.y: the batch), 256 threads = 8 warps as 2 x 4, each warp 64 x 32 of C (4 x 4
+// mma tiles, 64 accumulators). K runs in chunks of 32 staged by cp.async into double-buffered
+// shared memory (2 x 2 x 128 x 36 floats, 72 KiB): rows padded to 36 floats so that each fragment
+// read (8 rows x 4 columns) hits 32 distinct banks. The panel runs in place: its grid has one
+// column tile (w <= 128), so a CTA reads all of its P rows before it writes them.
+// Why it is fast: the products run on tensor cores at ~fp32 accuracy without materialized split
+// operands (the cuBLAS route wrote [hi hi lo] / [hi lo hi] copies with a separate pass), the
+// trailing update skips the upper tiles, and the whole factorization is one call: the Python
+// route spent ~25 us of host time per step (5 launches, views, precision switches), more than the
+// GPU needed for the later steps of a 1 x 4096 matrix.
+#include "device_utils.cuh"
+
+// cholesky_tiled.cu's entry point (the same translation unit in the built file).
+POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
+                                 int ld, int stride, int tdim, int ts);
+
+namespace {
+
+constexpr int kTile = 128;                 // C tile edge
+constexpr int kChunk = 32;                 // K per stage
+constexpr int kLds = kChunk + 4;           // padded shared row (floats)
+constexpr int kThreads = 256;
+constexpr int kStageFloats = 2 * kTile * kLds;                 // P and Q chunks
+constexpr int kSmemBytes = 2 * kStageFloats * (int)sizeof(float);  // double-buffered
+
+__device__ __forceinline__ unsigned to_tf32(float x) {
+    unsigned r;
+    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+    return r;
+}
+
+// x = hi + lo, both TF32
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+    hi = to_tf32(x);
+    lo = to_tf32(x - __uint_as_float(hi));
+}
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Copy VEC floats global -> shared without blocking; rows past the matrix are filled with zeros.
+template <int VEC>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    const int bytes = valid ? VEC * 4 : 0;
+    if constexpr (VEC == 4)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+}
+
+// Stage columns [k, k + 32) of rows [row0, row0 + 128) of M (rows >= rows read as zeros).
+template <int VEC>
+__device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int row0, int rows, int k) {
+    constexpr int kPerRow = kChunk / VEC;
+#pragma unroll
+    for (int i = 0; i < kTile * kPerRow / kThreads; ++i) {
+        const int idx = threadIdx.x + kThreads * i;
+        const int r = idx / kPerRow, c = (idx % kPerRow) * VEC;
+        const bool valid = row0 + r < rows;
+        copy_async<VEC>(s + r * kLds + c, valid ? M + (size_t)(row0 + r) * ld + k + c : M, valid);
+    }
+}
+
+template <int VEC, bool SUBTRACT, bool LOWER>
+__global__ void __launch_bounds__(kThreads, 1)
+tf32x3_product_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c,
+                      int ldc, long long sc, int m, int ncols, int K) {
+    extern __shared__ float4 smem4[];
+    float* smem = reinterpret_cast<float*>(smem4);
+    int ti, tj;                                          // this CTA's tile of C
+    if constexpr (LOWER) {                               // blockIdx.x = ti (ti + 1) / 2 + tj, tj <= ti
+        const int x = blockIdx.x;
+        ti = (int)((sqrtf(8.f * x + 1.f) - 1.f) * 0.5f);
+        while ((ti + 1) * (ti + 2) / 2 <= x) ++ti;
+        while (ti * (ti + 1) / 2 > x) --ti;
+        tj = x - ti * (ti + 1) / 2;
+    } else {
+        const int col_tiles = (ncols + kTile - 1) / kTile;
+        ti = blockIdx.x / col_tiles;
+        tj = blockIdx.x % col_tiles;
+    }
+    const int row0 = ti * kTile, col0 = tj * kTile;
+    p += blockIdx.y * sp;
+    q += blockIdx.y * sq;
+    c += blockIdx.y * sc;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;               // the mma fragment coordinates
+    const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
+    float acc[4][4][4] = {};
+
+    const int chunks = K / kChunk;
+    stage_rows<VEC>(smem, p, ldp, row0, m, 0);
+    stage_rows<VEC>(smem + kTile * kLds, q, ldq, col0, ncols, 0);
+    asm volatile("cp.async.commit_group;\n" ::);
+    for (int kc = 0; kc < chunks; ++kc) {
+        if (kc + 1 < chunks) {                           // the next chunk loads while this one computes
+            float* next = smem + ((kc + 1) & 1) * kStageFloats;
+            stage_rows<VEC>(next, p, ldp, row0, m, (kc + 1) * kChunk);
+            stage_rows<VEC>(next + kTile * kLds, q, ldq, col0, ncols, (kc + 1) * kChunk);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+        const float* sP = smem + (kc & 1) * kStageFloats;
+        const float* sQ = sP + kTile * kLds;
+#pragma unroll 1                                 // unrolled, ptxas hoists every step's fragments
+        for (int kk = 0; kk < kChunk; kk += 8) {         // and spills at 255 registers (sm_90a)
+            unsigned bh[4][2], bl[4][2];
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+                const float* b = sQ + (wn + ni * 8 + g) * kLds + kk + t;
+                split_tf32(b[0], bh[ni][0], bl[ni][0]);
+                split_tf32(b[4], bh[ni][1], bl[ni][1]);
+            }
+#pragma unroll
+            for (int mi = 0; mi < 4; ++mi) {
+                const float* a = sP + (wm + mi * 16 + g) * kLds + kk + t;
+                unsigned ah[4], al[4];
+                split_tf32(a[0], ah[0], al[0]);
+                split_tf32(a[8 * kLds], ah[1], al[1]);
+                split_tf32(a[4], ah[2], al[2]);
+                split_tf32(a[8 * kLds + 4], ah[3], al[3]);
+#pragma unroll
+                for (int ni = 0; ni < 4; ++ni) {         // small terms first
+                    mma_tf32(acc[mi][ni], al, bh[ni]);
+                    mma_tf32(acc[mi][ni], ah, bl[ni]);
+                    mma_tf32(acc[mi][ni], ah, bh[ni]);
+                }
+            }
+        }
+        __syncthreads();                                 // this buffer is overwritten two chunks on
+    }
+
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = row0 + wm + mi * 16 + g + 8 * half;
+            if (r >= m) continue;
+#pragma unroll
+            for (int ni = 0; ni < 4; ++ni) {
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int col = col0 + wn + ni * 8 + 2 * t + e;
+                    if (col >= ncols || (LOWER && col > r)) continue;
+                    float* dst = c + (size_t)r * ldc + col;
+                    const float v = acc[mi][ni][2 * half + e];
+                    *dst = SUBTRACT ? *dst - v : v;
+                }
+            }
+        }
+    }
+}
+
+template <int VEC, bool SUBTRACT, bool LOWER>
+int launch_product(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
+                   long long sc, int batch, int m, int ncols, int K) {
+    static int granted = 0;
+    const cudaError_t err =
+        popkit::allow_dynamic_smem(tf32x3_product_kernel<VEC, SUBTRACT, LOWER>, kSmemBytes, granted);
+    if (err != cudaSuccess) return (int)err;
+    const int row_tiles = (m + kTile - 1) / kTile, col_tiles = (ncols + kTile - 1) / kTile;
+    const int tiles = LOWER ? row_tiles * (row_tiles + 1) / 2 : row_tiles * col_tiles;
+    tf32x3_product_kernel<VEC, SUBTRACT, LOWER><<<dim3(tiles, batch), kThreads, kSmemBytes>>>(
+        p, ldp, sp, q, ldq, sq, c, ldc, sc, m, ncols, K);
+    return (int)cudaGetLastError();
+}
+
+bool aligned16(const void* ptr) { return ((size_t)ptr & 15) == 0; }
+
+// C = P Q^T (SUBTRACT false) or C -= P Q^T on the lower tiles (LOWER: square C, ncols == m).
+template <bool SUBTRACT, bool LOWER>
+int product(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
+            long long sc, int batch, int m, int ncols, int K) {
+    const bool vec = aligned16(p) && aligned16(q) && ldp % 4 == 0 && ldq % 4 == 0 && sp % 4 == 0 && sq % 4 == 0;
+    return vec ? launch_product<4, SUBTRACT, LOWER>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
+               : launch_product<1, SUBTRACT, LOWER>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
+}
+
+}  // namespace
+
+// Factor `batch` n x n matrices in place in L (A's lower triangle on entry; the strict upper part is
+// left for the caller to zero). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
+// matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
+// nb). nb: a multiple of 32, at most 128.
+POPKIT_EXPORT int cholesky_blocked(float* L, float* xinv, const float* diag_max, int batch, int n, int nb, int tdim,
+                                   int ts) {
+    if (batch < 1 || n < 1 || nb < kChunk || nb > kTile || nb % kChunk != 0 || tdim * ts < nb || !L || !xinv ||
+        !diag_max)
+        return (int)cudaErrorInvalidValue;
+    const long long stride = (long long)n * n;
+    for (int k0 = 0; k0 < n; k0 += nb) {
+        const int w = n - k0 < nb ? n - k0 : nb;
+        float* block = L + (size_t)k0 * n + k0;
+        if (k0 + w == n) return cholesky_tiled(block, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
+        int err = cholesky_tiled(block, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
+        if (err) return err;
+        const int m = n - k0 - w;
+        float* panel = block + (size_t)w * n;
+        err = product<false, false>(panel, n, stride, xinv, w, (long long)w * w, panel, n, stride, batch, m, w, w);
+        if (err) return err;
+        err = product<true, true>(panel, n, stride, panel, n, stride, panel + w, n, stride, batch, m, m, w);
+        if (err) return err;
+    }
+    return (int)cudaSuccess;
+}
