@@ -4,7 +4,8 @@ Usage: python3 scripts/cholesky_kernel_bench.py BUILT.py [BUILT.py ...]
 For each file: cholesky_small on 4096 matrices of n = 32, cholesky_tiled on whole matrices (1024 x 64
 and 256 x 128), cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
 (the latency of one diagonal block, what single large matrices wait on) and batch 264 (two per
-SM: throughput), and cholesky_split on a 1 x 4096 matrix's first panel. Each kernel's result is
+SM: throughput), cholesky_split on a 1 x 4096 matrix's first panel, and the whole route
+(custom_kernel) on the blocked shapes where the driver matters most. Each kernel's result is
 checked (max |L L^T - A| / max |A|) so that a fast wrong variant shows. Prints microseconds per
 launch (CUDA events over 50 launches after a warm-up), so kernel variants compare in one run.
 """
@@ -75,6 +76,10 @@ def bench(path: str, tag: str) -> None:
     right = torch.empty_like(left)
     t = per_launch_us(lambda: cuda.call("cholesky_split", L21, M[:, w:, :], left, right, 1, n - w, w, n, n * n))
     print(f"{tag}: split operands 1x{n} w={w}: {t:8.1f} us")
+    for batch, n in ((16, 512), (8, 2048), (1, 4096), (2, 4096), (1, 8192)):
+        A = spd(batch, n)
+        t = per_launch_us(lambda: module.custom_kernel(A), repeats=10)
+        print(f"{tag}: custom_kernel {batch}x{n}: {t:10.1f} us, residual {residual(A, module.custom_kernel(A)):.1e}")
 
 
 if __name__ == "__main__":

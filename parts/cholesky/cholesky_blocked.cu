@@ -84,6 +84,48 @@ __device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int
     }
 }
 
+// One k8 step's operands of a warp's 64 x 32 block: A rows (4 m16 tiles) from sP, B rows (4 n8 tiles)
+// from sQ, both already offset by the lane's (g, t); kk: the step's first column.
+__device__ __forceinline__ void load_fragments(float (&fa)[4][4], float (&fb)[4][2], const float* sP,
+                                               const float* sQ, int kk) {
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+        const float* a = sP + mi * 16 * kLds + kk;
+        fa[mi][0] = a[0];
+        fa[mi][1] = a[8 * kLds];
+        fa[mi][2] = a[4];
+        fa[mi][3] = a[8 * kLds + 4];
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+        const float* b = sQ + ni * 8 * kLds + kk;
+        fb[ni][0] = b[0];
+        fb[ni][1] = b[4];
+    }
+}
+
+// acc += A B^T for one k8 step, each operand split into TF32 hi + lo: lo hi + hi lo + hi hi.
+__device__ __forceinline__ void multiply_fragments(float (&acc)[4][4][4], const float (&fa)[4][4],
+                                                   const float (&fb)[4][2]) {
+    unsigned bh[4][2], bl[4][2];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) split_tf32(fb[ni][e], bh[ni][e], bl[ni][e]);
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+        unsigned ah[4], al[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split_tf32(fa[mi][e], ah[e], al[e]);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {                 // small terms first
+            mma_tf32(acc[mi][ni], al, bh[ni]);
+            mma_tf32(acc[mi][ni], ah, bl[ni]);
+            mma_tf32(acc[mi][ni], ah, bh[ni]);
+        }
+    }
+}
+
 template <int VEC, bool SUBTRACT, bool LOWER>
 __global__ void __launch_bounds__(kThreads, 1)
 tf32x3_product_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c,
@@ -125,32 +167,14 @@ tf32x3_product_kernel(const float* p, int ldp, long long sp, const float* q, int
         asm volatile("cp.async.commit_group;\n" ::);
         asm volatile("cp.async.wait_group 1;\n" ::);
         __syncthreads();
-        const float* sP = smem + (kc & 1) * kStageFloats;
-        const float* sQ = sP + kTile * kLds;
-#pragma unroll 1                                 // unrolled, ptxas hoists every step's fragments
-        for (int kk = 0; kk < kChunk; kk += 8) {         // and spills at 255 registers (sm_90a)
-            unsigned bh[4][2], bl[4][2];
+        const float* sP = smem + (kc & 1) * kStageFloats + (wm + g) * kLds + t;
+        const float* sQ = smem + (kc & 1) * kStageFloats + (kTile + wn + g) * kLds + t;
+        float fa[2][4][4], fb[2][4][2];                  // raw fragments, the next step's loading
+        load_fragments(fa[0], fb[0], sP, sQ, 0);         // while this step's multiply
 #pragma unroll
-            for (int ni = 0; ni < 4; ++ni) {
-                const float* b = sQ + (wn + ni * 8 + g) * kLds + kk + t;
-                split_tf32(b[0], bh[ni][0], bl[ni][0]);
-                split_tf32(b[4], bh[ni][1], bl[ni][1]);
-            }
-#pragma unroll
-            for (int mi = 0; mi < 4; ++mi) {
-                const float* a = sP + (wm + mi * 16 + g) * kLds + kk + t;
-                unsigned ah[4], al[4];
-                split_tf32(a[0], ah[0], al[0]);
-                split_tf32(a[8 * kLds], ah[1], al[1]);
-                split_tf32(a[4], ah[2], al[2]);
-                split_tf32(a[8 * kLds + 4], ah[3], al[3]);
-#pragma unroll
-                for (int ni = 0; ni < 4; ++ni) {         // small terms first
-                    mma_tf32(acc[mi][ni], al, bh[ni]);
-                    mma_tf32(acc[mi][ni], ah, bl[ni]);
-                    mma_tf32(acc[mi][ni], ah, bh[ni]);
-                }
-            }
+        for (int s = 0; s < kChunk / 8; ++s) {
+            if (s + 1 < kChunk / 8) load_fragments(fa[(s + 1) & 1], fb[(s + 1) & 1], sP, sQ, 8 * (s + 1));
+            multiply_fragments(acc, fa[s & 1], fb[s & 1]);
         }
         __syncthreads();                                 // this buffer is overwritten two chunks on
     }
@@ -163,14 +187,20 @@ tf32x3_product_kernel(const float* p, int ldp, long long sp, const float* q, int
             if (r >= m) continue;
 #pragma unroll
             for (int ni = 0; ni < 4; ++ni) {
-#pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int col = col0 + wn + ni * 8 + 2 * t + e;
-                    if (col >= ncols || (LOWER && col > r)) continue;
-                    float* dst = c + (size_t)r * ldc + col;
-                    const float v = acc[mi][ni][2 * half + e];
-                    *dst = SUBTRACT ? *dst - v : v;
+                const int col = col0 + wn + ni * 8 + 2 * t;          // this lane's pair (col, col + 1)
+                const float v0 = acc[mi][ni][2 * half], v1 = acc[mi][ni][2 * half + 1];
+                float* dst = c + (size_t)r * ldc + col;
+                if (VEC == 4 && col + 1 < ncols && (!LOWER || col + 1 <= r)) {   // 8-byte aligned
+                    float2 out = make_float2(v0, v1);
+                    if (SUBTRACT) {
+                        const float2 old = *reinterpret_cast<const float2*>(dst);
+                        out = make_float2(old.x - v0, old.y - v1);
+                    }
+                    *reinterpret_cast<float2*>(dst) = out;
+                    continue;
                 }
+                if (col < ncols && (!LOWER || col <= r)) dst[0] = SUBTRACT ? dst[0] - v0 : v0;
+                if (col + 1 < ncols && (!LOWER || col + 1 <= r)) dst[1] = SUBTRACT ? dst[1] - v1 : v1;
             }
         }
     }
@@ -196,7 +226,8 @@ bool aligned16(const void* ptr) { return ((size_t)ptr & 15) == 0; }
 template <bool SUBTRACT, bool LOWER>
 int product(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
             long long sc, int batch, int m, int ncols, int K) {
-    const bool vec = aligned16(p) && aligned16(q) && ldp % 4 == 0 && ldq % 4 == 0 && sp % 4 == 0 && sq % 4 == 0;
+    const bool vec = aligned16(p) && aligned16(q) && aligned16(c) && ldp % 4 == 0 && ldq % 4 == 0 && ldc % 4 == 0 &&
+                     sp % 4 == 0 && sq % 4 == 0 && sc % 4 == 0;
     return vec ? launch_product<4, SUBTRACT, LOWER>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
                : launch_product<1, SUBTRACT, LOWER>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
 }
