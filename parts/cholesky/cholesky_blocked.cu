@@ -126,8 +126,10 @@ __device__ __forceinline__ void multiply_fragments(float (&acc)[4][4][4], const 
     }
 }
 
+// Two CTAs per SM (128 registers, a few spilled) beat one CTA without spills: 1x8192 11.1 vs 13.8 ms,
+// 1x4096 3.23 vs 3.40 (H200, 250ac48 variants); one CTA's 8 warps cannot hide the fragment latency.
 template <int VEC, bool SUBTRACT, bool LOWER>
-__global__ void __launch_bounds__(kThreads, 1)
+__global__ void __launch_bounds__(kThreads, 2)
 tf32x3_product_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c,
                       int ldc, long long sc, int m, int ncols, int K) {
     extern __shared__ float4 smem4[];
