@@ -20,11 +20,13 @@
 // shared memory (2 x 2 x 128 x 36 floats, 72 KiB): rows padded to 36 floats so that each fragment
 // read (8 rows x 4 columns) hits 32 distinct banks. The panel runs in place: its grid has one
 // column tile (w <= 128), so a CTA reads all of its P rows before it writes them.
-// Why it is fast: the products run on tensor cores at ~fp32 accuracy without materialized split
-// operands (the cuBLAS route wrote [hi hi lo] / [hi lo hi] copies with a separate pass), the
-// trailing update skips the upper tiles, and the whole factorization is one call: the Python
-// route spent ~25 us of host time per step (5 launches, views, precision switches), more than the
-// GPU needed for the later steps of a 1 x 4096 matrix.
+// Why it is fast: the whole factorization is one call, so no host time sits between steps (the
+// Python loop spent ~25 us per step on 5 launches, views and precision switches, more than the GPU
+// needed for most steps of a 1 x 4096 matrix); the products run on tensor cores at ~fp32 accuracy
+// without materialized split operands, and the trailing update skips the upper tiles. Its limit
+// (H200, 41f050c): a 128 x 128 x 128 product tile takes ~13 us (ncu: 0.41 instructions issued per
+// cycle per scheduler, fixed-latency stalls on the fragment split), about 2x cuBLAS's TF32 GEMMs on
+// the same work, so cuBLAS's loop still wins for large trailing updates (route.BLOCKED_DRIVER).
 #include "device_utils.cuh"
 
 // cholesky_tiled.cu's entry point (the same translation unit in the built file).
