@@ -12,7 +12,7 @@ import torch
 
 from parts.cholesky import route
 from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model, inverse_model, matmul_precision,
-                                  pivot_floor, right_looking_model, tf32_round, tf32_split, tf32x3_product,
+                                  pivot_floor, right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
                                   trailing_update)
 
 EPS = torch.finfo(torch.float32).eps
@@ -366,12 +366,15 @@ def test_tf32x3_product_keeps_about_21_bits_where_plain_tf32_keeps_11():
     assert split_error < 2.0 ** -19 < 2.0 ** -13 < plain_error
 
 
-def test_the_product_kernel_rounds_like_the_model():
-    """cholesky_blocked.cu rounds hi and lo with cvt.rna (ties away from zero), as model.tf32_round does."""
+def test_the_product_kernel_splits_like_the_model():
+    """cholesky_blocked.cu rounds hi as model.tf32_round does (add half of the dropped 13-bit field,
+    clear it) and leaves lo = x - hi for the tensor core to truncate (model.tf32_truncate)."""
     source = (Path(route.__file__).parent / "cholesky_blocked.cu").read_text()
-    assert source.count("cvt.rna.tf32.f32") == 1 and "to_tf32(x - __uint_as_float(hi))" in source
+    assert "(__float_as_uint(x) + 0x1000u) & 0xffffe000u" in source
+    assert "lo = __float_as_uint(x - __uint_as_float(hi))" in source
     M = torch.tensor([1.0 + 2.0 ** -11, -(1.0 + 2.0 ** -11), 1.0 + 2.0 ** -12])
     assert tf32_round(M).tolist() == [1.0 + 2.0 ** -10, -(1.0 + 2.0 ** -10), 1.0]
+    assert tf32_truncate(torch.tensor([1.0 + 2.0 ** -11, -(1.0 + 2.0 ** -11)])).tolist() == [1.0, -1.0]
 
 
 @pytest.mark.parametrize("nb", (32, 64))

@@ -9,8 +9,8 @@
 // zeroes it once (model.blocked_tf32x3_model is the same algorithm in torch).
 //
 // tf32x3 product, C = P Q^T or C -= P Q^T (P: m x K rows, Q: ncols x K rows, K a multiple of 32):
-// every operand is split as x = hi + lo, hi = x rounded to TF32 (cvt.rna: 10 mantissa bits, ties
-// away from zero) and lo = x - hi rounded to TF32, and the tile accumulates
+// every operand is split as x = hi + lo, hi = x rounded to TF32 (10 mantissa bits, ties away from
+// zero) and lo = x - hi (which the tensor core truncates to TF32), and the tile accumulates
 // lo_P hi_Q + hi_P lo_Q + hi_P hi_Q on tensor cores (mma.sync m16n8k8, fp32 accumulate): ~21 bits
 // per product, the dropped lo lo term is ~2^-22 relative (model.tf32x3_product). Plain TF32 (~11
 // bits) breaks the lowrank family (docs/priors.md).
@@ -42,16 +42,12 @@ constexpr int kThreads = 256;
 constexpr int kStageFloats = 2 * kTile * kLds;                 // P and Q chunks
 constexpr int kSmemBytes = 2 * kStageFloats * (int)sizeof(float);  // double-buffered
 
-__device__ __forceinline__ unsigned to_tf32(float x) {
-    unsigned r;
-    asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-    return r;
-}
-
-// x = hi + lo, both TF32
+// x = hi + lo: hi = x rounded to TF32 (10 mantissa bits, ties away from zero) by integer ops, lo = x - hi
+// exact in fp32; the tensor core reads lo's top 19 bits (truncation). Two integer ops and a subtract
+// instead of two cvt.rna.tf32 conversions per element.
 __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
-    hi = to_tf32(x);
-    lo = to_tf32(x - __uint_as_float(hi));
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
 __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {

@@ -119,12 +119,17 @@ def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return hi, M - hi
 
 
+def tf32_truncate(M: torch.Tensor) -> torch.Tensor:
+    """M with its low 13 mantissa bits cleared: what a TF32 tensor-core operand keeps of a float32."""
+    return (M.contiguous().view(torch.int32) & -0x2000).view(torch.float32)
+
+
 def tf32x3_product(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     """P Q^T as cholesky_blocked.cu computes it on tensor cores: both operands split into TF32 hi + lo
-    (lo rounded to TF32 too), then lo_P hi_Q^T + hi_P lo_Q^T + hi_P hi_Q^T in float32."""
+    (the tensor core truncates lo to TF32), then lo_P hi_Q^T + hi_P lo_Q^T + hi_P hi_Q^T in float32."""
     Ph, Pl = tf32_split(P)
     Qh, Ql = tf32_split(Q)
-    Pl, Ql = tf32_round(Pl), tf32_round(Ql)
+    Pl, Ql = tf32_truncate(Pl), tf32_truncate(Ql)
     return Pl @ Qh.mT + Ph @ Ql.mT + Ph @ Qh.mT
 
 
