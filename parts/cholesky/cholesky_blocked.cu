@@ -78,7 +78,8 @@ __device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int
         const int idx = threadIdx.x + kThreads * i;
         const int r = idx / kPerRow, c = (idx % kPerRow) * VEC;
         const bool valid = row0 + r < rows;
-        copy_async<VEC>(s + r * kLds + c, valid ? M + (size_t)(row0 + r) * ld + k + c : M, valid);
+        const int offset = valid ? (row0 + r) * ld + k + c : 0;    // 32-bit: the caller keeps n^2 < 2^31
+        copy_async<VEC>(s + r * kLds + c, M + offset, valid);
     }
 }
 
@@ -169,12 +170,11 @@ tf32x3_product_kernel(const float* p, int ldp, long long sp, const float* q, int
         __syncthreads();
         const float* sP = smem + (kc & 1) * kStageFloats + (wm + g) * kLds + t;
         const float* sQ = smem + (kc & 1) * kStageFloats + (kTile + wn + g) * kLds + t;
-        float fa[2][4][4], fb[2][4][2];                  // raw fragments, the next step's loading
-        load_fragments(fa[0], fb[0], sP, sQ, 0);         // while this step's multiply
-#pragma unroll
-        for (int s = 0; s < kChunk / 8; ++s) {
-            if (s + 1 < kChunk / 8) load_fragments(fa[(s + 1) & 1], fb[(s + 1) & 1], sP, sQ, 8 * (s + 1));
-            multiply_fragments(acc, fa[s & 1], fb[s & 1]);
+#pragma unroll 1                                 // unrolled or with the next step's fragments
+        for (int s = 0; s < kChunk / 8; ++s) {           // prefetched, ptxas spills at 128 registers
+            float fa[4][4], fb[4][2];
+            load_fragments(fa, fb, sP, sQ, 8 * s);
+            multiply_fragments(acc, fa, fb);
         }
         __syncthreads();                                 // this buffer is overwritten two chunks on
     }
@@ -237,11 +237,11 @@ int product(const float* p, int ldp, long long sp, const float* q, int ldq, long
 // Factor `batch` n x n matrices in place in L (A's lower triangle on entry; the strict upper part is
 // left for the caller to zero). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
 // matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
-// nb). nb: a multiple of 32, at most 128.
+// nb). nb: a multiple of 32, at most 128. n * n < 2^31 (the product kernel's 32-bit row offsets).
 POPKIT_EXPORT int cholesky_blocked(float* L, float* xinv, const float* diag_max, int batch, int n, int nb, int tdim,
                                    int ts) {
-    if (batch < 1 || n < 1 || nb < kChunk || nb > kTile || nb % kChunk != 0 || tdim * ts < nb || !L || !xinv ||
-        !diag_max)
+    if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < kChunk || nb > kTile || nb % kChunk != 0 ||
+        tdim * ts < nb || !L || !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {

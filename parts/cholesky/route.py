@@ -51,12 +51,12 @@ TRAILING_CHUNK_ROWS = ((1024, 8192, 1 << 30), (1024, 1 << 62, 256), (2048, 1 << 
 # lowrank failed).
 TRAILING_PRODUCT = ((1024, 1 << 62, "fp32"), (2048, 4096, "fp32"), (1 << 30, 1 << 62, "split_tf32"))
 # (max n, max batch * n, driver) for n > 128: "tf32x3" (cholesky_blocked.cu: one call, our tensor-core
-# products) or "library" (blocked_cholesky: a Python loop over cuBLAS GEMMs, the tables above). The
-# one call removes ~25 us of host time per step, which pays while the GEMMs are small; cuBLAS's
-# products win once the trailing updates are large (H200 sweep at 41f050c, us, tf32x3 / library:
-# 64x256 148/197, 16x512 316/359, 4x1024 648/706, 60x1024 1631/1853, 2x2048 1386/1424, 8x2048
-# 2094/2108, 1x4096 3216/4133, 2x4096 4081/4253; 640x512 3444/3335, 1x8192 11039/9429).
-BLOCKED_DRIVER = ((4096, 65536, "tf32x3"), (1 << 30, 1 << 62, "library"))
+# products; its row offsets are 32-bit, n <= 46340) or "library" (blocked_cholesky: a Python loop over
+# cuBLAS GEMMs, the tables above). The one call removes ~25 us of host time per step; cuBLAS's
+# products are faster once the trailing updates are large (H200 sweep at 1d92946, us, tf32x3 /
+# library: 640x512 3203/3333, 1x4096 2970/3011 (already tf32x3 in both columns), 1x8192 10035/11318;
+# at 41f050c: 60x1024 1631/1853, 1x16384 49095/37361 at 1d92946).
+BLOCKED_DRIVER = ((8192, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
 
 
 def first_row(table, *keys: int):
