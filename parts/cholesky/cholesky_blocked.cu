@@ -23,10 +23,10 @@
 // Why it is fast: the whole factorization is one call, so no host time sits between steps (the
 // Python loop spent ~25 us per step on 5 launches, views and precision switches, more than the GPU
 // needed for most steps of a 1 x 4096 matrix); the products run on tensor cores at ~fp32 accuracy
-// without materialized split operands, and the trailing update skips the upper tiles. Its limit
-// (H200, 41f050c): a 128 x 128 x 128 product tile takes ~13 us (ncu: 0.41 instructions issued per
-// cycle per scheduler, fixed-latency stalls on the fragment split), about 2x cuBLAS's TF32 GEMMs on
-// the same work, so cuBLAS's loop still wins for large trailing updates (route.BLOCKED_DRIVER).
+// without materialized split operands, and the trailing update skips the upper tiles. Two CTAs per
+// SM (128 registers, none spilled on sm_90a) hide each other's fragment latency. Its limit (H200,
+// ncu at 1d92946): ~5 instructions per mma (the split and the fragment loads repeat for every warp
+// that reads an element), 0.23 issued per cycle per scheduler, stalls on shared-memory scoreboards.
 #include "device_utils.cuh"
 
 // cholesky_tiled.cu's entry point (the same translation unit in the built file).
@@ -125,8 +125,8 @@ __device__ __forceinline__ void multiply_fragments(float (&acc)[4][4][4], const 
     }
 }
 
-// Two CTAs per SM (128 registers, a few spilled) beat one CTA without spills: 1x8192 11.1 vs 13.8 ms,
-// 1x4096 3.23 vs 3.40 (H200, 250ac48 variants); one CTA's 8 warps cannot hide the fragment latency.
+// Two CTAs per SM (128 registers) beat one CTA: 1x8192 11.1 vs 13.8 ms, 1x4096 3.23 vs 3.40 (H200,
+// 250ac48 variants); one CTA's 8 warps cannot hide the fragment latency.
 template <int VEC, bool SUBTRACT, bool LOWER>
 __global__ void __launch_bounds__(kThreads, 2)
 tf32x3_product_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c,
