@@ -152,6 +152,19 @@ def test_cli_merge_reports_counts_and_bad_lines(tmp_path, target):
             f"(of 2 valid record(s) read)") in result.output
 
 
+def test_a_file_with_only_bad_lines_is_refused_and_nothing_is_written(tmp_path, target):
+    out = tmp_path / "out"
+    out.mkdir()
+    incoming = write(out / "performance.jsonl", ["not json", json.dumps(record("yesterday"))])
+    (out / "gpu.txt").write_text("NVIDIA H200\n")
+    before = target.read_bytes()
+    with pytest.raises(PopkitError, match=r"no valid record in .*: 2 bad line\(s\), the first .*:1: not strict JSON"):
+        logs.merge_logs([incoming], target, tables=out)
+    assert target.read_bytes() == before and not (target.parent / "device").exists()
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(target)])
+    assert result.exit_code == 1 and "nothing merged" in result.output
+
+
 def test_cli_merge_needs_files_and_names_a_missing_one(tmp_path, target):
     assert CliRunner().invoke(main, ["merge", "--log", str(target)]).exit_code == 2
     result = CliRunner().invoke(main, ["merge", str(tmp_path / "x.jsonl"), "--log", str(target)])

@@ -264,7 +264,8 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     ones join the file in time order, also when they are older than records already there (folders
     merged out of order), because readers take the last record as the newest. The file is replaced
     in one step, so a reader never sees half a merge. TABLES (a folder) also copies that run's .txt
-    tables to device/ beside TARGET."""
+    tables to device/ beside TARGET. Sources with bad lines and no valid record at all are refused
+    (PopkitError) before anything is written."""
     target = Path(target)
     paths = [Path(p) for p in sources]
     for path in paths:
@@ -284,6 +285,9 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
             else:
                 seen.add(identity(record))
                 incoming.append(record)
+    if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
+        raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
+                          f"the first {result.bad[0]}; nothing merged")
     stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
     copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
     if incoming:
