@@ -106,7 +106,8 @@ def matmul_precision(precision: str):
 
 
 def tf32_round(M: torch.Tensor) -> torch.Tensor:
-    """M rounded to TF32: mantissa to 10 bits, ties away from zero (the tensor cores' cvt.rna)."""
+    """M rounded to TF32: mantissa to 10 bits, ties away from zero (add half of the dropped 13-bit field,
+    clear it), as cholesky_split.cu and cholesky_blocked.cu round by integer ops."""
     bits = M.contiguous().view(torch.int32)
     return ((bits + 0x1000) & -0x2000).view(torch.float32)
 
