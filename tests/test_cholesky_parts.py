@@ -367,9 +367,9 @@ def test_tf32x3_product_keeps_about_21_bits_where_plain_tf32_keeps_11():
 
 
 def test_the_product_kernel_splits_like_the_model():
-    """cholesky_blocked.cu rounds hi as model.tf32_round does (add half of the dropped 13-bit field,
-    clear it) and leaves lo = x - hi for the tensor core to truncate (model.tf32_truncate)."""
-    source = (Path(route.__file__).parent / "cholesky_blocked.cu").read_text()
+    """tf32x3.cuh (both product kernels) rounds hi as model.tf32_round does (add half of the dropped
+    13-bit field, clear it) and leaves lo = x - hi for the tensor core to truncate (model.tf32_truncate)."""
+    source = (Path(route.__file__).parent / "tf32x3.cuh").read_text()
     assert "(__float_as_uint(x) + 0x1000u) & 0xffffe000u" in source
     assert "lo = __float_as_uint(x - __uint_as_float(hi))" in source
     M = torch.tensor([1.0 + 2.0 ** -11, -(1.0 + 2.0 ** -11), 1.0 + 2.0 ** -12])

@@ -1,0 +1,175 @@
+// cholesky, the tf32x3 product on warp-level tensor cores (mma.sync, any GPU from sm_80): C = P Q^T
+// or C -= P Q^T, the blocked driver's panel and trailing update (tf32x3.cuh: tiles and modes).
+//
+// Math: every operand is split as x = hi + lo, hi = x rounded to TF32 (10 mantissa bits) and lo =
+// x - hi (which the tensor core truncates to TF32); a tile accumulates lo_P hi_Q + hi_P lo_Q +
+// hi_P hi_Q (fp32 accumulate): ~21 bits per product, the dropped lo lo term is ~2^-22 relative
+// (model.tf32x3_product). Plain TF32 (~11 bits) breaks the lowrank family (docs/priors.md).
+// Launch: one CTA per 128 x 128 tile of C, 256 threads = 8 warps as 2 x 4, each warp 64 x 32 of C
+// (4 x 4 mma m16n8k8 tiles, 64 accumulators). K runs in chunks of 32 staged by cp.async into
+// double-buffered shared memory (2 x 2 x 128 x 36 floats, 72 KiB): rows padded to 36 floats so
+// that each fragment read (8 rows x 4 columns) hits 32 distinct banks; every warp splits the
+// fragments it reads.
+// Why it is fast: tensor cores at ~fp32 accuracy without materialized split operands. Two CTAs per
+// SM (128 registers, none spilled on sm_90a) hide each other's fragment latency. Its limit (H200,
+// ncu at 1d92946): ~5 instructions per mma (the split and the fragment loads repeat for every warp
+// that reads an element), 0.23 issued per cycle per scheduler, stalls on shared-memory scoreboards;
+// on sm_90a cholesky_product_wgmma.cu replaces it.
+#include "device_utils.cuh"
+#include "tf32x3.cuh"
+
+namespace {
+
+using tf32x3::kChunk;
+using tf32x3::kTile;
+
+constexpr int kMmaLds = kChunk + 4;                             // padded shared row (floats)
+constexpr int kMmaThreads = 256;
+constexpr int kMmaStageFloats = 2 * kTile * kMmaLds;             // P and Q chunks
+constexpr int kMmaSmemBytes = 2 * kMmaStageFloats * (int)sizeof(float);  // double-buffered
+
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// Copy VEC floats global -> shared without blocking; rows past the matrix are filled with zeros.
+template <int VEC>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    const int bytes = valid ? VEC * 4 : 0;
+    if constexpr (VEC == 4)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+}
+
+// Stage columns [k, k + 32) of rows [row0, row0 + 128) of M (rows >= rows read as zeros).
+template <int VEC>
+__device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int row0, int rows, int k) {
+    constexpr int kPerRow = kChunk / VEC;
+#pragma unroll
+    for (int i = 0; i < kTile * kPerRow / kMmaThreads; ++i) {
+        const int idx = threadIdx.x + kMmaThreads * i;
+        const int r = idx / kPerRow, c = (idx % kPerRow) * VEC;
+        const bool valid = row0 + r < rows;
+        const int offset = valid ? (row0 + r) * ld + k + c : 0;    // 32-bit: the caller keeps n^2 < 2^31
+        copy_async<VEC>(s + r * kMmaLds + c, M + offset, valid);
+    }
+}
+
+// One k8 step's operands of a warp's 64 x 32 block: A rows (4 m16 tiles) from sP, B rows (4 n8 tiles)
+// from sQ, both already offset by the lane's (g, t); kk: the step's first column.
+__device__ __forceinline__ void load_fragments(float (&fa)[4][4], float (&fb)[4][2], const float* sP,
+                                               const float* sQ, int kk) {
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+        const float* a = sP + mi * 16 * kMmaLds + kk;
+        fa[mi][0] = a[0];
+        fa[mi][1] = a[8 * kMmaLds];
+        fa[mi][2] = a[4];
+        fa[mi][3] = a[8 * kMmaLds + 4];
+    }
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni) {
+        const float* b = sQ + ni * 8 * kMmaLds + kk;
+        fb[ni][0] = b[0];
+        fb[ni][1] = b[4];
+    }
+}
+
+// acc += A B^T for one k8 step, each operand split into TF32 hi + lo: lo hi + hi lo + hi hi.
+__device__ __forceinline__ void multiply_fragments(float (&acc)[4][4][4], const float (&fa)[4][4],
+                                                   const float (&fb)[4][2]) {
+    unsigned bh[4][2], bl[4][2];
+#pragma unroll
+    for (int ni = 0; ni < 4; ++ni)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) tf32x3::split_tf32(fb[ni][e], bh[ni][e], bl[ni][e]);
+#pragma unroll
+    for (int mi = 0; mi < 4; ++mi) {
+        unsigned ah[4], al[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tf32x3::split_tf32(fa[mi][e], ah[e], al[e]);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {                 // small terms first
+            mma_tf32(acc[mi][ni], al, bh[ni]);
+            mma_tf32(acc[mi][ni], ah, bl[ni]);
+            mma_tf32(acc[mi][ni], ah, bh[ni]);
+        }
+    }
+}
+
+// Two CTAs per SM (128 registers) beat one CTA: 1x8192 11.1 vs 13.8 ms, 1x4096 3.23 vs 3.40 (H200,
+// 250ac48 variants); one CTA's 8 warps cannot hide the fragment latency.
+template <int VEC, bool SUBTRACT, bool LOWER>
+__global__ void __launch_bounds__(kMmaThreads, 2)
+tf32x3_mma_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
+                  long long sc, int m, int ncols, int K) {
+    extern __shared__ float4 smem4[];
+    float* smem = reinterpret_cast<float*>(smem4);
+    int ti, tj;
+    tf32x3::tile_of_block<LOWER>(ncols, ti, tj);
+    const int row0 = ti * kTile, col0 = tj * kTile;
+    p += blockIdx.y * sp;
+    q += blockIdx.y * sq;
+    c += blockIdx.y * sc;
+
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;               // the mma fragment coordinates
+    const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
+    float acc[4][4][4] = {};
+
+    const int chunks = K / kChunk;
+    stage_rows<VEC>(smem, p, ldp, row0, m, 0);
+    stage_rows<VEC>(smem + kTile * kMmaLds, q, ldq, col0, ncols, 0);
+    asm volatile("cp.async.commit_group;\n" ::);
+    for (int kc = 0; kc < chunks; ++kc) {
+        if (kc + 1 < chunks) {                           // the next chunk loads while this one computes
+            float* next = smem + ((kc + 1) & 1) * kMmaStageFloats;
+            stage_rows<VEC>(next, p, ldp, row0, m, (kc + 1) * kChunk);
+            stage_rows<VEC>(next + kTile * kMmaLds, q, ldq, col0, ncols, (kc + 1) * kChunk);
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+        asm volatile("cp.async.wait_group 1;\n" ::);
+        __syncthreads();
+        const float* sP = smem + (kc & 1) * kMmaStageFloats + (wm + g) * kMmaLds + t;
+        const float* sQ = smem + (kc & 1) * kMmaStageFloats + (kTile + wn + g) * kMmaLds + t;
+#pragma unroll 1                                 // unrolled or with the next step's fragments
+        for (int s = 0; s < kChunk / 8; ++s) {           // prefetched, ptxas spills at 128 registers
+            float fa[4][4], fb[4][2];
+            load_fragments(fa, fb, sP, sQ, 8 * s);
+            multiply_fragments(acc, fa, fb);
+        }
+        __syncthreads();                                 // this buffer is overwritten two chunks on
+    }
+    tf32x3::store_fragments<VEC, SUBTRACT, LOWER>(acc, c, ldc, row0 + wm, col0 + wn, m, ncols);
+}
+
+template <int VEC, bool SUBTRACT, bool LOWER>
+int launch_mma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
+               long long sc, int batch, int m, int ncols, int K) {
+    static int granted = 0;
+    const cudaError_t err = popkit::allow_dynamic_smem(tf32x3_mma_kernel<VEC, SUBTRACT, LOWER>, kMmaSmemBytes, granted);
+    if (err != cudaSuccess) return (int)err;
+    tf32x3_mma_kernel<VEC, SUBTRACT, LOWER><<<dim3(tf32x3::tiles_of<LOWER>(m, ncols), batch), kMmaThreads,
+                                              kMmaSmemBytes>>>(p, ldp, sp, q, ldq, sq, c, ldc, sc, m, ncols, K);
+    return (int)cudaGetLastError();
+}
+
+}  // namespace
+
+// C = P Q^T over every tile (mode tf32x3::kPanel) or C -= P Q^T on the lower tiles (kTrailing), for
+// `batch` matrices (strides sp, sq, sc floats). K: a multiple of 32; row offsets stay below 2^31.
+POPKIT_EXPORT int tf32x3_product_mma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
+                                     float* c, int ldc, long long sc, int batch, int m, int ncols, int K, int mode) {
+    const bool vec = tf32x3::rows_aligned16(p, ldp, sp, q, ldq, sq, c, ldc, sc);
+    if (mode == tf32x3::kPanel)
+        return vec ? launch_mma<4, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
+                   : launch_mma<1, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
+    return vec ? launch_mma<4, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
+               : launch_mma<1, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
+}

@@ -1,0 +1,230 @@
+// cholesky, the tf32x3 product on Hopper's warpgroup tensor cores (wgmma, sm_90a): C = P Q^T or
+// C -= P Q^T, the blocked driver's panel and trailing update (tf32x3.cuh: tiles and modes).
+//
+// Math: as cholesky_product_mma.cu, x = hi + lo with hi = x rounded to TF32 and lo = x - hi (the
+// tensor core truncates it), and C accumulates lo_P hi_Q + hi_P lo_Q + hi_P hi_Q (fp32 accumulate;
+// model.tf32x3_product). The sum over k is taken in a permuted order, the same for P and Q: within a
+// chunk of 32 columns, k8 step s reads columns {s, 4 + s, ..., 28 + s}, so that one 16-byte load of 4
+// consecutive columns feeds 4 steps.
+// Launch: one CTA per 128 x 128 tile of C, 256 threads = 2 warpgroups, each 64 rows of C by 128
+// columns (wgmma m64n128k8, 64 accumulators per thread). Per chunk of 32 columns of K:
+//   - each thread loads its own A fragments of P from global memory (4 x 16 bytes: rows g and g + 8
+//     of its warp's 16, columns 4t..4t+3 and 16+4t..16+4t+3) and splits them in registers, so every
+//     element of P is split once per CTA;
+//   - the CTA loads Q's 128 x 32 chunk (4 x 16 bytes per thread), splits it and stores hi and lo as
+//     two planes in the no-swizzle K-major layout wgmma reads (per k8 step: 8-row x 16-byte core
+//     matrices, 128 bytes apart along N, 2048 bytes apart along K; a warp's stores cover 32 banks);
+//   - each warpgroup issues 4 steps x 3 wgmmas from its registers (A) and the planes (B).
+// Planes are double-buffered (2 x 32 KiB): the next chunk's global loads and Q split run while the
+// tensor cores work on this one.
+// Why it is fast: the tensor cores read B from shared memory themselves and the split happens once
+// per element, where the mma.sync kernel loads and splits every fragment in every warp that reads it
+// (~5 instructions per mma, 0.23 issued per cycle: cholesky_product_mma.cu).
+#include "device_utils.cuh"
+#include "tf32x3.cuh"
+
+namespace {
+
+using tf32x3::kChunk;
+using tf32x3::kTile;
+
+constexpr int kWgThreads = 256;                              // 2 warpgroups x 64 rows of C
+constexpr int kStepWords = 8 * kTile;                        // Q's tile for one k8 step: 1024 floats
+constexpr int kPlaneWords = (kChunk / 8) * kStepWords;       // one chunk, hi or lo
+constexpr int kStageWords = 2 * kPlaneWords;                 // hi and lo
+constexpr int kWgSmemBytes = 2 * kStageWords * (int)sizeof(float);   // double-buffered: 64 KiB
+
+// The device code exists only in the sm_90a pass (wgmma); elsewhere the kernel body is a trap.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// 4 consecutive floats of a row (16-byte aligned when VEC == 4), zeros for a row past the matrix.
+template <int VEC>
+__device__ __forceinline__ float4 load4(const float* src, bool valid) {
+    if (!valid) return make_float4(0.f, 0.f, 0.f, 0.f);
+    if constexpr (VEC == 4) return *reinterpret_cast<const float4*>(src);
+    else return make_float4(src[0], src[1], src[2], src[3]);
+}
+
+__device__ __forceinline__ float component(const float4& v, int s) {
+    return s == 0 ? v.x : s == 1 ? v.y : s == 2 ? v.z : v.w;
+}
+
+constexpr unsigned kKBytes = 4 * kTile * 4;                  // core matrices along K: 2048 bytes apart
+constexpr unsigned kNBytes = 8 * 4 * 4;                      // along N: 128 bytes apart
+
+// wgmma's shared-memory descriptor of a plane step (no swizzle): start, K and N core-matrix strides.
+__device__ __forceinline__ unsigned long long plane_descriptor(const float* s) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(s);
+    return (unsigned long long)((addr & 0x3FFFFu) >> 4) | ((unsigned long long)(kKBytes >> 4) << 16) |
+           ((unsigned long long)(kNBytes >> 4) << 32);
+}
+
+// d += A B^T for a warpgroup's 64 x 128 tile and one k8 step: A from registers, B from the plane.
+__device__ __forceinline__ void wgmma_tf32(float (&d)[16][4], const unsigned (&a)[4], unsigned long long b) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k8.f32.tf32.tf32 {"
+        "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,"
+        "%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+        "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,"
+        "%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63},"
+        " {%64,%65,%66,%67}, %68, p, 1, 1;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]),
+          "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]),
+          "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]),
+          "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]),
+          "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]),
+          "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]),
+          "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]),
+          "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]),
+          "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]),
+          "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]),
+          "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]),
+          "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]),
+          "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]),
+          "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]),
+          "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]),
+          "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+}
+
+// Keep the compiler from moving registers that an in-flight wgmma reads or writes.
+template <int N>
+__device__ __forceinline__ void pin(float (&r)[N][4]) {
+#pragma unroll
+    for (int i = 0; i < N; ++i)
+        asm volatile("" : "+f"(r[i][0]), "+f"(r[i][1]), "+f"(r[i][2]), "+f"(r[i][3])::"memory");
+}
+
+__device__ __forceinline__ void pin(unsigned (&r)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        asm volatile("" : "+r"(r[i][0]), "+r"(r[i][1]), "+r"(r[i][2]), "+r"(r[i][3])::"memory");
+}
+
+// Split Q's chunk (this thread's 4 loads) into the hi and lo planes of one stage.
+__device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[4]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned* hi = reinterpret_cast<unsigned*>(stage);
+    unsigned* lo = hi + kPlaneWords;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int combo = warp * 4 + i, group = combo >> 1, half = combo & 1;   // 8 rows, 4 of the 8 quads
+        const int base = half * (4 * kTile) + group * 32 + lane;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            unsigned h, l;
+            tf32x3::split_tf32(component(rb[i], s), h, l);
+            hi[s * kStepWords + base] = h;
+            lo[s * kStepWords + base] = l;
+        }
+    }
+}
+
+// This thread's loads of one chunk: ra (its A fragments of P) and rb (its share of Q's chunk).
+template <int VEC>
+__device__ __forceinline__ void load_chunk(float4 (&ra)[4], float4 (&rb)[4], const float* p, int ldp, int arow,
+                                           int m, const float* q, int ldq, int col0, int ncols, int k) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {                       // a0..a3: rows g, g + 8; quads t, t + 4
+        const int r = arow + 8 * (e & 1), col = k + 4 * t + 16 * (e >> 1);
+        ra[e] = load4<VEC>(p + (r < m ? r * ldp + col : 0), r < m);     // 32-bit offsets: n^2 < 2^31
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int combo = warp * 4 + i, group = combo >> 1, half = combo & 1;
+        const int r = col0 + group * 8 + (lane >> 2), col = k + 4 * (half * 4 + t);
+        rb[i] = load4<VEC>(q + (r < ncols ? r * ldq + col : 0), r < ncols);
+    }
+}
+
+// Split this thread's A fragments: step s takes component s of each load.
+__device__ __forceinline__ void split_fragments(const float4 (&ra)[4], unsigned (&ah)[4][4], unsigned (&al)[4][4]) {
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tf32x3::split_tf32(component(ra[e], s), ah[s][e], al[s][e]);
+}
+#endif
+
+template <int VEC, bool SUBTRACT, bool LOWER>
+__global__ void __launch_bounds__(kWgThreads, 1)
+tf32x3_wgmma_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
+                    long long sc, int m, int ncols, int K) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ float4 smem4[];
+    float* smem = reinterpret_cast<float*>(smem4);
+    int ti, tj;
+    tf32x3::tile_of_block<LOWER>(ncols, ti, tj);
+    const int row0 = ti * kTile, col0 = tj * kTile;
+    p += blockIdx.y * sp;
+    q += blockIdx.y * sq;
+    c += blockIdx.y * sc;
+    const int warp = threadIdx.x >> 5, arow = row0 + 16 * warp + ((threadIdx.x & 31) >> 2);
+
+    float acc[1][16][4] = {};
+    float4 ra[4], rb[4];
+    unsigned ah[4][4], al[4][4];
+    const int chunks = K / kChunk;
+    load_chunk<VEC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, 0);
+    store_planes(smem, rb);
+    split_fragments(ra, ah, al);
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    __syncthreads();
+    for (int kc = 0; kc < chunks; ++kc) {
+        const bool more = kc + 1 < chunks;
+        if (more) load_chunk<VEC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, (kc + 1) * kChunk);
+        const float* stage = smem + (kc & 1) * kStageWords;
+        pin(acc[0]);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < kChunk / 8; ++s) {           // small terms first
+            const unsigned long long hi = plane_descriptor(stage + s * kStepWords);
+            const unsigned long long lo = plane_descriptor(stage + kPlaneWords + s * kStepWords);
+            wgmma_tf32(acc[0], al[s], hi);
+            wgmma_tf32(acc[0], ah[s], lo);
+            wgmma_tf32(acc[0], ah[s], hi);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        if (more) {                                      // the next planes fill while the tensor cores run
+            store_planes(smem + ((kc + 1) & 1) * kStageWords, rb);
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        pin(acc[0]);
+        pin(ah);
+        pin(al);
+        if (more) split_fragments(ra, ah, al);
+        __syncthreads();                                 // the next planes are complete; this stage is free
+    }
+    tf32x3::store_fragments<VEC, SUBTRACT, LOWER>(acc, c, ldc, row0 + 16 * warp, col0, m, ncols);
+#else
+    __trap();                                            // launched only where the build targets sm_90a
+#endif
+}
+
+template <int VEC, bool SUBTRACT, bool LOWER>
+int launch_wgmma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
+                 long long sc, int batch, int m, int ncols, int K) {
+    static int granted = 0;
+    const cudaError_t err =
+        popkit::allow_dynamic_smem(tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>, kWgSmemBytes, granted);
+    if (err != cudaSuccess) return (int)err;
+    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER><<<dim3(tf32x3::tiles_of<LOWER>(m, ncols), batch), kWgThreads,
+                                                kWgSmemBytes>>>(p, ldp, sp, q, ldq, sq, c, ldc, sc, m, ncols, K);
+    return (int)cudaGetLastError();
+}
+
+}  // namespace
+
+// As tf32x3_product_mma (cholesky_product_mma.cu), on wgmma: call it only on a GPU of compute
+// capability 9.0 with the build targeting sm_90a (elsewhere the kernel traps).
+POPKIT_EXPORT int tf32x3_product_wgmma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
+                                       float* c, int ldc, long long sc, int batch, int m, int ncols, int K, int mode) {
+    const bool vec = tf32x3::rows_aligned16(p, ldp, sp, q, ldq, sq, c, ldc, sc);
+    if (mode == tf32x3::kPanel)
+        return vec ? launch_wgmma<4, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
+                   : launch_wgmma<1, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
+    return vec ? launch_wgmma<4, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
+               : launch_wgmma<1, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
+}

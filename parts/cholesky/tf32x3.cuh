@@ -1,0 +1,96 @@
+// The tf32x3 product's shared pieces, for its two kernels (cholesky_product_mma.cu on any GPU from
+// sm_80, cholesky_product_wgmma.cu on sm_90a): the split of an operand into TF32 hi + lo, the tile a
+// CTA owns, and the epilogue that writes (or subtracts) a warp's accumulators.
+//
+// Both kernels compute C = P Q^T or C -= P Q^T (P: m x K rows, Q: ncols x K rows, K a multiple of
+// kChunk) in kTile x kTile tiles of C, one CTA per tile: grid.x runs over every tile, or over the
+// T (T + 1) / 2 tiles on and below the diagonal (LOWER, square C), grid.y over the batch.
+#pragma once
+#include "device_utils.cuh"
+
+namespace tf32x3 {
+
+constexpr int kTile = 128;                 // C tile edge
+constexpr int kChunk = 32;                 // K per stage
+
+// x = hi + lo: hi = x rounded to TF32 (10 mantissa bits, ties away from zero) by integer ops, lo = x - hi
+// exact in fp32; the tensor core reads lo's top 19 bits (truncation). Two integer ops and a subtract
+// instead of two cvt.rna.tf32 conversions per element (model.tf32_round, model.tf32_truncate).
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+// This CTA's tile (ti, tj) of C: LOWER numbers the tiles on and below the diagonal row by row,
+// blockIdx.x = ti (ti + 1) / 2 + tj with tj <= ti.
+template <bool LOWER>
+__device__ __forceinline__ void tile_of_block(int ncols, int& ti, int& tj) {
+    const int x = blockIdx.x;
+    if constexpr (LOWER) {
+        ti = (int)((sqrtf(8.f * x + 1.f) - 1.f) * 0.5f);
+        while ((ti + 1) * (ti + 2) / 2 <= x) ++ti;
+        while (ti * (ti + 1) / 2 > x) --ti;
+        tj = x - ti * (ti + 1) / 2;
+    } else {
+        const int col_tiles = (ncols + kTile - 1) / kTile;
+        ti = x / col_tiles;
+        tj = x % col_tiles;
+    }
+}
+
+// Grid of a product launch: every tile of C, or the lower ones.
+template <bool LOWER>
+inline int tiles_of(int m, int ncols) {
+    const int row_tiles = (m + kTile - 1) / kTile, col_tiles = (ncols + kTile - 1) / kTile;
+    return LOWER ? row_tiles * (row_tiles + 1) / 2 : row_tiles * col_tiles;
+}
+
+// Write a warp's accumulators in the m16n8 fragment layout (acc[mi][ni]: rows row0 + 16 mi + g and
+// + 8, columns col0 + 8 ni + 2 t and + 1; g = lane / 4, t = lane % 4) into C, or subtract them from
+// C; rows >= m and columns >= ncols are skipped, and with LOWER so is everything above the diagonal.
+// VEC == 4: C's rows are 16-byte aligned, so a lane's column pair is one 8-byte access.
+template <int VEC, bool SUBTRACT, bool LOWER, int MI, int NI>
+__device__ __forceinline__ void store_fragments(const float (&acc)[MI][NI][4], float* c, int ldc, int row0,
+                                                int col0, int m, int ncols) {
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll
+    for (int mi = 0; mi < MI; ++mi) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = row0 + mi * 16 + g + 8 * half;
+            if (r >= m) continue;
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const int col = col0 + ni * 8 + 2 * t;
+                const float v0 = acc[mi][ni][2 * half], v1 = acc[mi][ni][2 * half + 1];
+                float* dst = c + (size_t)r * ldc + col;
+                if (VEC == 4 && col + 1 < ncols && (!LOWER || col + 1 <= r)) {
+                    float2 out = make_float2(v0, v1);
+                    if (SUBTRACT) {
+                        const float2 old = *reinterpret_cast<const float2*>(dst);
+                        out = make_float2(old.x - v0, old.y - v1);
+                    }
+                    *reinterpret_cast<float2*>(dst) = out;
+                    continue;
+                }
+                if (col < ncols && (!LOWER || col <= r)) dst[0] = SUBTRACT ? dst[0] - v0 : v0;
+                if (col + 1 < ncols && (!LOWER || col + 1 <= r)) dst[1] = SUBTRACT ? dst[1] - v1 : v1;
+            }
+        }
+    }
+}
+
+// The two products the blocked driver runs: the panel (C = P Q^T over every tile, in place) and the
+// trailing update (C -= P Q^T on the lower tiles of a square C).
+enum Mode { kPanel = 0, kTrailing = 1 };
+
+inline bool aligned16(const void* ptr) { return ((size_t)ptr & 15) == 0; }
+
+// Whether every row of P, Q and C starts 16-byte aligned (the kernels' VEC = 4 path).
+inline bool rows_aligned16(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
+                           const float* c, int ldc, long long sc) {
+    return aligned16(p) && aligned16(q) && aligned16(c) && ldp % 4 == 0 && ldq % 4 == 0 && ldc % 4 == 0 &&
+           sp % 4 == 0 && sq % 4 == 0 && sc % 4 == 0;
+}
+
+}  // namespace tf32x3
