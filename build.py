@@ -25,7 +25,7 @@ import jinja2
 import yaml
 
 from checks import problems
-from checks.preflight import BANNED, PreflightReport, defines, preflight_bytes
+from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError
 from popcorn.evidence.files import write_atomic
@@ -228,7 +228,11 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
 
 
 def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:
-    """Render, preflight and write; a failing preflight leaves any previous output untouched."""
+    """Render, preflight and write; a failing preflight, or an output name the leaderboard (and so
+    `popkit submit`) refuses, leaves any previous output untouched."""
+    refused = name_error(Path(output).name)
+    if refused:
+        raise PopkitError(f"{refused}: the leaderboard refuses any other name, so submit would too; nothing built")
     result = render(problem, **kwargs)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))

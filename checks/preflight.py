@@ -53,11 +53,20 @@ def leading_directives(text: str) -> dict[str, str]:
     return found
 
 
+def name_error(name: str) -> str | None:
+    """The server's rule on a file's name (the preflight of submit and the builder's output both use it):
+    the error line, or None for a name it accepts."""
+    if name.endswith(SUFFIXES):
+        return None
+    return f"{name}: file name must end in {', '.join(SUFFIXES)}"
+
+
 def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -> PreflightReport:
     """The server's own rules on the file's bytes (no external tools)."""
     report = PreflightReport()
-    if not name.endswith(SUFFIXES):
-        report.errors.append(f"{name}: file name must end in {', '.join(SUFFIXES)}")
+    refused = name_error(name)
+    if refused:
+        report.errors.append(refused)
     if not data:
         report.errors.append(f"{name}: file is empty")
     if len(data) > MAX_BYTES:

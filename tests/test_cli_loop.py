@@ -110,6 +110,19 @@ def test_build_without_problem_or_check_is_one_error_line():
         "error: name a problem (popkit build qr_v2) or a file to check (--check FILE)"]
 
 
+def test_build_refuses_an_output_name_that_submit_would_refuse(tmp_path):
+    # One rule for both: submit's preflight refuses the name, so the build refuses it too, with the same words.
+    from checks.preflight import check_rules
+    submit_says = check_rules(build.render("qr_v2").text.encode(), "out.txt").errors
+    assert len(submit_says) == 1 and "file name must end in .py" in submit_says[0]
+    out = tmp_path / "out.txt"
+    result = run("build", "qr_v2", "-o", out)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"error: {submit_says[0]}"), result.output
+    assert not out.exists()
+
+
 def test_build_to_an_impossible_path_is_one_error_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
