@@ -276,10 +276,20 @@ def test_cli_prints_summary_and_writes_page(tmp_path):
 
 
 def test_cli_unknown_problem_is_one_line(tmp_path):
-    result = CliRunner().invoke(main, ["report", "nosuch", "--log", str(tmp_path / "none.jsonl"),
-                                       "-o", str(tmp_path / "out")])
+    log = tmp_path / "empty.jsonl"
+    log.write_text("")
+    result = CliRunner().invoke(main, ["report", "nosuch", "--log", str(log), "-o", str(tmp_path / "out")])
     assert result.exit_code == 1
     assert "no records for problem 'nosuch'" in result.output
+
+
+def test_cli_missing_log_is_a_usage_error(tmp_path):
+    # An explicitly named log that is not there is a typo, not an empty dashboard (it exited 0).
+    missing = tmp_path / "nosuch.jsonl"
+    result = CliRunner().invoke(main, ["report", "--log", str(missing), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert f"Invalid value for '--log': File '{missing}' does not exist." in result.output
+    assert not (tmp_path / "out").exists()
 
 
 def _chromium() -> str | None:
@@ -401,7 +411,8 @@ def test_report_without_matplotlib_is_one_line(tmp_path, monkeypatch):
         monkeypatch.delitem(sys.modules, f"popcorn.report.{name}", raising=False)
         monkeypatch.delattr(popcorn.report, name, raising=False)
     monkeypatch.setitem(sys.modules, "matplotlib", None)              # import matplotlib now fails
-    result = CliRunner().invoke(main, ["report", "--log", str(tmp_path / "none.jsonl"), "-o", str(tmp_path)])
+    (tmp_path / "empty.jsonl").write_text("")
+    result = CliRunner().invoke(main, ["report", "--log", str(tmp_path / "empty.jsonl"), "-o", str(tmp_path)])
     assert result.exit_code == 1
     [line] = result.output.splitlines()
     assert line.startswith("error: popkit report draws its charts with matplotlib") and "pip install" in line

@@ -17,7 +17,9 @@ def register(main):
     @click.argument("problem", required=False)
     @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
                   help="Folder for index.html and its PNG charts.  [default: report/]")
-    @click.option("--log", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_LOG,
+    # A log named with --log must exist (a typo is an error); the default one may be missing (a fresh
+    # project: the page says that no run has written it yet). Hence no click default here.
+    @click.option("--log", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                   help="Evidence log to read.  [default: logs/performance.jsonl]")
     @click.option("--include-cpu", is_flag=True, help="also count check, bench and diff runs made on a CPU")
     @click.option("--all-cases", is_flag=True, help="also count runs of chosen cases (--case), not only the "
@@ -32,7 +34,7 @@ def register(main):
             raise PopkitError(f"popkit report draws its charts with matplotlib, which does not import here ({exc}): "
                               "pip install matplotlib") from None
 
-        result = build_report(log, out_dir or DEFAULT_OUT, problem, include_cpu, all_cases)
+        result = build_report(log or DEFAULT_LOG, out_dir or DEFAULT_OUT, problem, include_cpu, all_cases)
         for line in result.evidence.notes:
             click.echo(f"warning: {line}", err=True)
         click.echo(summary(result))
