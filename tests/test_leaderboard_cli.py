@@ -653,3 +653,14 @@ def test_fetch_saves_the_code_and_will_not_overwrite(httpserver, home, tmp_path)
     assert again.exit_code == 1 and "submission_7.py exists" in again.stderr
     assert popkit("fetch", 7, "-o", "incumbent.py").exit_code == 0
     assert (tmp_path / "incumbent.py").read_text() == SOURCE
+
+
+@pytest.mark.parametrize("args, existing", [(("-o", "incumbent.py"), "incumbent.py"),
+                                            ((), "submission_7.py"), ((), "submission_7.cu")])
+def test_fetch_refuses_an_existing_file_before_any_request(httpserver, home, tmp_path, args, existing):
+    # The server is asked nothing: the refusal needs no reply (it used to GET the submission first).
+    (tmp_path / existing).write_text("mine\n")
+    result = popkit("fetch", 7, *args)
+    assert result.exit_code == 1 and f"{existing} exists: pass --force" in result.stderr, result.output
+    assert httpserver.log == []
+    assert (tmp_path / existing).read_text() == "mine\n"

@@ -175,12 +175,12 @@ def _add_listings(main, fail_cleanly):
     @fail_cleanly
     def fetch(submission_id, output, force):
         """Save a past submission's code (e.g. as the incumbent for `diff`)."""
+        results.refuse_overwrite(submission_id, output, force)     # before asking the server anything
         outcome = results.parse_submission(api.Client.from_config().submission(submission_id))
         if not outcome.code:
             raise PopkitError(f"the server sent no code for submission {submission_id}")
-        path = output or Path(f"submission_{submission_id}{Path(outcome.file_name).suffix or '.py'}")
-        if path.exists() and not force:
-            raise PopkitError(f"{path} exists: pass --force to overwrite it, or -o to choose another path")
+        path = output or results.code_path(submission_id, outcome.file_name)
+        results.refuse_overwrite(submission_id, path, force)       # made meanwhile
         write_atomic(path, outcome.code.encode())
         click.echo(f"saved submission {submission_id} ({outcome.leaderboard}, {outcome.file_name}) to {path}")
 

@@ -16,6 +16,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checks.preflight import SUFFIXES
 from checks.problems import Problem, ProblemError, known_problems, load_problem, parse_spec, short_spec
 from popcorn.errors import PopkitError
 from popcorn.evidence.files import write_atomic
@@ -331,6 +332,20 @@ def _my_standing(entries: list[dict], mine: dict | None) -> str:
 
 
 # -- evidence on disk ------------------------------------------------------------------------
+
+def code_path(submission_id: int, file_name: str | None) -> Path:
+    """Where `fetch` saves a submission's code by default: submission_ID with the uploaded file's suffix."""
+    return Path(f"submission_{submission_id}{Path(file_name or '').suffix or '.py'}")
+
+
+def refuse_overwrite(submission_id: int, output: Path | None, force: bool = False) -> None:
+    """Before any request: refuse an existing OUTPUT, or without one an existing submission_ID.<suffix> for
+    any suffix the server accepts (the reply would name which one), unless FORCE."""
+    candidates = [output] if output else [code_path(submission_id, f"code{suffix}") for suffix in SUFFIXES]
+    for path in candidates:
+        if not force and path.exists():
+            raise PopkitError(f"{path} exists: pass --force to overwrite it, or -o to choose another path")
+
 
 def log_dir() -> Path:
     """logs/ of the toolkit, or POPKIT_LOG_DIR when set."""
