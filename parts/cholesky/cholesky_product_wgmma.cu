@@ -28,7 +28,9 @@ namespace {
 using tf32x3::kChunk;
 using tf32x3::kTile;
 
-constexpr int kWgThreads = 256;                              // 2 warpgroups x 64 rows of C
+constexpr int kWgThreads = 128;                              // one warpgroup: 64 rows of a C tile
+constexpr int kWgRows = 64;
+constexpr int kQLoads = kTile * kChunk / 4 / kWgThreads;     // 16-byte loads of Q per thread and chunk
 constexpr int kStepWords = 8 * kTile;                        // Q's tile for one k8 step: 1024 floats
 constexpr int kPlaneWords = (kChunk / 8) * kStepWords;       // one chunk, hi or lo
 constexpr int kStageWords = 2 * kPlaneWords;                 // hi and lo
@@ -102,13 +104,13 @@ __device__ __forceinline__ void pin(unsigned (&r)[4][4]) {
 }
 
 // Split Q's chunk (this thread's 4 loads) into the hi and lo planes of one stage.
-__device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[4]) {
+__device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[kQLoads]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     unsigned* hi = reinterpret_cast<unsigned*>(stage);
     unsigned* lo = hi + kPlaneWords;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int combo = warp * 4 + i, group = combo >> 1, half = combo & 1;   // 8 rows, 4 of the 8 quads
+    for (int i = 0; i < kQLoads; ++i) {
+        const int combo = warp * kQLoads + i, group = combo >> 1, half = combo & 1;   // 8 rows, 4 of 8 quads
         const int base = half * (4 * kTile) + group * 32 + lane;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
@@ -122,7 +124,7 @@ __device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[4]
 
 // This thread's loads of one chunk: ra (its A fragments of P) and rb (its share of Q's chunk).
 template <int VEC>
-__device__ __forceinline__ void load_chunk(float4 (&ra)[4], float4 (&rb)[4], const float* p, int ldp, int arow,
+__device__ __forceinline__ void load_chunk(float4 (&ra)[4], float4 (&rb)[kQLoads], const float* p, int ldp, int arow,
                                            int m, const float* q, int ldq, int col0, int ncols, int k) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
 #pragma unroll
@@ -131,8 +133,8 @@ __device__ __forceinline__ void load_chunk(float4 (&ra)[4], float4 (&rb)[4], con
         ra[e] = load4<VEC>(p + (r < m ? r * ldp + col : 0), r < m);     // 32-bit offsets: n^2 < 2^31
     }
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const int combo = warp * 4 + i, group = combo >> 1, half = combo & 1;
+    for (int i = 0; i < kQLoads; ++i) {
+        const int combo = warp * kQLoads + i, group = combo >> 1, half = combo & 1;
         const int r = col0 + group * 8 + (lane >> 2), col = k + 4 * (half * 4 + t);
         rb[i] = load4<VEC>(q + (r < ncols ? r * ldq + col : 0), r < ncols);
     }
@@ -148,7 +150,7 @@ __device__ __forceinline__ void split_fragments(const float4 (&ra)[4], unsigned 
 #endif
 
 template <int VEC, bool SUBTRACT, bool LOWER>
-__global__ void __launch_bounds__(kWgThreads, 1)
+__global__ void __launch_bounds__(kWgThreads, 3)
 tf32x3_wgmma_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
                     long long sc, int m, int ncols, int K) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -156,14 +158,15 @@ tf32x3_wgmma_kernel(const float* p, int ldp, long long sp, const float* q, int l
     float* smem = reinterpret_cast<float*>(smem4);
     int ti, tj;
     tf32x3::tile_of_block<LOWER>(ncols, ti, tj);
-    const int row0 = ti * kTile, col0 = tj * kTile;
+    const int row0 = ti * kTile + kWgRows * blockIdx.z, col0 = tj * kTile;
+    if (row0 >= m) return;                               // the lower half of the last row of tiles
     p += blockIdx.y * sp;
     q += blockIdx.y * sq;
     c += blockIdx.y * sc;
     const int warp = threadIdx.x >> 5, arow = row0 + 16 * warp + ((threadIdx.x & 31) >> 2);
 
     float acc[1][16][4] = {};
-    float4 ra[4], rb[4];
+    float4 ra[4], rb[kQLoads];
     unsigned ah[4][4], al[4][4];
     const int chunks = K / kChunk;
     load_chunk<VEC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, 0);
@@ -210,8 +213,8 @@ int launch_wgmma(const float* p, int ldp, long long sp, const float* q, int ldq,
     const cudaError_t err =
         popkit::allow_dynamic_smem(tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>, kWgSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER><<<dim3(tf32x3::tiles_of<LOWER>(m, ncols), batch), kWgThreads,
-                                                kWgSmemBytes>>>(p, ldp, sp, q, ldq, sq, c, ldc, sc, m, ncols, K);
+    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER><<<dim3(tf32x3::tiles_of<LOWER>(m, ncols), batch, kTile / kWgRows),
+                                                kWgThreads, kWgSmemBytes>>>(p, ldp, sp, q, ldq, sq, c, ldc, sc, m, ncols, K);
     return (int)cudaGetLastError();
 }
 
