@@ -287,8 +287,10 @@ def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: l
 
 
 def _start(problem: str, submissions: dict[str, Path], device: str | None, harness: str | None,
-           mode: str) -> tuple[Problem, str, str]:
+           mode: str, log_path: Path | None) -> tuple[Problem, str, str]:
     prob = load_problem(problem)
+    if log_path is not None:
+        logs.require_appendable(log_path)
     for role, path in submissions.items():
         if role == "incumbent" and not Path(path).is_file():
             raise PopkitError(f"{path}: no such incumbent: `popkit promote {prob.name}` installs one, or pass "
@@ -309,7 +311,7 @@ def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0
           robust: bool = False) -> RunOutcome:
     """Every official test case (or the given ones), plus the robustness suite when asked, K extra seeds
     each; native gates, the folder's eval.py, or both (which must agree)."""
-    prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "check")
+    prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "check", log_path)
     specs, notes = select_specs(prob, "tests", custom, seeds if backend != "official" else 0, device, robust, backend)
     if backend == "official":
         runs = [official.run_eval(prob, submission, "test", specs, device, seed, progress)
@@ -352,7 +354,7 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
     A case's baseline comes from the log (checks/baselines.py: the --log file and logs/performance.jsonl)
     when an earlier passing bench timed it for the same case, GPU, torch and device, unless
     fresh_baseline; only the rest are timed."""
-    prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench")
+    prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench", log_path)
     _refuse_cpu_timing(prob, backend, device, custom, "bench")
     notes = [] if device.startswith("cuda") else ["no GPU: CPU timings say nothing about GPU speed"]
     specs, more = select_specs(prob, "benchmarks", custom, 0, device, False, backend)
@@ -412,7 +414,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
                         log_path, "official" if harness is None else harness)
     submissions = {"candidate": submission, "incumbent": incumbent}
-    prob, device, backend = _start(problem, submissions, device, harness, "diff")
+    prob, device, backend = _start(problem, submissions, device, harness, "diff", log_path)
     _refuse_cpu_timing(prob, backend, device, custom, "diff")
     specs, notes = select_specs(prob, "benchmarks", custom, 0, device, False, backend)
     if backend == "official":

@@ -111,3 +111,18 @@ def test_check_builds_the_problem_when_submission_py_is_another_problems(tmp_pat
     assert result.exit_code == 0, result.output
     assert "is not built for eigh: built parts/eigh to" in result.output
     assert (tmp_path / "popkit-builds" / "eigh.py").is_file()
+
+
+@pytest.mark.parametrize("verb", ["check", "bench", "diff"])
+def test_a_log_that_cannot_be_written_is_refused_before_the_run(built, tmp_path, monkeypatch, verb):
+    # It ran every case, then lost the record and the table to one 'No such file or directory' line.
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    log = blocker / "logs" / "performance.jsonl"
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    extra = ["--incumbent", built["qr_v2"]] if verb == "diff" else []
+    result = run(verb, "qr_v2", "--submission", built["qr_v2"], *extra, "--case", SPEC, "--device", "cpu",
+                 "--log", log)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: {log}: the evidence log cannot be written "
+                                          f"(Not a directory): nothing was run"]

@@ -148,6 +148,21 @@ def append_record(record: dict, path: Path | str = DEFAULT_LOG) -> Path:
     return path
 
 
+def require_appendable(path: Path | str) -> None:
+    """Before a long run: its record can be appended to PATH (the folder exists or is made now, and it or the
+    file is writable); else a PopkitError, so that no run ends by losing its record."""
+    path = Path(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        why = None if os.access(path if path.exists() else path.parent, os.W_OK) else "permission denied"
+        if path.is_dir():
+            why = "a folder"
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    if why:
+        raise PopkitError(f"{path}: the evidence log cannot be written ({why}): nothing was run")
+
+
 def read_records(path: Path | str = DEFAULT_LOG) -> tuple[list[dict], list[str]]:
     """All records, plus one message per line that is not a JSON object (with its line number)."""
     path = Path(path)
