@@ -243,14 +243,18 @@ def case_record(result: dict) -> dict:
                if k in result}}
 
 
-def require_submission_for(prob: Problem, path: Path) -> None:
-    """The file exists and, when it names a leaderboard, names this problem's."""
+def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -> None:
+    """The file exists and, when it names a leaderboard, names this problem's; ROLE "incumbent" says what
+    to pass instead of the incumbent."""
     if not path.is_file():
         raise PopkitError(f"{path}: no such submission file (run `popkit build {prob.name}` first)")
     board = leading_directives(path.read_text(encoding="utf-8", errors="replace")).get("leaderboard")
     if board is not None and board != prob.leaderboard:
-        raise PopkitError(f"{path} is a {board} submission (its #!POPCORN leaderboard line), not {prob.leaderboard}: "
-                          f"run `popkit build {prob.name} -o FILE` and pass --submission FILE")
+        wrong = f"{path} is a {board} submission (its #!POPCORN leaderboard line), not {prob.leaderboard}"
+        if role == "incumbent":
+            raise PopkitError(f"the incumbent {wrong}: pass --incumbent a {prob.name} file (`popkit promote "
+                              f"{prob.name}` installs one, or --incumbent {REFERENCE_INCUMBENT})")
+        raise PopkitError(f"{wrong}: run `popkit build {prob.name} -o FILE` and pass --submission FILE")
 
 
 def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results: list[dict], info: dict,
@@ -295,7 +299,7 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
         if role == "incumbent" and not Path(path).is_file():
             raise PopkitError(f"{path}: no such incumbent: `popkit promote {prob.name}` installs one, or pass "
                               f"--incumbent FILE (or --incumbent {REFERENCE_INCUMBENT}, the folder's ref_kernel)")
-        require_submission_for(prob, Path(path))
+        require_submission_for(prob, Path(path), role)
     backend = resolve_backend(prob, harness, mode)
     return prob, resolve_device(device), backend
 

@@ -272,6 +272,16 @@ def test_diff_without_an_incumbent_says_how_to_get_one(steady, tmp_path):
         "(or --incumbent reference, the folder's ref_kernel)"]
 
 
+def test_diff_with_another_problems_incumbent_names_the_incumbent(built, steady, tmp_path):
+    # It said "pass --submission FILE", about the file that was fine.
+    result = run("diff", "qr_v2", "--submission", steady, "--incumbent", built["eigh"], "--case", TINY,
+                 "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: the incumbent {built['eigh']} is a eigh submission (its #!POPCORN leaderboard line), not qr_v2: "
+        "pass --incumbent a qr_v2 file (`popkit promote qr_v2` installs one, or --incumbent reference)"]
+
+
 def test_changed_parts_names_the_parts_that_differ(built, tmp_path):
     text = built["qr_v2"].read_text()
     old = re.search(r"(?m)^# part qr_v2/route\.py sha256 ([0-9a-f]{64})$", text).group(1)
