@@ -292,6 +292,18 @@ def test_cli_missing_log_is_a_usage_error(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_cli_file_with_no_record_is_one_line(tmp_path):
+    # `--log submission.py` printed a warning per line (hundreds) and exited 0 with an empty page.
+    wrong = tmp_path / "submission.py"
+    wrong.write_text("#!POPCORN leaderboard qr_v2\n" + "x = 1\n" * 300)
+    result = CliRunner().invoke(main, ["report", "--log", str(wrong), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: {wrong} is not an evidence log: none of its 301 non-blank line(s) is a JSON record "
+        f"(the first: {wrong}:1: not JSON (Expecting value))"]
+    assert not (tmp_path / "out").exists()
+
+
 def _chromium() -> str | None:
     return next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
 

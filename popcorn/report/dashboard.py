@@ -31,8 +31,8 @@ def build_report(log: Path | str = DEFAULT_LOG, out_dir: Path | str = DEFAULT_OU
     """Write OUT_DIR/index.html and one PNG per drawable section; PROBLEM limits it to one problem.
     Only GPU runs of the full official lists count unless include_cpu / all_cases."""
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
     evidence = load_evidence(log, problem, include_cpu, all_cases)
+    out_dir.mkdir(parents=True, exist_ok=True)
     charts, notes = {}, {}
     for ev in evidence.problems:
         charts[ev.name], notes[ev.name] = {}, ev.notes()

@@ -167,6 +167,9 @@ def load_evidence(log: Path | str, problem: str | None = None, include_cpu: bool
     chosen cases count only when asked."""
     log = Path(log)
     records, notes = read_records(log)
+    if notes and not records:
+        raise PopkitError(f"{log} is not an evidence log: none of its {len(notes)} non-blank line(s) is a JSON record "
+                          f"(the first: {notes[0]})")
     if not log.is_file():
         notes.append(f"No log at {log}: check, bench and diff runs write it.")
     by_problem: dict[str, list[dict]] = {}
