@@ -130,8 +130,9 @@ tf32x3_mma_kernel(const float* p, int ldp, long long sp, const float* q, int ldq
     for (int kc = 0; kc < chunks; ++kc) {
         if (kc + 1 < chunks) {                           // the next chunk loads while this one computes
             float* next = smem + ((kc + 1) & 1) * kMmaStageFloats;
-            stage_rows<VEC>(next, p, ldp, row0, m, (kc + 1) * kChunk);
-            stage_rows<VEC>(next + kTile * kMmaLds, q, ldq, col0, ncols, (kc + 1) * kChunk);
+            const int k = (kc + 1) * kChunk;
+            stage_rows<VEC>(next, p, ldp, row0, m, k);
+            stage_rows<VEC>(next + kTile * kMmaLds, q, ldq, col0, ncols, k);
         }
         asm volatile("cp.async.commit_group;\n" ::);
         asm volatile("cp.async.wait_group 1;\n" ::);

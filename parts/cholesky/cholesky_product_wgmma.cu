@@ -6,20 +6,25 @@
 // model.tf32x3_product). The sum over k is taken in a permuted order, the same for P and Q: within a
 // chunk of 32 columns, k8 step s reads columns {s, 4 + s, ..., 28 + s}, so that one 16-byte load of 4
 // consecutive columns feeds 4 steps.
-// Launch: one CTA per 128 x 128 tile of C, 256 threads = 2 warpgroups, each 64 rows of C by 128
-// columns (wgmma m64n128k8, 64 accumulators per thread). Per chunk of 32 columns of K:
+// Launch: one CTA per 64 x 128 half of a 128 x 128 tile of C (grid.z: the half), 128 threads = one
+// warpgroup (wgmma m64n128k8, 64 accumulators per thread), three CTAs per SM (168 registers, 64 KiB
+// of shared memory). Per chunk of 32 columns of K:
 //   - each thread loads its own A fragments of P from global memory (4 x 16 bytes: rows g and g + 8
 //     of its warp's 16, columns 4t..4t+3 and 16+4t..16+4t+3) and splits them in registers, so every
 //     element of P is split once per CTA;
-//   - the CTA loads Q's 128 x 32 chunk (4 x 16 bytes per thread), splits it and stores hi and lo as
+//   - the CTA loads Q's 128 x 32 chunk (8 x 16 bytes per thread), splits it and stores hi and lo as
 //     two planes in the no-swizzle K-major layout wgmma reads (per k8 step: 8-row x 16-byte core
 //     matrices, 128 bytes apart along N, 2048 bytes apart along K; a warp's stores cover 32 banks);
-//   - each warpgroup issues 4 steps x 3 wgmmas from its registers (A) and the planes (B).
+//   - the warpgroup issues 4 steps x 3 wgmmas from its registers (A) and the planes (B).
 // Planes are double-buffered (2 x 32 KiB): the next chunk's global loads and Q split run while the
-// tensor cores work on this one.
+// tensor cores work on this one; the three CTAs of an SM cover each other's load latency.
 // Why it is fast: the tensor cores read B from shared memory themselves and the split happens once
 // per element, where the mma.sync kernel loads and splits every fragment in every warp that reads it
-// (~5 instructions per mma, 0.23 issued per cycle: cholesky_product_mma.cu).
+// (~5 instructions per mma, 0.23 issued per cycle: cholesky_product_mma.cu). H200, same run (device
+// run 5 of this session's priors entry): 1x8192 7.51 ms against 8.10 for the mma.sync kernel with the
+// same epilogue, 1x4096 2.37 against 2.62. Measured and not kept: two warpgroups per CTA (one CTA per
+// SM: slower than mma.sync at 1x8192), and all of K copied up front by cp.async into 208 KiB of
+// shared memory (no faster than this: 1x8192 7.55 ms).
 #include "device_utils.cuh"
 #include "tf32x3.cuh"
 
@@ -30,7 +35,6 @@ using tf32x3::kTile;
 
 constexpr int kWgThreads = 128;                              // one warpgroup: 64 rows of a C tile
 constexpr int kWgRows = 64;
-constexpr int kQLoads = kTile * kChunk / 4 / kWgThreads;     // 16-byte loads of Q per thread and chunk
 constexpr int kStepWords = 8 * kTile;                        // Q's tile for one k8 step: 1024 floats
 constexpr int kPlaneWords = (kChunk / 8) * kStepWords;       // one chunk, hi or lo
 constexpr int kStageWords = 2 * kPlaneWords;                 // hi and lo
@@ -38,6 +42,8 @@ constexpr int kWgSmemBytes = 2 * kStageWords * (int)sizeof(float);   // double-b
 
 // The device code exists only in the sm_90a pass (wgmma); elsewhere the kernel body is a trap.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int kQLoads = kTile * kChunk / 4 / kWgThreads;     // 16-byte loads of Q per thread and chunk
+
 // 4 consecutive floats of a row (16-byte aligned when VEC == 4), zeros for a row past the matrix.
 template <int VEC>
 __device__ __forceinline__ float4 load4(const float* src, bool valid) {

@@ -45,36 +45,66 @@ inline int tiles_of(int m, int ncols) {
     return LOWER ? row_tiles * (row_tiles + 1) / 2 : row_tiles * col_tiles;
 }
 
+// Which of a lane's two columns (col, col + 1) in row r a store touches: none, one or both, and whether
+// both go as one 8-byte access (VEC == 4: C's rows are 16-byte aligned and col is even).
+struct PairMask { bool first, second, paired; };
+
+template <int VEC, bool LOWER>
+__device__ __forceinline__ PairMask pair_mask(int r, int col, int m, int ncols) {
+    const bool row_ok = r < m;
+    const bool first = row_ok && col < ncols && (!LOWER || col <= r);
+    const bool second = row_ok && col + 1 < ncols && (!LOWER || col + 1 <= r);
+    return {first, second, VEC == 4 && second};
+}
+
 // Write a warp's accumulators in the m16n8 fragment layout (acc[mi][ni]: rows row0 + 16 mi + g and
 // + 8, columns col0 + 8 ni + 2 t and + 1; g = lane / 4, t = lane % 4) into C, or subtract them from
 // C; rows >= m and columns >= ncols are skipped, and with LOWER so is everything above the diagonal.
-// VEC == 4: C's rows are 16-byte aligned, so a lane's column pair is one 8-byte access.
+// SUBTRACT reads all of a row pair's old values before it writes any: the compiler cannot prove that
+// a store and a later load of C differ, so a load-subtract-store loop pays a full memory round trip
+// per element.
 template <int VEC, bool SUBTRACT, bool LOWER, int MI, int NI>
 __device__ __forceinline__ void store_fragments(const float (&acc)[MI][NI][4], float* c, int ldc, int row0,
                                                 int col0, int m, int ncols) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
+        float2 old[2][NI];
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int r = row0 + mi * 16 + g + 8 * half;
-            if (r >= m) continue;
 #pragma unroll
             for (int ni = 0; ni < NI; ++ni) {
                 const int col = col0 + ni * 8 + 2 * t;
-                const float v0 = acc[mi][ni][2 * half], v1 = acc[mi][ni][2 * half + 1];
-                float* dst = c + (size_t)r * ldc + col;
-                if (VEC == 4 && col + 1 < ncols && (!LOWER || col + 1 <= r)) {
-                    float2 out = make_float2(v0, v1);
-                    if (SUBTRACT) {
-                        const float2 old = *reinterpret_cast<const float2*>(dst);
-                        out = make_float2(old.x - v0, old.y - v1);
-                    }
-                    *reinterpret_cast<float2*>(dst) = out;
-                    continue;
+                const PairMask mask = pair_mask<VEC, LOWER>(r, col, m, ncols);
+                const float* src = c + (size_t)r * ldc + col;
+                old[half][ni] = make_float2(0.f, 0.f);
+                if (!SUBTRACT) continue;
+                if (mask.paired) {
+                    old[half][ni] = *reinterpret_cast<const float2*>(src);
+                } else {
+                    if (mask.first) old[half][ni].x = src[0];
+                    if (mask.second) old[half][ni].y = src[1];
                 }
-                if (col < ncols && (!LOWER || col <= r)) dst[0] = SUBTRACT ? dst[0] - v0 : v0;
-                if (col + 1 < ncols && (!LOWER || col + 1 <= r)) dst[1] = SUBTRACT ? dst[1] - v1 : v1;
+            }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = row0 + mi * 16 + g + 8 * half;
+#pragma unroll
+            for (int ni = 0; ni < NI; ++ni) {
+                const int col = col0 + ni * 8 + 2 * t;
+                const PairMask mask = pair_mask<VEC, LOWER>(r, col, m, ncols);
+                float* dst = c + (size_t)r * ldc + col;
+                const float2 out = SUBTRACT ? make_float2(old[half][ni].x - acc[mi][ni][2 * half],
+                                                          old[half][ni].y - acc[mi][ni][2 * half + 1])
+                                            : make_float2(acc[mi][ni][2 * half], acc[mi][ni][2 * half + 1]);
+                if (mask.paired) {
+                    *reinterpret_cast<float2*>(dst) = out;
+                } else {
+                    if (mask.first) dst[0] = out.x;
+                    if (mask.second) dst[1] = out.y;
+                }
             }
         }
     }
