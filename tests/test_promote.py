@@ -43,7 +43,9 @@ def root(tmp_path):
 
 @pytest.fixture
 def log(tmp_path):
-    return tmp_path / "perf.jsonl"
+    path = tmp_path / "perf.jsonl"
+    path.write_text("")       # there, without a record yet (a --log that is not there is refused)
+    return path
 
 
 def evidence(log, path, mode, specs=None, device="cuda", gpu="NVIDIA H200", passed=True, time=None, problem="qr_v2"):
@@ -227,6 +229,15 @@ def test_cli_unknown_problem_is_one_line(bound, candidate, log):
     assert result.exit_code == 1
     assert result.output.splitlines()[0].startswith("error: unknown problem 'foo'")
     assert len(result.output.splitlines()) == 1 and not bound.exists()
+
+
+def test_cli_missing_log_is_a_usage_error(bound, candidate, tmp_path):
+    # It said "no GPU check of this file ...: run `popkit check` on a GPU" about a typo in the log's name.
+    missing = tmp_path / "perfomance.jsonl"
+    result = run("promote", "qr_v2", "--submission", candidate, "--log", missing)
+    assert result.exit_code == 2
+    assert f"Invalid value for '--log': File '{missing}' does not exist." in result.output
+    assert not bound.exists()
 
 
 def test_cli_help_names_the_file_promote_takes():

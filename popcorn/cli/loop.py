@@ -171,10 +171,13 @@ def register(main):
                   show_default=True, help="the file to make the incumbent (built for PROBLEM)")
     @click.option("--force", is_flag=True,
                   help="skip the GPU evidence (unknown problems and other problems' files are still refused)")
-    @log_opt
+    # The evidence is read, not written: a log named with --log must exist (a typo is an error); the
+    # default one may be missing (a fresh project). Hence no click default here.
+    @click.option("--log", "log_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+                  help="the evidence log to read  [default: logs/performance.jsonl]")
     @fail_cleanly
     def promote_cmd(problem, submission, force, log_path):
         """Make the candidate the incumbent that `diff` compares against."""
         from popcorn.promote import promote
-        target = promote(problem, submission, log_path=log_path, force=force)
+        target = promote(problem, submission, log_path=log_path or logs.DEFAULT_LOG, force=force)
         click.echo(f"promoted {submission} -> {target}")
