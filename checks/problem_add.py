@@ -64,7 +64,7 @@ class AddResult:
 def record_for(folder: task_folder.TaskFolder, leaderboard: str | None) -> dict:
     """The task.yml facts a problem record holds, in a stable key order."""
     return {
-        "leaderboard": leaderboard or folder.leaderboard,
+        "leaderboard": folder.leaderboard if leaderboard is None else leaderboard,
         "gpu_on_leaderboard": folder.gpus[0],
         "gpus": folder.gpus,
         "timeouts_s": folder.timeouts_s(),
@@ -122,6 +122,10 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         raise ProblemError(f"problem {name!r} exists ({record_path}); pass --force to refresh its record "
                            "from the folder (its parts are kept)")
     record = record_for(folder, leaderboard)
+    board_error = problems.leaderboard_error(record["leaderboard"])
+    if board_error:
+        fix = "; pass --leaderboard NAME" if leaderboard is None else ""   # the folder named it
+        raise ProblemError(f"problem {name}: {board_error}{fix}; nothing was added")
     for key in ("tests", "benchmarks"):
         for case in record[key]:
             problems.generic_spec(case)

@@ -50,6 +50,15 @@ class Problem:
         return native_checker(self.name)
 
 
+def leaderboard_error(board: str) -> str | None:
+    """Why BOARD cannot be a leaderboard's name (None when it can): a submission's '#!POPCORN leaderboard'
+    line holds one word, and the server looks boards up in lower case (a directive that differs is refused)."""
+    if board and board == board.lower() and not any(c.isspace() for c in board):
+        return None
+    return (f"{board!r} is not a leaderboard name: one word in lower case (a '#!POPCORN leaderboard' line holds "
+            "one word, and the server refuses a directive that is not the board's lower-case name)")
+
+
 def known_problems(cases_dir: Path | None = None) -> list[str]:
     return sorted(p.stem for p in (cases_dir or CASES_DIR).glob("*.yml"))
 
@@ -72,6 +81,9 @@ def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
     if not isinstance(raw, dict) or not raw.get("tests") or not raw.get("benchmarks"):
         raise ProblemError(f"{path}: a problem record needs non-empty 'tests' and 'benchmarks' lists")
     gpus = [str(g) for g in raw.get("gpus") or [raw.get("gpu_on_leaderboard", "B200")]]
+    board_error = leaderboard_error(str(raw.get("leaderboard", name)))
+    if board_error:
+        raise ProblemError(f"{path}: {board_error}")
     problem = Problem(name=name, leaderboard=str(raw.get("leaderboard", name)), gpu=gpus[0], gpus=gpus,
                       gates=raw.get("gates") or {}, timeouts_s=raw.get("timeouts_s") or {},
                       ranking=str(raw.get("ranking", "")), harness=raw.get("harness") or {})

@@ -118,6 +118,25 @@ def test_add_rejects_a_name_that_is_not_a_package_name(toy):
         problem_add.add_problem("Add-One", toy)
 
 
+@pytest.mark.parametrize("board", ["Bad Board", "AddOne_v1", ""])
+def test_add_rejects_a_leaderboard_no_submission_could_name_and_writes_nothing(toy, tmp_path, board):
+    # 'Bad Board' was recorded, and every build then failed ("directive says leaderboard 'Bad', expected
+    # 'Bad Board'"); a mixed-case board built files that submit refuses.
+    with pytest.raises(ProblemError, match="not a leaderboard name") as info:
+        problem_add.add_problem("addone", toy, leaderboard=board)
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
+    assert not (tmp_path / ".popkit").exists()
+
+
+def test_a_record_with_a_leaderboard_no_submission_could_name_is_refused(toy):
+    problem_add.add_problem("addone", toy)
+    path = problems.record_path("addone")
+    write(path, path.read_text().replace("leaderboard: addone_v1", "leaderboard: Addone V1"))
+    with pytest.raises(ProblemError, match=r"addone.yml: 'Addone V1' is not a leaderboard name"):
+        problems.load_problem("addone")
+
+
 def test_folder_lookup_order_env_then_reference_root_then_local_config(toy, tmp_path, monkeypatch):
     prob = added(toy)
     other = tmp_path / "elsewhere" / "problems" / "toy" / "addone_py"
