@@ -2,16 +2,17 @@
 // our own kernels, so no Python (and no cuBLAS launch) sits between two steps.
 //
 // For k0 = 0, nb, 2 nb, ... (w = min(nb, n - k0)):
-//   1. cholesky_tiled.cu factors the diagonal block in place and writes X = inv(L11);
-//   2. the panel, in place:        L21 = A21 X^T      (a tf32x3 product, overwriting A21)
+//   1. cholesky_tiled.cu factors the diagonal block and writes X = inv(L11);
+//   2. the panel:                  L21 = A21 X^T      (a tf32x3 product)
 //   3. the trailing update:        A22 -= L21 L21^T   (a tf32x3 product, lower tiles only)
-// The strict upper part keeps A's upper triangle and the diagonal tiles' products; the caller
-// zeroes it once (model.blocked_tf32x3_model is the same algorithm in torch).
+// Step 0 reads A and writes L; A is neither copied nor changed, and L's upper triangle gets zeros from
+// the diagonal kernel (inside each block) and the panel (its mirror), so no pass over the whole matrix
+// remains (a clone and a tril_ were ~80 us at 1x4096; model.blocked_tf32x3_model is the algorithm).
 //
 // The products are tf32x3 (~21 bits on TF32 tensor cores, tf32x3.cuh): cholesky_product_wgmma.cu on a
-// compute capability 9.0 GPU (the build targets sm_90a there), cholesky_product_mma.cu elsewhere. The
-// panel runs in place: its grid has one column tile (w <= 128), so a CTA reads all of its P rows
-// before it writes them.
+// compute capability 9.0 GPU (the build targets sm_90a there), cholesky_product_mma.cu elsewhere. From
+// step 1 on the panel runs in place: its grid has one column tile (w <= 128), so a CTA reads all of
+// its P rows before it writes them.
 // Why it is fast: the whole factorization is one call, so no host time sits between steps (the
 // Python loop spent ~25 us per step on 5 launches, views and precision switches, more than the GPU
 // needed for most steps of a 1 x 4096 matrix); the products run on tensor cores at ~fp32 accuracy
@@ -22,10 +23,8 @@
 // The other parts' entry points (the same translation unit in the built file).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
                                  int ld, int stride, int tdim, int ts);
-POPKIT_EXPORT int tf32x3_product_mma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
-                                     float* c, int ldc, long long sc, int batch, int m, int ncols, int K, int mode);
-POPKIT_EXPORT int tf32x3_product_wgmma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
-                                       float* c, int ldc, long long sc, int batch, int m, int ncols, int K, int mode);
+POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
+POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
 
 namespace {
 
@@ -39,28 +38,38 @@ bool has_wgmma() {
 
 }  // namespace
 
-// Factor `batch` n x n matrices in place in L (A's lower triangle on entry; the strict upper part is
-// left for the caller to zero). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
+// Factor `batch` n x n matrices: A (read only; its lower triangle) into L (written whole: the factor
+// and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
 // matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
-// nb). nb: a multiple of 32, at most 128. n * n < 2^31 (the product kernel's 32-bit row offsets).
-POPKIT_EXPORT int cholesky_blocked(float* L, float* xinv, const float* diag_max, int batch, int n, int nb, int tdim,
-                                   int ts) {
+// nb). nb: a multiple of 32, at most 128. n * n < 2^31 (the products' 32-bit row offsets). Step 0 reads
+// A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros above
+// its block's diagonal and the panel zeroes its mirror, which together cover L's upper triangle.
+POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
+                                   int nb, int tdim, int ts) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
-        nb % tf32x3::kChunk != 0 || tdim * ts < nb || !L || !xinv || !diag_max)
+        nb % tf32x3::kChunk != 0 || tdim * ts < nb || !A || !L || !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
     const long long stride = (long long)n * n;
     const auto product = has_wgmma() ? tf32x3_product_wgmma : tf32x3_product_mma;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;
+        const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;     // this step's input: A, then L
         float* block = L + (size_t)k0 * n + k0;
-        if (k0 + w == n) return cholesky_tiled(block, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
-        int err = cholesky_tiled(block, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
+        if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
+        int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
         if (err) return err;
         const int m = n - k0 - w;
-        float* panel = block + (size_t)w * n;
-        err = product(panel, n, stride, xinv, w, (long long)w * w, panel, n, stride, batch, m, w, w, tf32x3::kPanel);
+        const float* a21 = src + (size_t)w * n;
+        float* l21 = block + (size_t)w * n;
+        // L21 = A21 X^T, and zeros where L21^T would sit, right of the diagonal block
+        const tf32x3::Product panel = {a21, n, stride, xinv, w, (long long)w * w, a21, l21, n, stride,
+                                       block + w, m, w, w};
+        err = product(panel, batch, tf32x3::kPanel);
         if (err) return err;
-        err = product(panel, n, stride, panel, n, stride, panel + w, n, stride, batch, m, m, w, tf32x3::kTrailing);
+        // A22 -= L21 L21^T on the lower tiles
+        const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + w, l21 + w, n, stride,
+                                          nullptr, m, m, w};
+        err = product(trailing, batch, tf32x3::kTrailing);
         if (err) return err;
     }
     return (int)cudaSuccess;

@@ -107,23 +107,22 @@ __device__ __forceinline__ void multiply_fragments(float (&acc)[4][4][4], const 
 // 250ac48 variants); one CTA's 8 warps cannot hide the fragment latency.
 template <int VEC, bool SUBTRACT, bool LOWER>
 __global__ void __launch_bounds__(kMmaThreads, 2)
-tf32x3_mma_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
-                  long long sc, int m, int ncols, int K) {
+tf32x3_mma_kernel(const tf32x3::Product op) {
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     int ti, tj;
+    const int m = op.m, ncols = op.ncols, ldp = op.ldp, ldq = op.ldq;
     tf32x3::tile_of_block<LOWER>(ncols, ti, tj);
     const int row0 = ti * kTile, col0 = tj * kTile;
-    p += blockIdx.y * sp;
-    q += blockIdx.y * sq;
-    c += blockIdx.y * sc;
+    const float* p = op.p + blockIdx.y * op.sp;
+    const float* q = op.q + blockIdx.y * op.sq;
 
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int g = lane >> 2, t = lane & 3;               // the mma fragment coordinates
     const int wm = (warp >> 2) * 64, wn = (warp & 3) * 32;
     float acc[4][4][4] = {};
 
-    const int chunks = K / kChunk;
+    const int chunks = op.K / kChunk;
     stage_rows<VEC>(smem, p, ldp, row0, m, 0);
     stage_rows<VEC>(smem + kTile * kMmaLds, q, ldq, col0, ncols, 0);
     asm volatile("cp.async.commit_group;\n" ::);
@@ -147,30 +146,30 @@ tf32x3_mma_kernel(const float* p, int ldp, long long sp, const float* q, int ldq
         }
         __syncthreads();                                 // this buffer is overwritten two chunks on
     }
-    tf32x3::store_fragments<VEC, SUBTRACT, LOWER>(acc, c, ldc, row0 + wm, col0 + wn, m, ncols);
+    const long long batch_offset = blockIdx.y * op.sc;
+    tf32x3::store_fragments<VEC, SUBTRACT, LOWER>(acc, op.c_in + batch_offset, op.c + batch_offset, op.ldc, row0 + wm,
+                                                  col0 + wn, m, ncols);
+    if (!SUBTRACT && op.mirror)
+        tf32x3::zero_mirror<VEC, kMmaThreads>(op.mirror + batch_offset, op.ldc, row0, min(row0 + kTile, m), ncols);
 }
 
 template <int VEC, bool SUBTRACT, bool LOWER>
-int launch_mma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
-               long long sc, int batch, int m, int ncols, int K) {
+int launch_mma(const tf32x3::Product& op, int batch) {
     static int granted = 0;
     const cudaError_t err = popkit::allow_dynamic_smem(tf32x3_mma_kernel<VEC, SUBTRACT, LOWER>, kMmaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    tf32x3_mma_kernel<VEC, SUBTRACT, LOWER><<<dim3(tf32x3::tiles_of<LOWER>(m, ncols), batch), kMmaThreads,
-                                              kMmaSmemBytes>>>(p, ldp, sp, q, ldq, sq, c, ldc, sc, m, ncols, K);
+    tf32x3_mma_kernel<VEC, SUBTRACT, LOWER>
+        <<<dim3(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch), kMmaThreads, kMmaSmemBytes>>>(op);
     return (int)cudaGetLastError();
 }
 
 }  // namespace
 
-// C = P Q^T over every tile (mode tf32x3::kPanel) or C -= P Q^T on the lower tiles (kTrailing), for
-// `batch` matrices (strides sp, sq, sc floats). K: a multiple of 32; row offsets stay below 2^31.
-POPKIT_EXPORT int tf32x3_product_mma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
-                                     float* c, int ldc, long long sc, int batch, int m, int ncols, int K, int mode) {
-    const bool vec = tf32x3::rows_aligned16(p, ldp, sp, q, ldq, sq, c, ldc, sc);
+// The product `op` (tf32x3.cuh) for `batch` matrices; mode: tf32x3::kPanel or kTrailing.
+POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode) {
+    if (op.K < kChunk || op.K % kChunk != 0) return (int)cudaErrorInvalidValue;
+    const bool vec = tf32x3::rows_aligned16(op);
     if (mode == tf32x3::kPanel)
-        return vec ? launch_mma<4, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
-                   : launch_mma<1, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
-    return vec ? launch_mma<4, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
-               : launch_mma<1, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
+        return vec ? launch_mma<4, false, false>(op, batch) : launch_mma<1, false, false>(op, batch);
+    return vec ? launch_mma<4, true, true>(op, batch) : launch_mma<1, true, true>(op, batch);
 }

@@ -157,24 +157,23 @@ __device__ __forceinline__ void split_fragments(const float4 (&ra)[4], unsigned 
 
 template <int VEC, bool SUBTRACT, bool LOWER>
 __global__ void __launch_bounds__(kWgThreads, 3)
-tf32x3_wgmma_kernel(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
-                    long long sc, int m, int ncols, int K) {
+tf32x3_wgmma_kernel(const tf32x3::Product op) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     int ti, tj;
+    const int m = op.m, ncols = op.ncols, ldp = op.ldp, ldq = op.ldq;
     tf32x3::tile_of_block<LOWER>(ncols, ti, tj);
     const int row0 = ti * kTile + kWgRows * blockIdx.z, col0 = tj * kTile;
     if (row0 >= m) return;                               // the lower half of the last row of tiles
-    p += blockIdx.y * sp;
-    q += blockIdx.y * sq;
-    c += blockIdx.y * sc;
+    const float* p = op.p + blockIdx.y * op.sp;
+    const float* q = op.q + blockIdx.y * op.sq;
     const int warp = threadIdx.x >> 5, arow = row0 + 16 * warp + ((threadIdx.x & 31) >> 2);
 
     float acc[1][16][4] = {};
     float4 ra[4], rb[kQLoads];
     unsigned ah[4][4], al[4][4];
-    const int chunks = K / kChunk;
+    const int chunks = op.K / kChunk;
     load_chunk<VEC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, 0);
     store_planes(smem, rb);
     split_fragments(ra, ah, al);
@@ -206,21 +205,24 @@ tf32x3_wgmma_kernel(const float* p, int ldp, long long sp, const float* q, int l
         if (more) split_fragments(ra, ah, al);
         __syncthreads();                                 // the next planes are complete; this stage is free
     }
-    tf32x3::store_fragments<VEC, SUBTRACT, LOWER>(acc, c, ldc, row0 + 16 * warp, col0, m, ncols);
+    const long long batch_offset = blockIdx.y * op.sc;
+    tf32x3::store_fragments<VEC, SUBTRACT, LOWER>(acc, op.c_in + batch_offset, op.c + batch_offset, op.ldc,
+                                                  row0 + 16 * warp, col0, m, ncols);
+    if (!SUBTRACT && op.mirror)
+        tf32x3::zero_mirror<VEC, kWgThreads>(op.mirror + batch_offset, op.ldc, row0, min(row0 + kWgRows, m), ncols);
 #else
     __trap();                                            // launched only where the build targets sm_90a
 #endif
 }
 
 template <int VEC, bool SUBTRACT, bool LOWER>
-int launch_wgmma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq, float* c, int ldc,
-                 long long sc, int batch, int m, int ncols, int K) {
+int launch_wgmma(const tf32x3::Product& op, int batch) {
     static int granted = 0;
     const cudaError_t err =
         popkit::allow_dynamic_smem(tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>, kWgSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER><<<dim3(tf32x3::tiles_of<LOWER>(m, ncols), batch, kTile / kWgRows),
-                                                kWgThreads, kWgSmemBytes>>>(p, ldp, sp, q, ldq, sq, c, ldc, sc, m, ncols, K);
+    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>
+        <<<dim3(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch, kTile / kWgRows), kWgThreads, kWgSmemBytes>>>(op);
     return (int)cudaGetLastError();
 }
 
@@ -228,12 +230,10 @@ int launch_wgmma(const float* p, int ldp, long long sp, const float* q, int ldq,
 
 // As tf32x3_product_mma (cholesky_product_mma.cu), on wgmma: call it only on a GPU of compute
 // capability 9.0 with the build targeting sm_90a (elsewhere the kernel traps).
-POPKIT_EXPORT int tf32x3_product_wgmma(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
-                                       float* c, int ldc, long long sc, int batch, int m, int ncols, int K, int mode) {
-    const bool vec = tf32x3::rows_aligned16(p, ldp, sp, q, ldq, sq, c, ldc, sc);
+POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode) {
+    if (op.K < kChunk || op.K % kChunk != 0) return (int)cudaErrorInvalidValue;
+    const bool vec = tf32x3::rows_aligned16(op);
     if (mode == tf32x3::kPanel)
-        return vec ? launch_wgmma<4, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
-                   : launch_wgmma<1, false, false>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
-    return vec ? launch_wgmma<4, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K)
-               : launch_wgmma<1, true, true>(p, ldp, sp, q, ldq, sq, c, ldc, sc, batch, m, ncols, K);
+        return vec ? launch_wgmma<4, false, false>(op, batch) : launch_wgmma<1, false, false>(op, batch);
+    return vec ? launch_wgmma<4, true, true>(op, batch) : launch_wgmma<1, true, true>(op, batch);
 }

@@ -223,7 +223,8 @@ def blocked_cholesky(A: torch.Tensor, nb: int, chunk_rows: int, factor_diag=fact
 
 def blocked_tf32x3_model(A: torch.Tensor, nb: int, factor_diag=factor_diag_model) -> torch.Tensor:
     """cholesky_blocked.cu: blocked right-looking Cholesky whose panel (L21 = A21 inv(L11)^T, in place)
-    and trailing update (A22 -= L21 L21^T) are tf32x3 products; the upper part is zeroed at the end."""
+    and trailing update (A22 -= L21 L21^T) are tf32x3 products; the upper part is zeroed at the end
+    (the kernels write those zeros as they go, and read A without copying it)."""
     if nb < 1:
         raise ValueError(f"blocked_tf32x3_model: nb ({nb}) must be >= 1")
     L = A.clone()

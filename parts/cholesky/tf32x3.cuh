@@ -2,9 +2,9 @@
 // sm_80, cholesky_product_wgmma.cu on sm_90a): the split of an operand into TF32 hi + lo, the tile a
 // CTA owns, and the epilogue that writes (or subtracts) a warp's accumulators.
 //
-// Both kernels compute C = P Q^T or C -= P Q^T (P: m x K rows, Q: ncols x K rows, K a multiple of
-// kChunk) in kTile x kTile tiles of C, one CTA per tile: grid.x runs over every tile, or over the
-// T (T + 1) / 2 tiles on and below the diagonal (LOWER, square C), grid.y over the batch.
+// Both kernels compute C = P Q^T or C = C_in - P Q^T (struct Product) in kTile x kTile tiles of C:
+// grid.x runs over every tile, or over the T (T + 1) / 2 tiles on and below the diagonal (LOWER,
+// square C), grid.y over the batch.
 #pragma once
 #include "device_utils.cuh"
 
@@ -12,6 +12,20 @@ namespace tf32x3 {
 
 constexpr int kTile = 128;                 // C tile edge
 constexpr int kChunk = 32;                 // K per stage
+
+// One product of the blocked driver, for every matrix of the batch (batch strides sp, sq, sc in floats):
+// C = P Q^T (kPanel, every tile) or C = C_in - P Q^T (kTrailing, lower tiles of a square C). P: m x K
+// rows, Q: ncols x K rows, K a multiple of kChunk; C_in has C's layout (C_in == C updates in place).
+// mirror (kPanel, may be null): where C's transpose would sit above the diagonal (C element (r, c) ->
+// mirror[c * ldc + r]), written with zeros, so the caller need not clear L's upper triangle. Row offsets
+// are 32-bit: the caller keeps n^2 < 2^31.
+struct Product {
+    const float* p; int ldp; long long sp;
+    const float* q; int ldq; long long sq;
+    const float* c_in; float* c; int ldc; long long sc;
+    float* mirror;
+    int m, ncols, K;
+};
 
 // x = hi + lo: hi = x rounded to TF32 (10 mantissa bits, ties away from zero) by integer ops, lo = x - hi
 // exact in fp32; the tensor core reads lo's top 19 bits (truncation). Two integer ops and a subtract
@@ -58,14 +72,13 @@ __device__ __forceinline__ PairMask pair_mask(int r, int col, int m, int ncols) 
 }
 
 // Write a warp's accumulators in the m16n8 fragment layout (acc[mi][ni]: rows row0 + 16 mi + g and
-// + 8, columns col0 + 8 ni + 2 t and + 1; g = lane / 4, t = lane % 4) into C, or subtract them from
-// C; rows >= m and columns >= ncols are skipped, and with LOWER so is everything above the diagonal.
+// + 8, columns col0 + 8 ni + 2 t and + 1; g = lane / 4, t = lane % 4) into C, or C_in minus them; rows >= m and columns >= ncols are skipped, and with LOWER so is everything above the diagonal.
 // SUBTRACT reads all of a row pair's old values before it writes any: the compiler cannot prove that
 // a store and a later load of C differ, so a load-subtract-store loop pays a full memory round trip
 // per element.
 template <int VEC, bool SUBTRACT, bool LOWER, int MI, int NI>
-__device__ __forceinline__ void store_fragments(const float (&acc)[MI][NI][4], float* c, int ldc, int row0,
-                                                int col0, int m, int ncols) {
+__device__ __forceinline__ void store_fragments(const float (&acc)[MI][NI][4], const float* c_in, float* c, int ldc,
+                                                int row0, int col0, int m, int ncols) {
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 #pragma unroll
     for (int mi = 0; mi < MI; ++mi) {
@@ -77,7 +90,7 @@ __device__ __forceinline__ void store_fragments(const float (&acc)[MI][NI][4], f
             for (int ni = 0; ni < NI; ++ni) {
                 const int col = col0 + ni * 8 + 2 * t;
                 const PairMask mask = pair_mask<VEC, LOWER>(r, col, m, ncols);
-                const float* src = c + (size_t)r * ldc + col;
+                const float* src = c_in + (size_t)r * ldc + col;
                 old[half][ni] = make_float2(0.f, 0.f);
                 if (!SUBTRACT) continue;
                 if (mask.paired) {
@@ -110,17 +123,32 @@ __device__ __forceinline__ void store_fragments(const float (&acc)[MI][NI][4], f
     }
 }
 
-// The two products the blocked driver runs: the panel (C = P Q^T over every tile, in place) and the
-// trailing update (C -= P Q^T on the lower tiles of a square C).
+// Zero this CTA's share of a panel's mirror: mirror[c * ldc + r] for c < ncols and r in [row0, row_end),
+// by THREADS threads, 16 bytes per store when VEC == 4 (rows of the mirror start 16-byte aligned).
+template <int VEC, int THREADS>
+__device__ __forceinline__ void zero_mirror(float* mirror, int ldc, int row0, int row_end, int ncols) {
+    const int quads = (row_end - row0 + 3) / 4;
+    for (int idx = threadIdx.x; idx < ncols * quads; idx += THREADS) {
+        const int c = idx / quads, r = row0 + 4 * (idx % quads);
+        float* dst = mirror + (size_t)c * ldc + r;
+        if (VEC == 4 && r + 3 < row_end) {
+            *reinterpret_cast<float4*>(dst) = make_float4(0.f, 0.f, 0.f, 0.f);
+        } else {
+            for (int e = 0; e < 4 && r + e < row_end; ++e) dst[e] = 0.f;
+        }
+    }
+}
+
+// The two products the blocked driver runs (struct Product).
 enum Mode { kPanel = 0, kTrailing = 1 };
 
 inline bool aligned16(const void* ptr) { return ((size_t)ptr & 15) == 0; }
 
-// Whether every row of P, Q and C starts 16-byte aligned (the kernels' VEC = 4 path).
-inline bool rows_aligned16(const float* p, int ldp, long long sp, const float* q, int ldq, long long sq,
-                           const float* c, int ldc, long long sc) {
-    return aligned16(p) && aligned16(q) && aligned16(c) && ldp % 4 == 0 && ldq % 4 == 0 && ldc % 4 == 0 &&
-           sp % 4 == 0 && sq % 4 == 0 && sc % 4 == 0;
+// Whether every row of P, Q, C, C_in and the mirror starts 16-byte aligned (the kernels' VEC = 4 path).
+inline bool rows_aligned16(const Product& op) {
+    return aligned16(op.p) && aligned16(op.q) && aligned16(op.c) && aligned16(op.c_in) && aligned16(op.mirror) &&
+           op.ldp % 4 == 0 && op.ldq % 4 == 0 && op.ldc % 4 == 0 && op.sp % 4 == 0 && op.sq % 4 == 0 &&
+           op.sc % 4 == 0;
 }
 
 }  // namespace tf32x3
