@@ -52,11 +52,10 @@ TRAILING_CHUNK_ROWS = ((1024, 8192, 1 << 30), (1024, 1 << 62, 256), (2048, 1 << 
 TRAILING_PRODUCT = ((1024, 1 << 62, "fp32"), (2048, 4096, "fp32"), (1 << 30, 1 << 62, "split_tf32"))
 # (max n, max batch * n, driver) for n > 128: "tf32x3" (cholesky_blocked.cu: one call, our tensor-core
 # products; its row offsets are 32-bit, n <= 46340) or "library" (blocked_cholesky: a Python loop over
-# cuBLAS GEMMs, the tables above). The one call removes ~25 us of host time per step; cuBLAS's
-# products are faster once the trailing updates are large (H200 sweep at 1d92946, us, tf32x3 /
-# library: 640x512 3203/3333, 1x4096 2970/3011 (already tf32x3 in both columns), 1x8192 10035/11318;
-# at 41f050c: 60x1024 1631/1853, 1x16384 49095/37361 at 1d92946).
-BLOCKED_DRIVER = ((8192, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
+# cuBLAS GEMMs, the tables above). The one call removes ~25 us of host time per step and, with the
+# wgmma products (H200 sweep at 23aa9a4 + no clone, us, tf32x3 / library): 1x16384 34815/37361;
+# cuBLAS's loop still wins at 1x32768 (233827/212667), where the trailing updates are largest.
+BLOCKED_DRIVER = ((16384, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
 
 
 def first_row(table, *keys: int):
@@ -107,10 +106,10 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
 def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model)."""
     b, n, _ = A.shape
-    L = A.clone()
+    L = torch.empty_like(A)                     # written whole: the factor and zeros above it
     inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
-    CUDA.call("cholesky_blocked", L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb))
-    return L.tril_()
+    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb))
+    return L
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
