@@ -278,8 +278,9 @@ def test_diff_with_another_problems_incumbent_names_the_incumbent(built, steady,
                  "--device", "cpu", "--log", tmp_path / "l")
     assert result.exit_code == 1
     assert result.output.splitlines() == [
-        f"error: the incumbent {built['eigh']} is a eigh submission (its #!POPCORN leaderboard line), not qr_v2: "
-        "pass --incumbent a qr_v2 file (`popkit promote qr_v2` installs one, or --incumbent reference)"]
+        f"error: the incumbent {built['eigh']} is built for leaderboard eigh (its #!POPCORN leaderboard line), "
+        "not qr_v2: pass --incumbent a file built for qr_v2 (`popkit promote qr_v2` installs one, or --incumbent "
+        "reference)"]
 
 
 def test_changed_parts_names_the_parts_that_differ(built, tmp_path):

@@ -6,6 +6,7 @@ to a temporary place; records, parts and the local config go to tmp_path, never 
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -254,6 +255,21 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
     assert not outcome.passed
     assert all(c["ratio"] > 2 and c["verdict"] == "slower" for c in outcome.record["cases"])
     assert outcome.record["incumbent_geomean_us"] < outcome.record["geomean_us"]
+
+
+def test_a_file_for_another_leaderboard_is_named_without_a_wrong_article(toy, tmp_path):
+    # It said "is a addone_v1 submission" and "pass --incumbent a addone file".
+    added(toy)
+    mine = write(tmp_path / "mine.py", "#!POPCORN leaderboard addone_v1\n#!POPCORN gpu CPU\n" + GOOD)
+    other = write(tmp_path / "other.py", "#!POPCORN leaderboard eigh\n#!POPCORN gpu CPU\n" + GOOD)
+    with pytest.raises(runner.PopkitError) as info:
+        runner.diff("addone", mine, other, rounds=3, device="cpu", log_path=None)
+    assert str(info.value) == (f"the incumbent {other} is built for leaderboard eigh (its #!POPCORN leaderboard "
+                               "line), not addone_v1: pass --incumbent a file built for addone (`popkit promote "
+                               "addone` installs one, or --incumbent reference)")
+    elsewhere = dataclasses.replace(problems.load_problem("addone"), name="other", leaderboard="other_v1")
+    with pytest.raises(runner.PopkitError, match=r"is built for leaderboard addone_v1 .*, not other_v1"):
+        runner.require_submission_for(elsewhere, mine)
 
 
 def test_case_accepts_the_tasks_own_keys(toy, tmp_path):

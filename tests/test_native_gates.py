@@ -248,6 +248,16 @@ def test_tuple_subclasses_pass():
     assert check_output("qr_v2", A, torch.geqrf(A)).passed          # torch.return_types.geqrf is a tuple
 
 
+def test_a_wrong_output_is_described_without_a_wrong_article():
+    # It said "got a int" (and "a EighResult" for a named tuple): no article before a type's name.
+    assert gate_tools.describe(3) == "a value of type int"
+    assert gate_tools.describe((torch.zeros(1), 2)) == "a tuple of 2 (Tensor, int)"
+    assert gate_tools.describe([torch.zeros(1)]) == "a list of 1 (Tensor)"
+    assert gate_tools.describe(torch.linalg.eigh(torch.eye(2))) == "a tuple (type linalg_eigh) of 2 (Tensor, Tensor)"
+    report = check_output("qr_v2", inputs("qr_v2"), 3)
+    assert not report.passed and "got a value of type int" in report.message
+
+
 def test_qr_diagnostics_are_batch_wide():
     # official: max over the batch of the residual, over n eps times the max over the batch of ||A||_1
     A = torch.tensor([[[2.0, 0.0], [0.0, 3.0]], [[2000.0, 0.0], [0.0, 3000.0]]])

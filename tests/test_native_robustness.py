@@ -34,5 +34,5 @@ def test_check_refuses_a_submission_built_for_another_problem(built, tmp_path):
     result = CliRunner().invoke(main, ["check", "eigh", "--submission", str(built["qr_v2"]),
                                        "--device", "cpu", "--log", str(tmp_path / "perf.jsonl")])
     assert result.exit_code == 1
-    assert "is a qr_v2 submission" in result.output and "popkit build eigh" in result.output
+    assert "is built for leaderboard qr_v2" in result.output and "popkit build eigh" in result.output
     assert not (tmp_path / "perf.jsonl").exists()

@@ -78,7 +78,7 @@ def test_unknown_problem_is_refused_even_forced(candidate, root, log):
 
 
 def test_a_file_built_for_another_problem_is_refused_even_forced(candidate, root, log):
-    with pytest.raises(PopkitError, match=r"is a qr_v2 submission .* not eigh"):
+    with pytest.raises(PopkitError, match=r"is built for leaderboard qr_v2 .* not eigh"):
         promote("eigh", candidate, root, log, force=True)
     assert not root.exists()
 

@@ -82,9 +82,13 @@ def require_matrix_batch(A: torch.Tensor) -> None:
 
 
 def describe(output) -> str:
+    """What a kernel returned, e.g. "a tuple of 2 (Tensor, int)" or "a value of type int" (no article before
+    a type's name: "a int", "a EighResult")."""
     if isinstance(output, (tuple, list)):
-        return f"a {type(output).__name__} of {len(output)} ({', '.join(type(x).__name__ for x in output)})"
-    return f"a {type(output).__name__}"
+        kind = "tuple" if isinstance(output, tuple) else "list"
+        named = "" if type(output) in (tuple, list) else f" (type {type(output).__name__})"
+        return f"a {kind}{named} of {len(output)} ({', '.join(type(x).__name__ for x in output)})"
+    return f"a value of type {type(output).__name__}"
 
 
 def tuple_error(output, names: tuple[str, ...]) -> str | None:
