@@ -171,6 +171,16 @@ def test_cli_merge_needs_files_and_names_a_missing_one(tmp_path, target):
     assert result.exit_code == 1 and result.output == f"error: {tmp_path / 'x.jsonl'}: no such file\n"
 
 
+def test_merging_into_a_file_that_is_not_a_log_is_refused(tmp_path):
+    # merge --log submission.py would have rewritten the submission with records in it.
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    submission = tmp_path / "submission.py"
+    submission.write_text("def custom_kernel(data):\n    return data\n")
+    with pytest.raises(PopkitError, match=r"submission.py: not an evidence log \(its name ends in .py; .*nothing merged"):
+        logs.merge_logs([incoming], submission)
+    assert submission.read_text() == "def custom_kernel(data):\n    return data\n"
+
+
 def test_records_made_here_pass_the_merge_validation():
     made = logs.new_record("qr_v2", "bench", submission_sha256="ab" * 32, device="cpu",
                            cases=[{"spec": SPEC, "status": "pass"}])

@@ -126,3 +126,49 @@ def test_a_log_that_cannot_be_written_is_refused_before_the_run(built, tmp_path,
     assert result.exit_code == 1, result.output
     assert result.output.splitlines() == [f"error: {log}: the evidence log cannot be written "
                                           f"(Not a directory): nothing was run"]
+
+
+@pytest.mark.parametrize("verb", ["check", "bench", "diff"])
+@pytest.mark.parametrize("name, content, why", [
+    ("submission.py", None, "its name ends in .py"),
+    ("kernel.cu", "", "its name ends in .cu"),
+    ("notes", "# not a log\nprint('hello')\n", "none of its 2 non-blank line(s) is a JSON record"),
+])
+def test_a_log_that_is_clearly_not_a_log_is_refused_before_the_run(built, tmp_path, monkeypatch, verb, name,
+                                                                     content, why):
+    # `check --log submission.py` appended a JSON record to the submission.
+    log = tmp_path / name
+    if content is not None:
+        log.write_text(content)
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    extra = ["--incumbent", built["qr_v2"]] if verb == "diff" else []
+    result = run(verb, "qr_v2", "--submission", built["qr_v2"], *extra, "--case", SPEC, "--device", "cpu",
+                 "--log", log)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        f"error: {log}: not an evidence log ({why}; a log holds one JSON record per line, like "
+        f"logs/performance.jsonl): nothing was run"]
+    if content is None:
+        assert not log.exists()
+    else:
+        assert log.read_text() == content
+
+
+def test_a_wrong_log_is_refused_before_the_problem_is_built(tmp_path, monkeypatch):
+    # The default submission is another problem's, so check would build parts/eigh first.
+    from popcorn.cli import loop as cli_loop
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", tmp_path / "absent.py")
+    monkeypatch.setattr("build.build", lambda *args, **kwargs: pytest.fail("built before refusing the log"))
+    result = run("check", "eigh", "--case", SPEC, "--device", "cpu", "--log", tmp_path / "route.py")
+    assert result.exit_code == 1 and "not an evidence log" in result.output, result.output
+
+
+@pytest.mark.parametrize("lines", [[], ["", "  "], ['{"time": "x"}'], ["torn line", '{"problem": "qr_v2"}']])
+def test_a_log_new_empty_or_with_a_record_is_a_log(tmp_path, lines):
+    from popcorn.evidence import logs
+    log = tmp_path / "perf.jsonl"
+    if lines:
+        log.write_text("\n".join(lines) + "\n")
+    assert logs.not_a_log(log) is None
+    logs.require_appendable(log)
+    assert logs.not_a_log(tmp_path / "l") is None

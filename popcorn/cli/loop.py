@@ -114,6 +114,7 @@ def register(main):
     def check_cmd(problem, submission, seeds, robust, cases, device, harness, log_path):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
+        logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
         submission = _submission_for(problem, submission)
         outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path, harness,
                                robust)
@@ -135,6 +136,7 @@ def register(main):
     def bench_cmd(problem, submission, baseline, fresh_baseline, cases, device, harness, log_path):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
+        logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
         submission = _submission_for(problem, submission)
         outcome = runner.bench(problem, submission, baseline or fresh_baseline, list(cases), device, _progress,
                                log_path, harness, fresh_baseline=fresh_baseline)
@@ -157,6 +159,7 @@ def register(main):
         """Candidate against incumbent, case by case; fails on any regression."""
         from checks import runner
         from popcorn.promote import incumbent_path
+        logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
         submission = _submission_for(problem, submission)
         incumbent = incumbent or incumbent_path(problem)
         outcome = runner.diff(problem, submission, incumbent, rounds, list(cases), device, _progress, log_path,

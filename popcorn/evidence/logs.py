@@ -148,10 +148,49 @@ def append_record(record: dict, path: Path | str = DEFAULT_LOG) -> Path:
     return path
 
 
+# Names that are clearly not an evidence log (a submission, a part, a record, a document): a record appended
+# to one of them corrupts the file (`check --log submission.py`).
+NOT_LOG_SUFFIXES = (".py", ".pyc", ".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".hpp", ".yml", ".yaml", ".toml",
+                    ".md", ".html", ".j2", ".sh", ".png", ".ipynb")
+
+
+def not_a_log(path: Path | str) -> str | None:
+    """Why PATH is clearly not an evidence log (its name ends in a source or document suffix, or it is a
+    file with content of which no line is a JSON object); None for a log, a new file or an empty one.
+    Reading stops at the first record, so a real log costs one line."""
+    path = Path(path)
+    if path.suffix.lower() in NOT_LOG_SUFFIXES:
+        return f"its name ends in {path.suffix}"
+    if not path.is_file():
+        return None
+    lines = 0
+    with open(path, "rb") as handle:
+        for raw in handle:
+            if not raw.strip():
+                continue
+            lines += 1
+            try:
+                if isinstance(json.loads(raw.decode("utf-8")), dict):
+                    return None
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                pass
+    return f"none of its {lines} non-blank line(s) is a JSON record" if lines else None
+
+
+def refuse_non_log(path: Path | str, outcome: str) -> None:
+    """A PopkitError (ending in OUTCOME, e.g. "nothing was run") when PATH is clearly not an evidence log."""
+    why = not_a_log(path)
+    if why:
+        raise PopkitError(f"{path}: not an evidence log ({why}; a log holds one JSON record per line, like "
+                          f"logs/performance.jsonl): {outcome}")
+
+
 def require_appendable(path: Path | str) -> None:
     """Before a long run: its record can be appended to PATH (the folder exists or is made now, and it or the
-    file is writable); else a PopkitError, so that no run ends by losing its record."""
+    file is writable, and it is not clearly something else, like submission.py); else a PopkitError, so that
+    no run ends by losing its record or by writing it into another file."""
     path = Path(path)
+    refuse_non_log(path, "nothing was run")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         why = None if os.access(path if path.exists() else path.parent, os.W_OK) else "permission denied"
@@ -286,6 +325,7 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     for path in paths:
         if not path.is_file():
             raise PopkitError(f"{path}: no such file")
+    refuse_non_log(target, "nothing merged")
     result = Merge()
     seen = {identity(r) for r in read_records(target)[0]}
     incoming, times = [], []
