@@ -230,6 +230,8 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
 def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:
     """Render, preflight and write; a failing preflight, or an output name the leaderboard (and so
     `popkit submit`) refuses, leaves any previous output untouched."""
+    if not Path(output).name:       # -o '' (Path('') is '.', whose name is empty)
+        raise PopkitError("an empty output name: name the file to write, e.g. -o submission.py; nothing built")
     refused = name_error(Path(output).name)
     if refused:
         raise PopkitError(f"{refused}: the leaderboard refuses any other name, so submit would too; nothing built")

@@ -123,6 +123,18 @@ def test_build_refuses_an_output_name_that_submit_would_refuse(tmp_path):
     assert not out.exists()
 
 
+def test_build_to_an_empty_output_name_says_so(monkeypatch, tmp_path):
+    # It printed "error: : file name must end in ...".
+    monkeypatch.chdir(tmp_path)
+    result = run("build", "qr_v2", "-o", "")
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        "error: an empty output name: name the file to write, e.g. -o submission.py; nothing built"]
+    assert list(tmp_path.iterdir()) == []
+    with pytest.raises(build.PopkitError, match="an empty output name"):
+        build.build("qr_v2", "")
+
+
 def test_build_to_an_impossible_path_is_one_error_line(tmp_path):
     blocker = tmp_path / "a-file"
     blocker.write_text("")
