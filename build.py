@@ -228,13 +228,13 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
 
 
 def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:
-    """Render, preflight and write; a failing preflight, or an output name the leaderboard (and so
-    `popkit submit`) refuses, leaves any previous output untouched."""
+    """Render, preflight and write; a failing preflight, or an output name other than *.py (the built file is
+    Python: preflight.name_error, the rule submit uses too), leaves any previous output untouched."""
     if not Path(output).name:       # -o '' (Path('') is '.', whose name is empty)
         raise PopkitError("an empty output name: name the file to write, e.g. -o submission.py; nothing built")
-    refused = name_error(Path(output).name)
+    refused = name_error(Path(output).name, python=True)
     if refused:
-        raise PopkitError(f"{refused}: the leaderboard refuses any other name, so submit would too; nothing built")
+        raise PopkitError(f"{refused}; nothing built")
     result = render(problem, **kwargs)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))

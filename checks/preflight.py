@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 MAX_BYTES = 1_000_000
-SUFFIXES = (".py", ".cu", ".cuh", ".cpp")
+PYTHON_SUFFIX = ".py"
+SUFFIXES = (PYTHON_SUFFIX, ".cu", ".cuh", ".cpp")
 BANNED = re.compile(b"stream", re.IGNORECASE)
 ENTRY_POINT = "custom_kernel"
 DIRECTIVE = re.compile(r"^\s*(?:#|//)!POPCORN\s+(\w+)\s+(\S+)")
@@ -53,9 +54,19 @@ def leading_directives(text: str) -> dict[str, str]:
     return found
 
 
-def name_error(name: str) -> str | None:
-    """The server's rule on a file's name (the preflight of submit and the builder's output both use it):
-    the error line, or None for a name it accepts."""
+def is_python_name(name: str) -> bool:
+    """Whether the preflight checks a file as Python (it compiles, defines custom_kernel): by its name, .py."""
+    return name.endswith(PYTHON_SUFFIX)
+
+
+def name_error(name: str, python: bool = False) -> str | None:
+    """The one rule on a file's name, for submit's preflight and the builder's output: the error line, or
+    None for a name it accepts. The server takes any of SUFFIXES (a hand-written .cu file, say); a file
+    known to hold Python (python=True: what `popkit build` writes) must be named .py, the name under
+    which the preflight checks it as Python, so a built file never reaches submit unchecked."""
+    if python and not is_python_name(name):
+        return (f"{name}: a built file is Python, so its name must end in {PYTHON_SUFFIX} (the preflight "
+                f"checks syntax and {ENTRY_POINT} only in a {PYTHON_SUFFIX} file)")
     if name.endswith(SUFFIXES):
         return None
     return f"{name}: file name must end in {', '.join(SUFFIXES)}"
@@ -80,7 +91,7 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -
     except UnicodeDecodeError as exc:
         report.errors.append(f"{name}: not UTF-8 (byte {exc.start})")
         return report
-    if name.endswith(".py"):
+    if is_python_name(name):
         tree = check_syntax(report, text, name)
         if tree is not None and not defines(tree, ENTRY_POINT):
             report.errors.append(f"{name}: defines no {ENTRY_POINT} at its top level (the grader runs "

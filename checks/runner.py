@@ -255,7 +255,7 @@ def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -
         if role == "incumbent":
             raise PopkitError(f"the incumbent {wrong}: pass --incumbent a file built for {prob.name} (`popkit "
                               f"promote {prob.name}` installs one, or --incumbent {REFERENCE_INCUMBENT})")
-        raise PopkitError(f"{wrong}: run `popkit build {prob.name} -o FILE` and pass --submission FILE")
+        raise PopkitError(f"{wrong}: run `popkit build {prob.name} -o FILE.py` and pass --submission FILE.py")
 
 
 def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results: list[dict], info: dict,

@@ -110,17 +110,30 @@ def test_build_without_problem_or_check_is_one_error_line():
         "error: name a problem (popkit build qr_v2) or a file to check (--check FILE)"]
 
 
-def test_build_refuses_an_output_name_that_submit_would_refuse(tmp_path):
-    # One rule for both: submit's preflight refuses the name, so the build refuses it too, with the same words.
-    from checks.preflight import check_rules
-    submit_says = check_rules(build.render("qr_v2").text.encode(), "out.txt").errors
-    assert len(submit_says) == 1 and "file name must end in .py" in submit_says[0]
-    out = tmp_path / "out.txt"
+@pytest.mark.parametrize("name", ["out.txt", "x.cu", "x.cpp"])
+def test_build_output_must_be_named_py_by_the_rule_submit_uses(tmp_path, name):
+    # build -o x.cu wrote a Python file under a .cu name, whose Python checks (syntax, custom_kernel) submit's
+    # preflight then skipped. One rule (preflight.name_error) for both: a built file is Python, so .py.
+    from checks.preflight import check_rules, name_error
+    refused = name_error(name, python=True)
+    assert refused == (f"{name}: a built file is Python, so its name must end in .py (the preflight checks "
+                       "syntax and custom_kernel only in a .py file)")
+    out = tmp_path / name
     result = run("build", "qr_v2", "-o", out)
     assert result.exit_code == 1, result.output
-    lines = result.output.splitlines()
-    assert len(lines) == 1 and lines[0].startswith(f"error: {submit_says[0]}"), result.output
+    assert result.output.splitlines() == [f"error: {refused}; nothing built"]
     assert not out.exists()
+    # submit still takes a hand-written .cu file (the server does), and refuses what the server refuses
+    submit_says = check_rules(build.render("qr_v2").text.encode(), name).errors
+    assert submit_says == ([] if name != "out.txt" else ["out.txt: file name must end in .py, .cu, .cuh, .cpp"])
+
+
+def test_submit_checks_as_python_exactly_what_build_may_write():
+    from checks.preflight import check_rules, is_python_name, name_error
+    broken = b"#!POPCORN leaderboard qr_v2\n#!POPCORN gpu B200\ndef custom_kernel(:\n"
+    for name in ("a.py", "a.cu", "a.cpp", "a.cuh"):
+        python_checked = any("not valid Python" in e for e in check_rules(broken, name).errors)
+        assert python_checked == is_python_name(name) == (name_error(name, python=True) is None)
 
 
 def test_build_to_an_empty_output_name_says_so(monkeypatch, tmp_path):

@@ -60,7 +60,7 @@ def register(main):
     @main.command("build")
     @click.argument("problem", required=False)
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_SUBMISSION,
-                  show_default=True, help="where to write the single file")
+                  show_default=True, help="where to write the single file (a .py name)")
     @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path),
                   help="only run the preflight on FILE (any file), build nothing")
     @fail_cleanly
