@@ -205,6 +205,15 @@ def results_table(results: list[dict], mode: str) -> str:
     return render_table(headers, rows, right_align=numeric)
 
 
+def header_line(label: str, record: dict) -> str:
+    """The result's first line: LABEL, where it ran and what it saw, only what is known (a harness problem's
+    eval.py may not report torch; a pre-run that failed reports nothing)."""
+    facts = ([f"torch {record['torch']}"] if record.get("torch") else []) + (
+        [f"import+compile {record['compile_s']:.1f} s"] if record.get("compile_s") is not None else [])
+    where = f" on {record['gpu']}" if record.get("gpu") else ""
+    return f"{label}{where}" + (f" ({', '.join(facts)})" if facts else "")
+
+
 def _baseline_mark(result: dict) -> str:
     """'*' after a baseline reused from the log, '~' after one timed with the slow-call bound."""
     if result.get(baselines.REUSED):

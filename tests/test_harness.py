@@ -317,6 +317,26 @@ def test_native_only_options_are_refused_for_a_harness_problem(toy, tmp_path):
 
 # ---- the verbs ------------------------------------------------------------------------------------
 
+def test_the_result_header_shows_only_what_the_run_reported(toy, tmp_path):
+    # A submission that never imports torch made eval.py's run report no torch: the header said "torch None".
+    added(toy)
+    result = CliRunner().invoke(main, ["check", "addone", "--submission", str(write(tmp_path / "s.py", GOOD)),
+                                       "--device", "cpu", "--log", str(tmp_path / "perf.jsonl")])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if line.startswith("check addone"))
+    assert re.fullmatch(r"check addone on cpu \(import\+compile \d+\.\d s\)", header), header
+    assert "None" not in result.output
+
+
+@pytest.mark.parametrize("record, line", [
+    ({"gpu": "NVIDIA H200", "torch": "2.11.0", "compile_s": 2.04}, "bench x on NVIDIA H200 (torch 2.11.0, import+compile 2.0 s)"),
+    ({"gpu": "cpu", "torch": None, "compile_s": 0.0}, "bench x on cpu (import+compile 0.0 s)"),
+    ({"gpu": None, "torch": None, "compile_s": None}, "bench x"),
+])
+def test_header_line_omits_what_is_unknown(record, line):
+    assert runner.header_line("bench x", record) == line
+
+
 def test_problem_verbs_add_list_show(toy):
     cli = CliRunner()
     result = cli.invoke(main, ["problem", "add", "addone", "--from", str(toy)])

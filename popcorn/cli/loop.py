@@ -19,10 +19,11 @@ def _progress(text: str) -> None:
 
 
 def _print_outcome(outcome, label: str) -> None:
+    from checks.runner import header_line
     for note in outcome.notes:
         click.echo(f"note: {note}")
     rec = outcome.record
-    click.echo(f"{label} on {rec.get('gpu')} (torch {rec.get('torch')}, import+compile {rec.get('compile_s') or 0:.1f} s)")
+    click.echo(header_line(label, rec))
     click.echo(outcome.table)
     if rec.get("geomean_us") is not None:
         line = f"geomean {rec['geomean_us']:,.1f} us"
