@@ -152,6 +152,22 @@ def test_cli_merge_reports_counts_and_bad_lines(tmp_path, target):
             f"(of 2 valid record(s) read)") in result.output
 
 
+def test_cli_merge_shows_five_bad_lines_and_a_count(tmp_path, target):
+    # Every bad line was a warning of its own, with no cap.
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")] + ["not json"] * 30)
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(target)])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warnings[:5] == [f"warning: skipped {incoming}:{n}: not strict JSON (Expecting value)" for n in range(2, 7)]
+    assert warnings[5:] == ["warning: ... and 25 more bad line(s) (30 in all)"]
+    assert "1 record(s) added, 0 already there, 30 bad line(s) skipped" in result.output
+
+
+def test_capped_keeps_short_lists_whole():
+    assert logs.capped([]) == [] and logs.capped(["a"] * 5) == ["a"] * 5
+    assert logs.capped(list("abcdefg"), shown=2) == ["a", "b", "... and 5 more bad line(s) (7 in all)"]
+
+
 def test_a_file_with_only_bad_lines_is_refused_and_nothing_is_written(tmp_path, target):
     out = tmp_path / "out"
     out.mkdir()

@@ -304,6 +304,19 @@ def test_cli_file_with_no_record_is_one_line(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_many_bad_lines_are_five_warnings_and_a_count(tmp_path):
+    # A log with a few records and many bad lines printed one warning per bad line, on the terminal and the page.
+    log = tmp_path / "performance.jsonl"
+    log.write_text(json.dumps(_bench("2026-12-01T10:00:00Z", 1.0)) + "\n" + "torn line\n" * 40)
+    result = CliRunner().invoke(main, ["report", "--log", str(log), "-o", str(tmp_path / "out"), "--all-cases"])
+    assert result.exit_code == 0, result.output
+    warnings = [line for line in result.output.splitlines() if line.startswith("warning:")]
+    assert warnings[:5] == [f"warning: {log}:{n}: not JSON (Expecting value)" for n in range(2, 7)]
+    assert warnings[5:] == ["warning: ... and 35 more bad line(s) (40 in all)"]
+    html = (tmp_path / "out" / "index.html").read_text()
+    assert html.count("not JSON (Expecting value)") == 5 and "and 35 more bad line(s) (40 in all)" in html
+
+
 def _chromium() -> str | None:
     return next(filter(None, map(shutil.which, ("chromium", "chromium-browser"))), None)
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import click
 
 from popcorn.cli.failures import fail_cleanly
-from popcorn.evidence.logs import DEFAULT_LOG, merge_logs
+from popcorn.evidence.logs import DEFAULT_LOG, capped, merge_logs
 
 
 def register(main):
@@ -26,8 +26,8 @@ def register(main):
         Each line must be a strict-JSON record of the evidence contract; bad lines are named and
         skipped, records already in the log are skipped, and the log is replaced in one step."""
         result = merge_logs(files, log_path, tables)
-        for line in result.bad:
-            click.echo(f"warning: skipped {line}", err=True)
+        for line in capped([f"skipped {bad}" for bad in result.bad]):
+            click.echo(f"warning: {line}", err=True)
         click.echo(f"merged into {log_path}: {result.added} record(s) added, {result.present} already there, "
                    f"{len(result.bad)} bad line(s) skipped (of {result.read} valid record(s) read)")
         for path in result.tables:

@@ -202,6 +202,18 @@ def require_appendable(path: Path | str) -> None:
         raise PopkitError(f"{path}: the evidence log cannot be written ({why}): nothing was run")
 
 
+WARNINGS_SHOWN = 5      # a log's bad lines shown one by one; the rest as one count (capped)
+
+
+def capped(lines: list[str], shown: int = WARNINGS_SHOWN) -> list[str]:
+    """At most SHOWN of a log's bad-line messages, then one line with how many more there are: a log with a
+    few records and thousands of bad lines stays readable wherever it is read (report, merge)."""
+    lines = list(lines)
+    if len(lines) <= shown:
+        return lines
+    return lines[:shown] + [f"... and {len(lines) - shown} more bad line(s) ({len(lines)} in all)"]
+
+
 def read_records(path: Path | str = DEFAULT_LOG) -> tuple[list[dict], list[str]]:
     """All records, plus one message per line that is not a JSON object (with its line number)."""
     path = Path(path)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from checks.problems import ProblemError, known_problems, load_problem, short_spec
 from popcorn.errors import PopkitError
-from popcorn.evidence.logs import covers, ran_on_gpu, read_records, spec_key
+from popcorn.evidence.logs import capped, covers, ran_on_gpu, read_records, spec_key
 
 VERDICTS = ("faster", "slower", "within noise")
 NEWEST_SUBMISSIONS = 10
@@ -170,6 +170,7 @@ def load_evidence(log: Path | str, problem: str | None = None, include_cpu: bool
     if notes and not records:
         raise PopkitError(f"{log} is not an evidence log: none of its {len(notes)} non-blank line(s) is a JSON record "
                           f"(the first: {notes[0]})")
+    notes = capped(notes)          # the terminal and the page show the first few bad lines and a count
     if not log.is_file():
         notes.append(f"No log at {log}: check, bench and diff runs write it.")
     by_problem: dict[str, list[dict]] = {}
