@@ -2,7 +2,7 @@
 
 Usage: python3 scripts/cholesky_kernel_bench.py BUILT.py [BUILT.py ...]
 For each file: cholesky_small on 4096 matrices of n = 32, cholesky_tiled on whole matrices (1024 x 64
-and 256 x 128), cholesky_tiled and cholesky_diag on a 128 x 128 SPD block with and without the inverse, at batch 1
+and 256 x 128), cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
 (the latency of one diagonal block, what single large matrices wait on) and batch 264 (two per
 SM: throughput), cholesky_split on a 1 x 4096 matrix's first panel, and the whole route
 (custom_kernel) on the blocked shapes where the driver matters most. Each kernel's result is
@@ -68,12 +68,6 @@ def bench(path: str, tag: str) -> None:
                                                       tdim, ts))
             print(f"{tag}: tiled {tdim}x{ts} n=128 batch={batch}: factor {plain:8.1f} us, "
                   f"with inverse {inverse:8.1f} us, residual {residual(A, L):.1e}, "
-                  f"inverse error {(X.tril() @ L.tril() - torch.eye(128, device='cuda')).abs().amax().item():.1e}")
-        if hasattr(module, "DIAG_KERNEL"):            # builds with cholesky_diag.cu
-            plain = per_launch_us(lambda: cuda.call("cholesky_diag", A, L, None, top, batch, 128, 128, 128 * 128))
-            inverse = per_launch_us(lambda: cuda.call("cholesky_diag", A, L, X, top, batch, 128, 128, 128 * 128))
-            print(f"{tag}: panels n=128 batch={batch}: factor {plain:8.1f} us, with inverse {inverse:8.1f} us, "
-                  f"residual {residual(A, L):.1e}, "
                   f"inverse error {(X.tril() @ L.tril() - torch.eye(128, device='cuda')).abs().amax().item():.1e}")
     n, w = 4096, 128
     M = torch.randn(1, n, n, device="cuda")

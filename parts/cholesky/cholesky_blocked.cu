@@ -2,7 +2,7 @@
 // our own kernels, so no Python (and no cuBLAS launch) sits between two steps.
 //
 // For k0 = 0, nb, 2 nb, ... (w = min(nb, n - k0)):
-//   1. cholesky_diag.cu or cholesky_tiled.cu factors the diagonal block and writes X = inv(L11);
+//   1. cholesky_tiled.cu factors the diagonal block and writes X = inv(L11);
 //   2. the panel:                  L21 = A21 X^T      (a tf32x3 product)
 //   3. the trailing update:        A22 -= L21 L21^T   (a tf32x3 product, lower tiles only)
 // Step 0 reads A and writes L; A is neither copied nor changed, and L's upper triangle gets zeros from
@@ -23,8 +23,6 @@
 // The other parts' entry points (the same translation unit in the built file).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
                                  int ld, int stride, int tdim, int ts);
-POPKIT_EXPORT int cholesky_diag(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
-                                int ld, int stride);
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
 
@@ -42,27 +40,23 @@ bool has_wgmma() {
 
 // Factor `batch` n x n matrices: A (read only; its lower triangle) into L (written whole: the factor
 // and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
-// matrix (the pivot floor); the diagonal blocks: cholesky_diag.cu (panels != 0; nb <= 128) or
-// cholesky_tiled.cu of shape (tdim, ts) (tdim * ts >= nb). nb: a multiple of 32, at most 128. n * n < 2^31 (the products' 32-bit row offsets). Step 0 reads
+// matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
+// nb). nb: a multiple of 32, at most 128. n * n < 2^31 (the products' 32-bit row offsets). Step 0 reads
 // A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros above
 // its block's diagonal and the panel zeroes its mirror, which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
-                                   int nb, int panels, int tdim, int ts) {
+                                   int nb, int tdim, int ts) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
-        nb % tf32x3::kChunk != 0 || (!panels && tdim * ts < nb) || !A || !L || !xinv || !diag_max)
+        nb % tf32x3::kChunk != 0 || tdim * ts < nb || !A || !L || !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
     const long long stride = (long long)n * n;
     const auto product = has_wgmma() ? tf32x3_product_wgmma : tf32x3_product_mma;
-    const auto factor = [&](const float* src, float* dst, float* x, int w) {
-        return panels ? cholesky_diag(src, dst, x, diag_max, batch, w, n, (int)stride)
-                      : cholesky_tiled(src, dst, x, diag_max, batch, w, n, (int)stride, tdim, ts);
-    };
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;     // this step's input: A, then L
         float* block = L + (size_t)k0 * n + k0;
-        if (k0 + w == n) return factor(src, block, nullptr, w);
-        int err = factor(src, block, xinv, w);
+        if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
+        int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
         if (err) return err;
         const int m = n - k0 - w;
         const float* a21 = src + (size_t)w * n;

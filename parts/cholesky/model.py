@@ -10,10 +10,6 @@ submission runs them on CPU tensors.
 - `right_looking_model`: spotf2-order Cholesky, the arithmetic of cholesky_small.cu (one warp per
   matrix, n <= 32) and cholesky_tiled.cu (n <= 128); `inverse_model` is cholesky_tiled.cu's
   inverse: column elimination of L X = I, one rank-1 update per step beside the factorization's.
-- `diag_panels_model`: cholesky_diag.cu, a diagonal block (n <= 128) in 32-column panels: one warp
-  factors and inverts each panel's 32 x 32 diagonal block (right_looking_model, inverse_model),
-  the block's other work is products the whole CTA shares (L21 = A21 Y^T, the rank-32 trailing
-  update, and inv(L) by block rows: X_p = Y_pp B_p, B_below -= L21 X_p).
 - `blocked_cholesky`: the blocked right-looking driver with library GEMMs; the diagonal-block
   factor is a parameter, so the GPU route runs this very function with the CUDA block kernel. Its
   trailing update is fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose
@@ -81,35 +77,6 @@ def factor_diag_model(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: to
     block.copy_(L11)
     if X is not None:
         X.copy_(inverse_model(L11))
-
-
-PANEL = 32                        # cholesky_diag.cu's panel width (one warp's lanes)
-
-
-def diag_panels_model(A: torch.Tensor, floors: torch.Tensor, inverse: bool = True):
-    """cholesky_diag.cu on each n x n matrix (n <= 128): (L, inv(L) or None), in 32-column panels.
-
-    Per panel [c0, c0 + 32): factor its diagonal block D into L_D with Y = inv(L_D) (one warp,
-    spotf2 order); L21 = A21 Y^T; with the inverse, block row p of X = inv(L) is Y (B_p's columns
-    left of c0, B = I minus the updates so far) next to Y; then the trailing update A22 -= L21 L21^T
-    and B_below -= L21 X_p."""
-    b, n, _ = A.shape
-    S = torch.tril(A).clone()
-    B = torch.eye(n, dtype=A.dtype, device=A.device).expand(b, n, n).clone()
-    for c0 in range(0, n, PANEL):
-        c1 = min(n, c0 + PANEL)
-        L_D = right_looking_model(S[:, c0:c1, c0:c1], floors)
-        Y = inverse_model(L_D)
-        S[:, c0:c1, c0:c1] = L_D
-        L21 = S[:, c1:, c0:c1] @ Y.mT
-        S[:, c1:, c0:c1] = L21
-        if inverse:
-            B[:, c0:c1, :c0] = Y @ B[:, c0:c1, :c0]
-            B[:, c0:c1, c0:c1] = Y
-        S[:, c1:, c1:] -= torch.tril(L21 @ L21.mT)
-        if inverse:
-            B[:, c1:, :c1] -= L21 @ B[:, c0:c1, :c1]
-    return torch.tril(S), (B if inverse else None)
 
 
 @contextlib.contextmanager

@@ -30,9 +30,6 @@ BLOCK_MAX_N = 128                # cholesky_tiled.cu holds up to 128 x 128
 TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
 # (max batch, TDIM, TS) for the diagonal blocks (nb <= TDIM * TS): more threads when few matrices
 DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
-# (max batch, diagonal-block kernel) in the blocked driver: "panels" (cholesky_diag.cu: 32-column panels,
-# one CTA per block, the latency kernel) or "tiled" (cholesky_tiled.cu, DIAG_TILED_SHAPE)
-DIAG_KERNEL = ((1 << 30, "tiled"),)
 # (max batch, diagonal block size): 128 lengthens the GEMMs (K = 128) and halves the chain of steps;
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
@@ -111,8 +108,7 @@ def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)                     # written whole: the factor and zeros above it
     inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
-    panels = int(by_n(DIAG_KERNEL, b) == "panels")
-    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, panels, *diag_shape(b, nb))
+    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb))
     return L
 
 
