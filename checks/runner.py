@@ -10,8 +10,13 @@ Two backends give the same per-case results, tables, verdicts and records:
 """
 from __future__ import annotations
 
+import contextlib
+import functools
+import inspect
 import multiprocessing
+import signal
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +26,7 @@ from checks import harness as official
 from checks import baselines, timing, verdicts, worker
 from checks.preflight import leading_directives
 from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
-from popcorn.errors import PopkitError
+from popcorn.errors import Interrupted, PopkitError
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
 from popcorn.evidence.tables import fmt_us, render_table
@@ -39,6 +44,7 @@ class RunOutcome:
     table: str
     passed: bool
     notes: list[str]
+    logged: bool = False      # the record is in the log (set by _finish)
 
 
 def default_device() -> str:
@@ -126,35 +132,41 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe(duplex=False)
     proc = ctx.Process(target=worker.main, args=(child, job), daemon=True)
-    proc.start()
+    with _sigint_ignored():        # the worker inherits it: Ctrl-C reaches popkit only, which kills the worker
+        proc.start()
     child.close()
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     info, results, failure, started = {}, [], None, False
-    while True:
-        wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-        if not parent.poll(wait):
-            index = len(results)
-            where = short_spec(job["specs"][index]) if index < len(job["specs"]) else "the run"
-            failure = f"timed out after {timeout_s:g} s (the task's limit) during {where}"
-            proc.kill()
-            break
-        try:
-            kind, payload = parent.recv()
-        except EOFError:
-            failure = f"worker died (exit code {proc.exitcode if proc.exitcode is not None else 'unknown'})"
-            break
-        if kind == "start":
-            info, started = payload, True
-        elif kind == "progress":
-            progress(payload)
-        elif kind == "case":
-            results.append(payload)
-            progress(case_line(payload))
-        elif kind == "error":
-            failure = payload.strip().splitlines()[-1]
-            break
-        elif kind == "done":
-            break
+    try:
+        while True:
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not parent.poll(wait):
+                index = len(results)
+                where = short_spec(job["specs"][index]) if index < len(job["specs"]) else "the run"
+                failure = f"timed out after {timeout_s:g} s (the task's limit) during {where}"
+                proc.kill()
+                break
+            try:
+                kind, payload = parent.recv()
+            except EOFError:
+                failure = f"worker died (exit code {proc.exitcode if proc.exitcode is not None else 'unknown'})"
+                break
+            if kind == "start":
+                info, started = payload, True
+            elif kind == "progress":
+                progress(payload)
+            elif kind == "case":
+                results.append(payload)
+                progress(case_line(payload))
+            elif kind == "error":
+                failure = payload.strip().splitlines()[-1]
+                break
+            elif kind == "done":
+                break
+    except BaseException:          # Ctrl-C, or a failing progress callback: the worker stops with us
+        proc.kill()
+        proc.join()
+        raise
     proc.join(timeout=30)
     if not started:
         names = ", ".join(str(p) for p in job["submissions"].values())
@@ -314,12 +326,88 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
     return prob, resolve_device(device), backend
 
 
+@contextlib.contextmanager
+def _sigint_ignored():
+    """SIGINT ignored for the block (main thread only: elsewhere Python cannot set handlers)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+
+
+@contextlib.contextmanager
+def _deferred_interrupt():
+    """Ctrl-C during the block takes effect when it ends: a record is appended whole, and the caller knows
+    whether it was (main thread only, as above)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda *args: caught.append(args))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
+def interrupted(mode: str, problem: str, log_path: Path | None, logged: bool = False) -> Interrupted:
+    """The one line for Ctrl-C during MODE: what stopped, and whether its record reached the log."""
+    if logged:
+        return Interrupted(f"interrupted: {mode} {problem} had finished; its record is in {log_path}")
+    unchanged = f" ({log_path} is unchanged)" if log_path is not None else ""
+    return Interrupted(f"interrupted: {mode} {problem} stopped before it finished; nothing was logged{unchanged}")
+
+
+@contextlib.contextmanager
+def interruptible(mode: str, problem: str, log_path: Path | None, outcome: list | None = None):
+    """Ctrl-C in the block becomes Interrupted with its one line; OUTCOME (a list), when it holds a RunOutcome
+    by then, says whether the record was logged. The worker and eval.py are killed on the way out (run_worker,
+    harness._run_main); temporary run folders are removed; the log is written only by _finish, whole."""
+    try:
+        yield
+    except Interrupted:
+        raise
+    except KeyboardInterrupt:
+        logged = bool(outcome) and outcome[-1].logged
+        raise interrupted(mode, problem, log_path, logged) from None
+
+
 def _finish(outcome: RunOutcome, log_path: Path | None) -> RunOutcome:
+    """Log the record (Ctrl-C waits for the one write, then says the record is there) and return the outcome."""
     if log_path is not None:
-        logs.append_record(outcome.record, log_path)
+        written = False
+        try:
+            with _deferred_interrupt():
+                logs.append_record(outcome.record, log_path)
+                written = True
+        except KeyboardInterrupt:
+            raise interrupted(outcome.record["mode"], outcome.record["problem"], log_path, written) from None
+        outcome.logged = True
     return outcome
 
 
+def _interruptible_run(mode: str):
+    """check, bench and diff: Ctrl-C ends them as Interrupted, whose line says that nothing was logged."""
+    def wrap(func):
+        signature = inspect.signature(func)
+
+        @functools.wraps(func)
+        def run(*args, **kwargs):
+            bound = signature.bind(*args, **kwargs)
+            bound.apply_defaults()
+            with interruptible(mode, bound.arguments["problem"], bound.arguments["log_path"]):
+                return func(*args, **kwargs)
+        return run
+    return wrap
+
+
+@_interruptible_run("check")
 def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0, device: str | None = None,
           progress=lambda text: None, log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None,
           robust: bool = False) -> RunOutcome:
@@ -358,6 +446,7 @@ def _agreement(ours: list[dict], theirs: list[dict]) -> tuple[list[dict], list[s
     return merged, notes
 
 
+@_interruptible_run("bench")
 def bench(problem: str, submission: Path, baseline: bool = False, custom: list[str] = (),
           device: str | None = None, progress=lambda text: None,
           log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None,
@@ -416,6 +505,7 @@ def _official_baselines(prob: Problem, results: list[dict], logged: list[dict], 
     return [base]
 
 
+@_interruptible_run("diff")
 def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3, custom: list[str] = (),
          device: str | None = None, progress=lambda text: None,
          log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:

@@ -230,6 +230,31 @@ def test_an_interrupted_run_kills_eval_py_instead_of_leaving_it_running(tmp_path
         os.kill(int(pid_file.read_text()), 0)
 
 
+def test_ctrl_c_during_a_harness_check_leaves_no_record_and_no_run_folder(toy, tmp_path, monkeypatch):
+    import tempfile
+    added(toy)
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
+
+    reported = threading.Event()
+
+    def progress(text):
+        if ": status " in text:                          # eval.py has reported a case (the reader thread says so)
+            reported.set()
+    interrupt = threading.Thread(target=lambda: (reported.wait(20), os.kill(os.getpid(), signal.SIGINT)))
+    interrupt.start()
+    slow = write(tmp_path / "s.py", "import time\n\ndef custom_kernel(data):\n    time.sleep(0.5)\n"
+                                    "    return [x + 1 for x in data]\n")
+    log = tmp_path / "perf.jsonl"
+    with pytest.raises(runner.Interrupted, match=r"interrupted: check addone stopped before it finished; "
+                                                 r"nothing was logged \(.*perf.jsonl is unchanged\)$"):
+        runner.check("addone", slow, device="cpu", progress=progress, log_path=log)
+    interrupt.join()
+    assert reported.is_set()
+    assert not log.exists() and list(scratch.iterdir()) == []
+
+
 def _wait_for(path: Path) -> None:
     deadline = time.monotonic() + 20
     while not path.is_file() or not path.read_text():

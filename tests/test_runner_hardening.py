@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
+import signal
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
 from checks import problems, runner
 from popcorn.cli import main
-from popcorn.errors import PopkitError
+from popcorn.errors import Interrupted, PopkitError
 
 SPEC = "batch: 2; n: 8; cond: 1; seed: 3; case: dense"
 SLEEPY = '''
@@ -172,3 +176,75 @@ def test_a_log_new_empty_or_with_a_record_is_a_log(tmp_path, lines):
     assert logs.not_a_log(log) is None
     logs.require_appendable(log)
     assert logs.not_a_log(tmp_path / "l") is None
+
+
+# ---- Ctrl-C -------------------------------------------------------------------------------------
+
+def _sigint_ignored(pid: int) -> bool | None:
+    """Whether the process ignores SIGINT (Linux's /proc); None where that cannot be read."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return None
+    mask = int(next(line for line in status.splitlines() if line.startswith("SigIgn:")).split()[1], 16)
+    return bool(mask & (1 << (signal.SIGINT - 1)))
+
+
+def test_ctrl_c_during_check_is_exit_130_one_line_no_record_and_no_worker_left(built, tmp_path, monkeypatch):
+    # Click printed "Aborted!" and exited 1.
+    from popcorn.cli import loop as cli_loop
+    seen = {}
+
+    def interrupt_at_the_first_case(text):
+        if text.startswith("case 1/"):
+            (worker,) = multiprocessing.active_children()
+            seen["ignores_sigint"] = _sigint_ignored(worker.pid)   # Ctrl-C reaches popkit only, which kills it
+            raise KeyboardInterrupt
+    monkeypatch.setattr(cli_loop, "_progress", interrupt_at_the_first_case)
+    log = tmp_path / "perf.jsonl"
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", "cpu", "--log", log)
+    assert result.exit_code == 130, result.output
+    assert [line for line in result.output.splitlines() if line] == [
+        f"interrupted: check qr_v2 stopped before it finished; nothing was logged ({log} is unchanged)"]
+    assert "Aborted" not in result.output
+    assert not log.exists()
+    assert multiprocessing.active_children() == []
+    assert seen["ignores_sigint"] in (True, None)
+
+
+def test_ctrl_c_during_the_library_run_kills_the_worker(built):
+    def interrupt(text):
+        if text.startswith("case 1/"):
+            raise KeyboardInterrupt
+    with pytest.raises(Interrupted, match="interrupted: check qr_v2 stopped before it finished; nothing was logged$"):
+        runner.check("qr_v2", built["qr_v2"], [SPEC], device="cpu", progress=interrupt, log_path=None)
+    assert multiprocessing.active_children() == []
+
+
+def test_ctrl_c_while_the_record_is_written_waits_for_it_and_says_it_is_logged(built, tmp_path, monkeypatch):
+    from popcorn.evidence import logs
+    monkeypatch.setattr(runner, "run_worker", lambda job, *args, **kwargs: (
+        {"gpu": "cpu", "torch": "x", "compile_s": 0.1},
+        [{"spec": spec, "status": "pass", "residuals": {}} for spec in job["specs"]]))
+    real_append = logs.append_record
+
+    def append_with_ctrl_c(record, path):
+        os.kill(os.getpid(), signal.SIGINT)          # Ctrl-C as the record is being written
+        return real_append(record, path)
+    monkeypatch.setattr(logs, "append_record", append_with_ctrl_c)
+    log = tmp_path / "perf.jsonl"
+    with pytest.raises(Interrupted, match=f"interrupted: check qr_v2 had finished; its record is in {log}$"):
+        runner.check("qr_v2", built["qr_v2"], [SPEC], device="cpu", log_path=log)
+    (line,) = log.read_text().splitlines()
+    assert '"mode": "check"' in line
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_ctrl_c_outside_a_run_is_exit_130_not_aborted(monkeypatch):
+    import build as builder
+
+    def interrupted_build(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(builder, "build", interrupted_build)
+    result = run("build", "qr_v2", "-o", "x.py")
+    assert result.exit_code == 130 and [line for line in result.output.splitlines() if line] == ["interrupted"]

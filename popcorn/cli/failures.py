@@ -1,4 +1,4 @@
-"""fail_cleanly: the one place where known errors become one line on stderr and exit 1.
+"""fail_cleanly: the one place where known errors become one line on stderr and exit 1 (Ctrl-C: exit 130).
 
 Its own module so that the verb modules import it without importing the group that registers them."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import sys
 import click
 
 from checks.problems import ProblemError
-from popcorn.errors import PopkitError
+from popcorn.errors import Interrupted, PopkitError
 
 
 def fail_cleanly(func):
@@ -22,6 +22,12 @@ def fail_cleanly(func):
         except (PopkitError, ProblemError) as exc:
             click.echo(f"error: {exc}", err=True)
             sys.exit(1)
+        except Interrupted as exc:        # Ctrl-C in a run: what stopped, and what it left written
+            click.echo(f"\n{exc}", err=True)
+            sys.exit(Interrupted.EXIT_CODE)
+        except KeyboardInterrupt:         # elsewhere (click's own answer was "Aborted!" and exit 1)
+            click.echo("\ninterrupted", err=True)
+            sys.exit(Interrupted.EXIT_CODE)
         except BrokenPipeError:
             # The reader has gone (`popkit problem show qr_v2 | head`): nothing failed, and nothing more can
             # be shown; stdout goes to /dev/null so the interpreter's last flush does not complain either.

@@ -116,11 +116,13 @@ def register(main):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
-        submission = _submission_for(problem, submission)
-        outcome = runner.check(problem, submission, list(cases), seeds, device, _progress, log_path, harness,
-                               robust)
-        _print_outcome(outcome, f"check {problem}")
-        raise SystemExit(0 if outcome.passed else 1)
+        done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
+        with runner.interruptible("check", problem, log_path, done):
+            submission = _submission_for(problem, submission)
+            done.append(runner.check(problem, submission, list(cases), seeds, device, _progress, log_path,
+                                     harness, robust))
+            _print_outcome(done[0], f"check {problem}")
+        raise SystemExit(0 if done[0].passed else 1)
 
     @main.command("bench")
     @click.argument("problem")
@@ -138,11 +140,13 @@ def register(main):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
-        submission = _submission_for(problem, submission)
-        outcome = runner.bench(problem, submission, baseline or fresh_baseline, list(cases), device, _progress,
-                               log_path, harness, fresh_baseline=fresh_baseline)
-        _print_outcome(outcome, f"bench {problem}")
-        raise SystemExit(0 if outcome.passed else 1)
+        done = []
+        with runner.interruptible("bench", problem, log_path, done):
+            submission = _submission_for(problem, submission)
+            done.append(runner.bench(problem, submission, baseline or fresh_baseline, list(cases), device,
+                                     _progress, log_path, harness, fresh_baseline=fresh_baseline))
+            _print_outcome(done[0], f"bench {problem}")
+        raise SystemExit(0 if done[0].passed else 1)
 
     @main.command("diff")
     @click.argument("problem")
@@ -161,13 +165,14 @@ def register(main):
         from checks import runner
         from popcorn.promote import incumbent_path
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
-        submission = _submission_for(problem, submission)
-        incumbent = incumbent or incumbent_path(problem)
-        outcome = runner.diff(problem, submission, incumbent, rounds, list(cases), device, _progress, log_path,
-                              harness)
-        _print_outcome(outcome, f"diff {problem}")
-        click.echo("changed parts: " + (", ".join(outcome.record["changed_parts"]) or "none"))
-        raise SystemExit(0 if outcome.passed else 1)
+        done = []
+        with runner.interruptible("diff", problem, log_path, done):
+            submission = _submission_for(problem, submission)
+            done.append(runner.diff(problem, submission, incumbent or incumbent_path(problem), rounds,
+                                    list(cases), device, _progress, log_path, harness))
+            _print_outcome(done[0], f"diff {problem}")
+            click.echo("changed parts: " + (", ".join(done[0].record["changed_parts"]) or "none"))
+        raise SystemExit(0 if done[0].passed else 1)
 
     @main.command("promote")
     @click.argument("problem")
