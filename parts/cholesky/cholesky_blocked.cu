@@ -19,12 +19,14 @@
 // and the trailing update skips the upper tiles.
 #include "device_utils.cuh"
 #include "tf32x3.cuh"
+#include "tiled_block.cuh"
 
 // The other parts' entry points (the same translation unit in the built file).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
                                  int ld, int stride, int tdim, int ts);
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch);
 
 namespace {
 
@@ -36,6 +38,40 @@ bool has_wgmma() {
     return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
 }
 
+// The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks): per
+// step the panel, then the next block column of the trailing update, then one launch that factors the
+// next diagonal block beside the rest of the update. Same arguments and result as cholesky_blocked.
+int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
+    const long long stride = (long long)n * n;
+    const int w0 = n < nb ? n : nb;
+    int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
+    for (int k0 = 0; !err && k0 + nb < n; k0 += nb) {    // block k0 is factored, its inverse in xinv
+        const int next = k0 + nb, m = n - next, w2 = m < nb ? m : nb;
+        const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
+        float* block = L + (size_t)k0 * n + k0;
+        const float* a21 = src + (size_t)nb * n;
+        float* l21 = block + (size_t)nb * n;
+        const tf32x3::Product panel = {a21, n, stride, xinv, nb, (long long)nb * nb, a21, l21, n, stride,
+                                       block + nb, m, nb, nb};
+        err = tf32x3_product_wgmma(panel, batch, tf32x3::kPanel);
+        if (err) break;
+        // the next block column: L[next:, next:next+w2] = A - L21 L21[:w2]^T
+        const tf32x3::Product column = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
+                                        nullptr, m, w2, nb};
+        err = tf32x3_product_wgmma(column, batch, tf32x3::kColumn);
+        if (err) break;
+        // the rest of the update (right of that column) beside the next diagonal block
+        const size_t skip = (size_t)w2 * n + w2;
+        const tf32x3::Product rest = {l21 + (size_t)w2 * n, n, stride, l21 + (size_t)w2 * n, n, stride,
+                                      a21 + nb + skip, l21 + nb + skip, n, stride, nullptr, m - w2, m - w2, nb};
+        float* diag_block = L + (size_t)next * n + next;
+        const tiled::DiagBlock diag = {diag_block, diag_block, next + w2 < n ? xinv : nullptr, diag_max, w2, n,
+                                       stride};
+        err = cholesky_lookahead_step(rest, diag, batch);
+    }
+    return err;
+}
+
 }  // namespace
 
 // Factor `batch` n x n matrices: A (read only; its lower triangle) into L (written whole: the factor
@@ -45,12 +81,14 @@ bool has_wgmma() {
 // A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros above
 // its block's diagonal and the panel zeroes its mirror, which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
-                                   int nb, int tdim, int ts) {
+                                   int nb, int tdim, int ts, int lookahead) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || !A || !L || !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
+    const bool wgmma = has_wgmma();
+    if (lookahead && wgmma && tdim == 16 && ts == 8) return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
     const long long stride = (long long)n * n;
-    const auto product = has_wgmma() ? tf32x3_product_wgmma : tf32x3_product_mma;
+    const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;     // this step's input: A, then L

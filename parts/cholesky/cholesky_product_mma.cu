@@ -36,31 +36,6 @@ __device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Copy VEC floats global -> shared without blocking; rows past the matrix are filled with zeros.
-template <int VEC>
-__device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    const int bytes = valid ? VEC * 4 : 0;
-    if constexpr (VEC == 4)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
-}
-
-// Stage columns [k, k + 32) of rows [row0, row0 + 128) of M (rows >= rows read as zeros).
-template <int VEC>
-__device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int row0, int rows, int k) {
-    constexpr int kPerRow = kChunk / VEC;
-#pragma unroll
-    for (int i = 0; i < kTile * kPerRow / kMmaThreads; ++i) {
-        const int idx = threadIdx.x + kMmaThreads * i;
-        const int r = idx / kPerRow, c = (idx % kPerRow) * VEC;
-        const bool valid = row0 + r < rows;
-        const int offset = valid ? (row0 + r) * ld + k + c : 0;    // 32-bit: the caller keeps n^2 < 2^31
-        copy_async<VEC>(s + r * kMmaLds + c, M + offset, valid);
-    }
-}
-
 // One k8 step's operands of a warp's 64 x 32 block: A rows (4 m16 tiles) from sP, B rows (4 n8 tiles)
 // from sQ, both already offset by the lane's (g, t); kk: the step's first column.
 __device__ __forceinline__ void load_fragments(float (&fa)[4][4], float (&fb)[4][2], const float* sP,
@@ -112,7 +87,7 @@ tf32x3_mma_kernel(const tf32x3::Product op) {
     float* smem = reinterpret_cast<float*>(smem4);
     int ti, tj;
     const int m = op.m, ncols = op.ncols, ldp = op.ldp, ldq = op.ldq;
-    tf32x3::tile_of_block<LOWER>(ncols, ti, tj);
+    tf32x3::tile_of_block<LOWER>(blockIdx.x, ncols, ti, tj);
     const int row0 = ti * kTile, col0 = tj * kTile;
     const float* p = op.p + blockIdx.y * op.sp;
     const float* q = op.q + blockIdx.y * op.sq;
@@ -123,15 +98,15 @@ tf32x3_mma_kernel(const tf32x3::Product op) {
     float acc[4][4][4] = {};
 
     const int chunks = op.K / kChunk;
-    stage_rows<VEC>(smem, p, ldp, row0, m, 0);
-    stage_rows<VEC>(smem + kTile * kMmaLds, q, ldq, col0, ncols, 0);
+    tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(smem, p, ldp, row0, m, 0);
+    tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(smem + kTile * kMmaLds, q, ldq, col0, ncols, 0);
     asm volatile("cp.async.commit_group;\n" ::);
     for (int kc = 0; kc < chunks; ++kc) {
         if (kc + 1 < chunks) {                           // the next chunk loads while this one computes
             float* next = smem + ((kc + 1) & 1) * kMmaStageFloats;
             const int k = (kc + 1) * kChunk;
-            stage_rows<VEC>(next, p, ldp, row0, m, k);
-            stage_rows<VEC>(next + kTile * kMmaLds, q, ldq, col0, ncols, k);
+            tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(next, p, ldp, row0, m, k);
+            tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(next + kTile * kMmaLds, q, ldq, col0, ncols, k);
         }
         asm volatile("cp.async.commit_group;\n" ::);
         asm volatile("cp.async.wait_group 1;\n" ::);
@@ -165,11 +140,13 @@ int launch_mma(const tf32x3::Product& op, int batch) {
 
 }  // namespace
 
-// The product `op` (tf32x3.cuh) for `batch` matrices; mode: tf32x3::kPanel or kTrailing.
+// The product `op` (tf32x3.cuh) for `batch` matrices; mode: tf32x3::kPanel, kTrailing or kColumn.
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode) {
     if (op.K < kChunk || op.K % kChunk != 0) return (int)cudaErrorInvalidValue;
     const bool vec = tf32x3::rows_aligned16(op);
     if (mode == tf32x3::kPanel)
         return vec ? launch_mma<4, false, false>(op, batch) : launch_mma<1, false, false>(op, batch);
+    if (mode == tf32x3::kColumn)
+        return vec ? launch_mma<4, true, false>(op, batch) : launch_mma<1, true, false>(op, batch);
     return vec ? launch_mma<4, true, true>(op, batch) : launch_mma<1, true, true>(op, batch);
 }

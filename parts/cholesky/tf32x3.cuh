@@ -35,11 +35,10 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) 
     lo = __float_as_uint(x - __uint_as_float(hi));
 }
 
-// This CTA's tile (ti, tj) of C: LOWER numbers the tiles on and below the diagonal row by row,
-// blockIdx.x = ti (ti + 1) / 2 + tj with tj <= ti.
+// Tile number x's (ti, tj) in C: LOWER numbers the tiles on and below the diagonal row by row,
+// x = ti (ti + 1) / 2 + tj with tj <= ti; otherwise row-major over every tile.
 template <bool LOWER>
-__device__ __forceinline__ void tile_of_block(int ncols, int& ti, int& tj) {
-    const int x = blockIdx.x;
+__device__ __forceinline__ void tile_of_block(int x, int ncols, int& ti, int& tj) {
     if constexpr (LOWER) {
         ti = (int)((sqrtf(8.f * x + 1.f) - 1.f) * 0.5f);
         while ((ti + 1) * (ti + 2) / 2 <= x) ++ti;
@@ -49,6 +48,32 @@ __device__ __forceinline__ void tile_of_block(int ncols, int& ti, int& tj) {
         const int col_tiles = (ncols + kTile - 1) / kTile;
         ti = x / col_tiles;
         tj = x % col_tiles;
+    }
+}
+
+// Copy VEC floats global -> shared without blocking (cp.async); a row past the matrix fills with zeros.
+template <int VEC>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+    const int bytes = valid ? VEC * 4 : 0;
+    if constexpr (VEC == 4)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
+}
+
+// Stage columns [k, k + kChunk) of rows [row0, row0 + kTile) of M (leading dimension ld; rows >= rows
+// read as zeros) into shared rows of LDS floats, by THREADS threads.
+template <int VEC, int THREADS, int LDS>
+__device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int row0, int rows, int k) {
+    constexpr int kPerRow = kChunk / VEC;
+#pragma unroll
+    for (int i = 0; i < kTile * kPerRow / THREADS; ++i) {
+        const int idx = threadIdx.x + THREADS * i;
+        const int r = idx / kPerRow, c = (idx % kPerRow) * VEC;
+        const bool valid = row0 + r < rows;
+        const int offset = valid ? (row0 + r) * ld + k + c : 0;    // 32-bit: the caller keeps n^2 < 2^31
+        copy_async<VEC>(s + r * LDS + c, M + offset, valid);
     }
 }
 
@@ -139,8 +164,9 @@ __device__ __forceinline__ void zero_mirror(float* mirror, int ldc, int row0, in
     }
 }
 
-// The two products the blocked driver runs (struct Product).
-enum Mode { kPanel = 0, kTrailing = 1 };
+// The products the blocked driver runs (struct Product): the panel, the trailing update, and (for the
+// look-ahead) one block column of the trailing update, C = C_in - P Q^T over every tile.
+enum Mode { kPanel = 0, kTrailing = 1, kColumn = 2 };
 
 inline bool aligned16(const void* ptr) { return ((size_t)ptr & 15) == 0; }
 
