@@ -271,7 +271,7 @@ def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -
         raise PopkitError(f"{path}: no such submission file (run `popkit build {prob.name}` first)")
     board = leading_directives(path.read_text(encoding="utf-8", errors="replace")).get("leaderboard")
     if board is not None and board != prob.leaderboard:
-        # Worded so that no article stands before a name ("a eigh submission", "a addone_v1 file").
+        # Worded so that no article stands before a name (it said "is a BOARD submission", whatever BOARD was).
         wrong = f"{path} is built for leaderboard {board} (its #!POPCORN leaderboard line), not {prob.leaderboard}"
         if role == "incumbent":
             raise PopkitError(f"the incumbent {wrong}: pass --incumbent a file built for {prob.name} (`popkit "
