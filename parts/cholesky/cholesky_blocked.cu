@@ -38,7 +38,8 @@ bool has_wgmma() {
     return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
 }
 
-// The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks): per
+// The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
+// multiple of 4): per
 // step the panel, then the next block column of the trailing update, then one launch that factors the
 // next diagonal block beside the rest of the update. Same arguments and result as cholesky_blocked.
 int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
@@ -86,7 +87,8 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const 
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || !A || !L || !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
     const bool wgmma = has_wgmma();
-    if (lookahead && wgmma && tdim == 16 && ts == 8) return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
+    if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
+        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
     const long long stride = (long long)n * n;
     const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
     for (int k0 = 0; k0 < n; k0 += nb) {

@@ -179,11 +179,12 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, in
 
 // One look-ahead step for `batch` matrices: the diagonal block `diag` (n <= 128, factored by the 16 x 16
 // tiled shape) beside the trailing product op (C = C_in - P Q^T on the lower tiles; K <= 128, a
-// multiple of 32; op.m may be 0). Call it only on a GPU of compute capability 9.0 with the build
-// targeting sm_90a (elsewhere the kernel traps).
+// multiple of 32; op.m may be 0; rows 16-byte aligned: one instantiation keeps the cold compile short).
+// Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
+// traps).
 POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch) {
     if (batch < 1 || diag.n < 1 || diag.n > 128 || !diag.diag_max || op.m < 0 ||
         (op.m > 0 && (op.K < kChunk || op.K > kMaxK || op.K % kChunk != 0)))
         return (int)cudaErrorInvalidValue;
-    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : launch_lookahead<1>(op, diag, batch);
+    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : (int)cudaErrorInvalidValue;
 }

@@ -140,13 +140,13 @@ int launch_mma(const tf32x3::Product& op, int batch) {
 
 }  // namespace
 
-// The product `op` (tf32x3.cuh) for `batch` matrices; mode: tf32x3::kPanel, kTrailing or kColumn.
+// The product `op` (tf32x3.cuh) for `batch` matrices; mode: tf32x3::kPanel or kTrailing (kColumn, the
+// look-ahead's, is wgmma-only: not instantiated here, to keep the cold compile short).
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode) {
     if (op.K < kChunk || op.K % kChunk != 0) return (int)cudaErrorInvalidValue;
     const bool vec = tf32x3::rows_aligned16(op);
     if (mode == tf32x3::kPanel)
         return vec ? launch_mma<4, false, false>(op, batch) : launch_mma<1, false, false>(op, batch);
-    if (mode == tf32x3::kColumn)
-        return vec ? launch_mma<4, true, false>(op, batch) : launch_mma<1, true, false>(op, batch);
+    if (mode == tf32x3::kColumn) return (int)cudaErrorInvalidValue;
     return vec ? launch_mma<4, true, true>(op, batch) : launch_mma<1, true, true>(op, batch);
 }
