@@ -80,16 +80,17 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
 // Factor `batch` n x n matrices: A (read only; its lower triangle) into L (written whole: the factor
 // and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
 // matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
-// nb). nb: a multiple of 32, at most 128. lookahead: take blocked_lookahead where it applies. n * n <
+// nb). nb: a multiple of 32, at most 128. lookahead: take blocked_lookahead where it applies. portable:
+// use cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path). n * n <
 // 2^31 (the products' 32-bit row offsets). Step 0 reads
 // A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros above
 // its block's diagonal and the panel zeroes its mirror, which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
-                                   int nb, int tdim, int ts, int lookahead) {
+                                   int nb, int tdim, int ts, int lookahead, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || !A || !L || !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
-    const bool wgmma = has_wgmma();
+    const bool wgmma = !portable && has_wgmma();
     if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
         return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
     const long long stride = (long long)n * n;
