@@ -185,6 +185,40 @@ def test_wrong_json_shape_is_a_clear_error(httpserver, client):
         client.leaderboards()
 
 
+@pytest.mark.parametrize("path, body, call, expected", [
+    ("/leaderboards", ["qr_v2"], lambda c: c.leaderboards(), "item 0 is a string, not an object"),
+    ("/leaderboards", [None], lambda c: c.leaderboards(), "item 0 is null, not an object"),
+    ("/gpus/qr_v2", [{"name": "B200"}], lambda c: c.gpus("qr_v2"), "item 0 is an object, not a string"),
+    ("/submissions/qr_v2/B200", [1], lambda c: c.ranking("qr_v2", "B200"), "item 0 is an integer, not an object"),
+    ("/user/submissions", [{"id": 1, "runs": {"gpu_type": "B200"}}], lambda c: c.user_submissions(),
+     "runs is an object, not a list"),
+    ("/user/submissions/7", {"id": 7, "job": "succeeded"}, lambda c: c.submission(7), "job is a string, not an object"),
+    ("/user/submissions/7", {"id": 7, "runs": ["test"]}, lambda c: c.submission(7), "run 0 is a string, not an object"),
+    ("/user/submissions/7", {"id": 7, "runs": [{"result": ["check"]}]}, lambda c: c.submission(7),
+     "run 0 result is a list, not an object"),
+    ("/user/submissions/7", {"id": 7, "runner_queue": [], "job": {"status": "running"}},
+     lambda c: c.wait(7, limit_s=0), "runner_queue is a list, not an object"),
+    ("/user/join", {"status": "ok", "leaderboards": "closed_qr"}, lambda c: c.join("X"),
+     "leaderboards is a string, not a list"),
+])
+def test_replies_of_an_unexpected_shape_are_one_clear_line(httpserver, client, sleeps, path, body, call, expected):
+    # Each used to reach the printing code and end in an AttributeError or KeyError traceback.
+    httpserver.expect_request(path).respond_with_json(body)
+    with pytest.raises(PopkitError) as info:
+        call(client)
+    assert str(info.value) == f"the reply to {'POST' if 'join' in path else 'GET'} {path} is not as expected: {expected}"
+
+
+@pytest.mark.parametrize("accepted", [{"details": [7]}, {"details": {"id": True}}, {"details": {}}])
+def test_an_upload_reply_without_an_id_says_the_upload_may_have_landed(httpserver, client, tmp_path, accepted):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_json(accepted, status=202)
+    with pytest.raises(PopkitError, match="the upload may have been accepted: see `popkit submissions list "
+                                          "--leaderboard qr_v2`"):
+        client.submit("qr_v2", "B200", "test", source)
+
+
 def test_slow_reply_within_the_timeout_is_fine(httpserver):
     def slow(request):
         time.sleep(0.3)

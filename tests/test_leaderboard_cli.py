@@ -604,6 +604,35 @@ def test_ranking_without_an_id_shows_the_board_only(httpserver, home):
     assert result.exit_code == 0 and "ada" in result.stdout and "you:" not in result.stdout
 
 
+@pytest.mark.parametrize("args, path, body", [
+    (["leaderboards"], "/leaderboards", ["qr_v2", "eigh"]),
+    (["submissions", "list"], "/user/submissions", [7]),
+    (["submissions", "show", 7], "/user/submissions/7", {"id": 7, "job": "succeeded", "runs": []}),
+    (["fetch", 7], "/user/submissions/7", {"id": 7, "runs": "none"}),
+])
+def test_replies_of_an_unexpected_shape_end_in_one_line(httpserver, home, args, path, body):
+    httpserver.expect_request(path).respond_with_json(body)
+    result = popkit(*args)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: the reply to GET {path} is not as expected: ")
+
+
+def test_leaderboards_shows_a_gpu_list_sent_as_one_string_as_it_is(httpserver, home):
+    httpserver.expect_request("/leaderboards").respond_with_json([{"name": "qr_v2", "gpu_types": "B200"}])
+    result = popkit("leaderboards")
+    assert result.exit_code == 0 and "B200" in result.stdout and "B, 2" not in result.stdout
+
+
+def test_ranking_when_my_latest_submission_has_no_id_shows_the_board_only(httpserver, home):
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json([
+        {"submission_id": 11, "rank": 1, "submission_score": 0.0001, "user_id": "1", "user_name": "ada"}])
+    httpserver.expect_request("/user/submissions").respond_with_json([{"leaderboard_name": "qr_v2"}])
+    result = popkit("ranking", "qr_v2", "B200")
+    assert result.exit_code == 0, result.output
+    assert "ada" in result.stdout and "you:" not in result.stdout
+
+
 def test_submissions_list_and_show(httpserver, home):
     httpserver.expect_request("/user/submissions", query_string="limit=50&offset=0&leaderboard=qr_v2"
                               ).respond_with_json([

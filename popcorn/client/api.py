@@ -217,6 +217,49 @@ def decode_json(response: requests.Response, what: str, expect: type = object) -
     return value
 
 
+# -- reply shapes: what the rest of popkit relies on, checked once here ----------------------
+
+JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+
+
+def json_kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return next((name for kind, name in JSON_KINDS.items() if isinstance(value, kind)), type(value).__name__)
+
+
+def unexpected(what: str, where: str, value, kind: type) -> PopkitError:
+    return PopkitError(f"the reply to {what} is not as expected: {where} is {json_kind(value)}, "
+                       f"not {JSON_KINDS[kind]}")
+
+
+def check_items(value: list, what: str, kind: type, where: str = "item") -> list:
+    """VALUE (a list) when every item is of KIND; else a PopkitError naming the first odd one."""
+    for index, item in enumerate(value):
+        if not isinstance(item, kind) or isinstance(item, bool):
+            raise unexpected(what, f"{where} {index}", item, kind)
+    return value
+
+
+def check_fields(value: dict, what: str, where: str = "", **kinds: type) -> dict:
+    """VALUE when each named field is null, missing, or of its kind."""
+    for key, kind in kinds.items():
+        field = value.get(key)
+        if field is not None and (not isinstance(field, kind) or isinstance(field, bool)):
+            raise unexpected(what, f"{where}{key}", field, kind)
+    return value
+
+
+def check_submission(value: dict, what: str) -> dict:
+    """A submission reply (GET /user/submissions/{id}): the fields popkit reads have their documented kinds."""
+    check_fields(value, what, runs=list, job=dict, runner_queue=dict, code=str)
+    for index, run in enumerate(check_items(value.get("runs") or [], what, dict, "run")):
+        check_fields(run, what, f"run {index} ", result=dict)
+    return value
+
+
 # -- submissions' progress -------------------------------------------------------------------
 
 def job_status(submission: dict) -> str | None:
@@ -292,14 +335,16 @@ class Client:
     # listings
 
     def leaderboards(self) -> list[dict]:
-        return self._get("/leaderboards", 30, list)
+        return check_items(self._get("/leaderboards", 30, list), "GET /leaderboards", dict)
 
     def gpus(self, leaderboard: str) -> list[str]:
-        return self._get(f"/gpus/{quote(leaderboard, safe='')}", 120, list)
+        path = f"/gpus/{quote(leaderboard, safe='')}"
+        return check_items(self._get(path, 120, list), f"GET {path}", str)
 
     def ranking(self, leaderboard: str, gpu: str) -> list[dict]:
         """Each user's best public score on that GPU (scores in seconds), best first."""
-        return self._get(f"/submissions/{quote(leaderboard, safe='')}/{quote(gpu, safe='')}", 30, list)
+        path = f"/submissions/{quote(leaderboard, safe='')}/{quote(gpu, safe='')}"
+        return check_items(self._get(path, 30, list), f"GET {path}", dict)
 
     # the user's submissions
 
@@ -307,10 +352,15 @@ class Client:
         params = {"limit": limit, "offset": offset}
         if leaderboard:
             params["leaderboard"] = leaderboard
-        return self._get("/user/submissions", 30, list, **params)
+        found = check_items(self._get("/user/submissions", 30, list, **params), "GET /user/submissions", dict)
+        for entry in found:
+            check_fields(entry, "GET /user/submissions", runs=list)
+            check_items(entry.get("runs") or [], "GET /user/submissions", dict, "run")
+        return found
 
     def submission(self, submission_id: int) -> dict:
-        return self._get(f"/user/submissions/{int(submission_id)}", 30, dict)
+        path = f"/user/submissions/{int(submission_id)}"
+        return check_submission(self._get(path, 30, dict), f"GET {path}")
 
     def delete_submission(self, submission_id: int) -> dict:
         path = f"/user/submissions/{int(submission_id)}"
@@ -323,7 +373,7 @@ class Client:
         start = monotonic()
         while True:
             response = self._send("GET", path, timeout=30, retry=True)
-            submission = decode_json(response, f"GET {path}", dict)
+            submission = check_submission(decode_json(response, f"GET {path}", dict), f"GET {path}")
             elapsed = monotonic() - start
             if on_poll:
                 on_poll(elapsed, submission)
@@ -345,9 +395,15 @@ class Client:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
             raise NetworkError(f"{exc}; the upload may still have been accepted: "
                                f"see `popkit submissions list --leaderboard {leaderboard}`") from None
-        accepted = decode_json(response, f"POST {url_path}", dict)
-        if not isinstance((accepted.get("details") or {}).get("id"), int):
-            raise PopkitError(f"the reply to POST {url_path} has no submission id")
+        landed = f"the upload may have been accepted: see `popkit submissions list --leaderboard {leaderboard}`"
+        try:
+            accepted = check_fields(decode_json(response, f"POST {url_path}", dict), f"POST {url_path}",
+                                    details=dict, runner_queue=dict)
+        except PopkitError as exc:
+            raise PopkitError(f"{exc}; {landed}") from None
+        submission_id = (accepted.get("details") or {}).get("id")
+        if not isinstance(submission_id, int) or isinstance(submission_id, bool):
+            raise PopkitError(f"the reply to POST {url_path} has no submission id; {landed}")
         return accepted
 
     def submit_profile(self, leaderboard: str, gpu: str, path: Path,
@@ -379,7 +435,8 @@ class Client:
         """Redeem an invite code (closed leaderboards); the leaderboards it opened."""
         reply = decode_json(self._send("POST", "/user/join", timeout=30, json={"code": code}),
                             "POST /user/join", dict)
-        return [str(name) for name in reply.get("leaderboards") or []]
+        check_fields(reply, "POST /user/join", leaderboards=list)
+        return check_items(reply.get("leaderboards") or [], "POST /user/join", str, "leaderboard")
 
     def id_is_valid(self) -> bool:
         """Whether the server accepts this client's id (a 401 says it does not)."""
@@ -394,7 +451,7 @@ class Client:
     def auth_init(self, provider: str) -> str:
         """A fresh id from the server, valid once the user logs in at the provider."""
         state = self._get("/auth/init", 30, dict, provider=provider).get("state")
-        if not state:
+        if not state or not isinstance(state, str):
             raise PopkitError("the reply to GET /auth/init has no state")
         return str(state)
 

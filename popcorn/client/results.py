@@ -273,10 +273,17 @@ def _us_from_s(score) -> str | None:
     return None if seconds is None else fmt_us(seconds * 1e6)
 
 
+def _names(value) -> str:
+    """A list of names joined with commas; a single name (the server's list sent as one string) as it is."""
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return "" if value is None else str(value)
+
+
 def render_leaderboards(boards: list[dict]) -> str:
     """One row per board; closed boards (visibility 'closed') are marked, with how to get in."""
     rows = [[b.get("name"), "closed" if b.get("visibility") == "closed" else "open",
-             ", ".join(b.get("gpu_types") or []), str(b.get("deadline") or "")[:10] or None,
+             _names(b.get("gpu_types")), str(b.get("deadline") or "")[:10] or None,
              _clip(str(b.get("description") or "").strip().split("\n")[0], 60)]
             for b in sorted(boards, key=lambda b: str(b.get("name")))]
     table = render_table(["leaderboard", "access", "gpus", "deadline", "description"], rows)
