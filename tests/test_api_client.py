@@ -150,6 +150,33 @@ def test_rate_limit_wait_can_come_from_retry_after(httpserver, client):
         client.leaderboards()
 
 
+@pytest.mark.parametrize("body, headers, expected", [
+    ({"detail": "slow down"}, {}, "rate limited (429): slow down (the server did not say how long to wait: its "
+                                  "limits count the past hour, so wait up to 1 h)"),
+    ({"detail": "slow down"}, {"Retry-After": "Fri, 01 Jan 2100 00:00:00 GMT"}, "rate limited (429): slow down (wait "),
+])
+def test_rate_limit_always_says_how_long_to_wait(httpserver, client, body, headers, expected):
+    # A 429 without "Try again in Ns" and without a Retry-After in seconds used to say nothing about the wait.
+    httpserver.expect_request("/leaderboards").respond_with_json(body, status=429, headers=headers)
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert str(info.value).startswith(expected) and str(info.value).endswith(")")
+    assert "h" in str(info.value).rsplit("wait", 1)[1]
+
+
+@pytest.mark.parametrize("body, expected", [
+    ({"detail": "Traceback (most recent call last):\n  File x\nKeyError: 'gpu'"},
+     "server error (500): Traceback (most recent call last): File x KeyError: 'gpu'"),
+    ({"detail": {"error": "boom"}}, 'server error (500): {"error": "boom"}'),
+    ({"detail": "x" * 1000}, "server error (500): " + "x" * 297 + "..."),
+])
+def test_error_details_stay_on_one_line(httpserver, client, body, expected):
+    httpserver.expect_request("/leaderboards").respond_with_json(body, status=500)
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert str(info.value) == expected
+
+
 def test_gets_retry_gateway_errors_with_backoff(httpserver, sleeps):
     client = api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.5)
     httpserver.expect_request("/gpus/qr_v2").respond_with_handler(
@@ -388,6 +415,9 @@ def test_profile_streams_status_then_returns_the_raw_result(httpserver, client, 
     ('event: error\ndata: {"status":"error","detail":"An unexpected error occurred: KeyError"}\n\n',
      "profile run failed: An unexpected error occurred: KeyError"),
     ('event: status\ndata: {"status":"processing"}\n\n', "the event stream ended without a result"),
+    ('event: error\ndata: {"status":"error","detail":"Rate limit exceeded: 3/2 test submissions per hour. '
+     'Try again in 3541s.","status_code":400}\n\n',
+     r"profile run failed: \(400\) Rate limit exceeded: .* Try again in 3541s\. \(rate limited: wait 59 min 1 s\)$"),
 ])
 def test_profile_error_events_and_truncated_streams(httpserver, client, tmp_path, frame, expected):
     source = tmp_path / "s.py"

@@ -9,7 +9,10 @@ with backoff; a submission POST is never retried.
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import email.utils
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -158,13 +161,19 @@ def error_detail(response: requests.Response) -> str:
         body = None
     if isinstance(body, dict):
         detail = body.get("detail", body.get("message"))
-        if isinstance(detail, list):
-            return "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}"
-                             for item in detail if isinstance(item, dict))
+        if isinstance(detail, list) and all(isinstance(item, dict) for item in detail):
+            detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
+        elif isinstance(detail, (dict, list)):
+            detail = json.dumps(detail)
         if detail is not None:
-            return str(detail)
-    text = " ".join(response.text.split())
-    return text[:300] or response.reason or "no details"
+            return one_line(str(detail))
+    return one_line(response.text) or response.reason or "no details"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """TEXT with its whitespace (newlines too) collapsed, cut to LIMIT characters: an error stays one line."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def format_wait(seconds: int) -> str:
@@ -187,17 +196,30 @@ def error_message(response: requests.Response, has_id: bool = True) -> str:
     if wrapped:
         return f"{label} (400, inner {wrapped[1]}): {wrapped[2]}"
     message = f"{label} ({status}): {detail}"
-    wait_s = retry_after_s(response, detail) if status == 429 else None
-    return message if wait_s is None else f"{message} (wait {format_wait(wait_s)})"
+    if status != 429:
+        return message
+    wait_s = retry_after_s(response, detail)
+    if wait_s is None:     # KernelBot's limits count submissions over a rolling hour
+        return f"{message} (the server did not say how long to wait: its limits count the past hour, so wait up to 1 h)"
+    return f"{message} (wait {format_wait(wait_s)})"
 
 
 def retry_after_s(response: requests.Response, detail: str) -> int | None:
-    """The wait a 429 asks for: 'Try again in 3541s' in the detail, else a Retry-After header."""
+    """The wait a 429 asks for: 'Try again in 3541s' in the detail, else a Retry-After header (seconds or
+    an HTTP date)."""
     found = RETRY_IN.search(detail)
     if found:
         return int(found[1])
-    header = response.headers.get("Retry-After", "")
-    return int(header) if header.isdigit() else None
+    header = response.headers.get("Retry-After", "").strip()
+    if header.isdigit():
+        return int(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return max(0, math.ceil((when - dt.datetime.now(dt.timezone.utc)).total_seconds()))
 
 
 def network_reason(exc: requests.RequestException) -> str:
@@ -468,5 +490,7 @@ def loads_or_text(data: str) -> dict:
 def stream_error(data: str) -> str:
     """'(400) why' from an `error` event's data."""
     error = loads_or_text(data)
-    detail = error.get("detail") or error.get("status")
-    return f"({error['status_code']}) {detail}" if error.get("status_code") else str(detail)
+    detail = one_line(str(error.get("detail") or error.get("status")))
+    found = RETRY_IN.search(detail)        # a rate limit comes as a 400 error event on this endpoint
+    wait = f" (rate limited: wait {format_wait(int(found[1]))})" if found else ""
+    return (f"({error['status_code']}) {detail}" if error.get("status_code") else detail) + wait
