@@ -58,6 +58,31 @@ def test_broken_yaml_is_reported_without_its_content(tmp_path):
     assert "not valid YAML" in str(info.value) and CLI_ID not in str(info.value)
 
 
+@pytest.mark.parametrize("content, expected", [
+    (b"\xff\xfecli_id: x\n", "is not UTF-8 text: fix it or run `popkit register discord`"),
+    (b"- cli_id\n- x\n", "is not a YAML mapping"),
+    (f'cli_id: "{CLI_ID}\\nX-Other: 1"\n'.encode(), "the cli_id in .* is malformed"),
+    (f"cli_id: {{id: {CLI_ID}}}\n".encode(), "the cli_id in .* is malformed"),
+    (f"cli_id: '{CLI_ID} '\n".encode(), "the cli_id in .* is malformed"),
+])
+def test_a_corrupt_config_is_one_line_without_the_id(tmp_path, content, expected):
+    # Non-UTF-8 bytes used to raise UnicodeDecodeError (a traceback); an id with a line break reached requests
+    # and came back as "cannot reach ...: InvalidHeader"; a YAML list read as "no cli_id".
+    path = tmp_path / ".popcorn.yaml"
+    path.write_bytes(content)
+    with pytest.raises(PopkitError, match=expected) as info:
+        api.load_cli_id(path)
+    assert CLI_ID not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_config_that_cannot_be_written_is_one_line_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / ".popcorn.yaml"
+    path.mkdir()
+    with pytest.raises(PopkitError, match=r"cannot write .*\.popcorn\.yaml: Is a directory"):
+        api.save_cli_id(CLI_ID, path)
+    assert [p.name for p in tmp_path.iterdir()] == [".popcorn.yaml"]
+
+
 def test_saved_id_is_private_and_keeps_other_keys(tmp_path):
     path = tmp_path / ".popcorn.yaml"
     path.write_text("cli_id: old\ntheme: dark\n")

@@ -238,6 +238,14 @@ def test_missing_config_says_how_to_register(httpserver, home, tmp_path):
     assert httpserver.log == []
 
 
+def test_a_config_that_is_not_utf8_is_one_line(httpserver, home):
+    (home / ".popcorn.yaml").write_bytes(b"\xff\xfe\x00")
+    result = popkit("submissions", "list")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.stderr == (f"error: {home / '.popcorn.yaml'} is not UTF-8 text: fix it or {api.REGISTER_HINT}\n")
+    assert httpserver.log == []
+
+
 @pytest.mark.parametrize("status, body, headers, line", [
     (400, {"detail": "failed to prepare submission request: 400: GPU type 'B200' is not supported"}, {},
      "rejected by the server (400, inner 400): GPU type 'B200' is not supported"),

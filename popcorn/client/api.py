@@ -96,11 +96,13 @@ def config_path() -> Path:
 def read_config(path: Path) -> dict:
     """The YAML config as a dict; {} when the file is missing."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise PopkitError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PopkitError(f"{path} is not UTF-8 text: fix it or {REGISTER_HINT}") from None
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -108,14 +110,25 @@ def read_config(path: Path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise PopkitError(f"{path} is not valid YAML{where}: fix it or {REGISTER_HINT}") from None
-    return config if isinstance(config, dict) else {}
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise PopkitError(f"{path} is not a YAML mapping (it should hold `cli_id: ...`): fix it or {REGISTER_HINT}")
+    return config
+
+
+CLI_ID_CHARS = re.compile(r"[\x21-\x7e]+")  # an HTTP header value: printable ASCII, no spaces
 
 
 def load_cli_id(path: Path | None = None) -> str:
     path = path or config_path()
     cli_id = read_config(path).get("cli_id")
-    if not cli_id:
+    if cli_id is None or cli_id == "":
         raise PopkitError(f"no cli_id in {path}: {REGISTER_HINT}")
+    if isinstance(cli_id, bool) or not isinstance(cli_id, (str, int)) or not CLI_ID_CHARS.fullmatch(str(cli_id)):
+        # Never quoted: the message must not show the id.
+        raise PopkitError(f"the cli_id in {path} is malformed (it must be one word of printable ASCII, "
+                          f"as `popkit register` writes it): fix it or {REGISTER_HINT}")
     return str(cli_id)
 
 
@@ -134,11 +147,15 @@ def update_config(values: dict, path: Path | None = None) -> Path:
     config.update(values)
     config = {key: value for key, value in config.items() if value is not None}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        yaml.safe_dump(config, handle)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(config, handle)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise PopkitError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
 
 
