@@ -681,6 +681,18 @@ def test_delete_asks_first(httpserver, home):
     assert [entry[0].method for entry in httpserver.log] == ["GET", "GET", "DELETE"]
 
 
+@pytest.mark.parametrize("reply", [{"status": "error", "detail": "still running"}, {}])
+def test_delete_without_the_servers_confirmation_is_not_reported_as_done(httpserver, home, reply):
+    # It used to print "deleted submission 7" and exit 0 whatever the 200 reply said.
+    serve_polls(httpserver, submission("succeeded"))
+    httpserver.expect_request("/user/submissions/7", method="DELETE").respond_with_json(reply)
+    result = popkit("submissions", "delete", 7, "--force")
+    assert result.exit_code == 1 and "deleted submission" not in result.stdout
+    assert result.stderr.startswith("error: the server did not confirm that submission 7 was deleted (DELETE "
+                                    "/user/submissions/7 answered ")
+    assert result.stderr.endswith("check with `popkit submissions show 7`\n")
+
+
 def test_fetch_saves_the_code_and_will_not_overwrite(httpserver, home, tmp_path):
     serve_polls(httpserver, submission("succeeded"))
     result = popkit("fetch", 7)

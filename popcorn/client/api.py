@@ -403,7 +403,12 @@ class Client:
 
     def delete_submission(self, submission_id: int) -> dict:
         path = f"/user/submissions/{int(submission_id)}"
-        return decode_json(self._send("DELETE", path, timeout=30), f"DELETE {path}", dict)
+        reply = decode_json(self._send("DELETE", path, timeout=30), f"DELETE {path}", dict)
+        if reply.get("status") != "ok":    # the server confirms with {"status": "ok", "submission_id": id}
+            raise PopkitError(f"the server did not confirm that submission {int(submission_id)} was deleted "
+                              f"(DELETE {path} answered {one_line(json.dumps(reply), 120)}): check with "
+                              f"`popkit submissions show {int(submission_id)}`")
+        return reply
 
     def wait(self, submission_id: int, *, interval_s: float = 5.0, limit_s: float = 3600.0,
              on_poll: Callable[[float, dict], None] | None = None) -> tuple[dict, bytes]:
