@@ -465,4 +465,37 @@ def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline_data():
     chunks = [b"event: st", b"atus\r\ndata: a\r\n\r\n: comment\n", b"data: line1\ndata:line2\n\n",
               b"event: result\ndata: {\"x\": \"\xc3", b"\xa9\"}"]
     assert list(sse.iter_events(chunks)) == [
-        sse.Event("status", "a"), sse.Event("message", "line1\nline2"), sse.Event("result", '{"x": "é"}')]
+        sse.Event("status", "a"), sse.Event("message", "line1\nline2"),
+        sse.Event("result", '{"x": "é"}', complete=False)]    # no closing blank line: delivered, marked
+
+
+def test_a_stream_cut_in_the_middle_of_the_result_says_it_broke_off(httpserver, client, tmp_path):
+    # The cut result used to be returned as the result, and then reported as "the profile result is not JSON".
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
+        'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
+        'event: result\ndata: {"status":"success","results":[{"succ'))
+    with pytest.raises(api.NetworkError, match=r"the event stream from http://127\.0\.0\.1:\d+ broke off in the "
+                                               r"middle of the result: nothing was saved"):
+        client.submit_profile("qr_v2", "B200", source)
+
+
+def test_a_complete_result_without_its_closing_blank_line_is_still_the_result(httpserver, client, tmp_path):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
+        'event: result\ndata: {"status": "success", "results": []}'))
+    assert json.loads(client.submit_profile("qr_v2", "B200", source)) == {"status": "success", "results": []}
+
+
+def test_a_profile_reply_that_is_not_an_event_stream_is_named(httpserver, client, tmp_path):
+    # A proxy's JSON or HTML page used to read as "the event stream ended without a result".
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_data('{"detail": "maintenance"}',
+                                                                       content_type="application/json")
+    with pytest.raises(PopkitError) as info:
+        client.submit_profile("qr_v2", "B200", source)
+    assert str(info.value) == ("the reply to POST /qr_v2/B200/profile is not an event stream (application/json): "
+                               "'{\"detail\": \"maintenance\"}'")

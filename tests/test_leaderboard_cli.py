@@ -467,6 +467,23 @@ def test_profile_error_event(httpserver, home):
     assert "error: profile run failed: (400) Rate limit exceeded. Try again in 60s." in result.stderr
 
 
+@pytest.mark.parametrize("result, where", [
+    ("[1, 2]", "the result is list, not an object"),
+    ('{"results": [{"success": true, "runs": ["profile.0"]}]}', "results[0].runs is list, not an object"),
+    ('{"results": [{"success": true, "runs": {"profile.0": {"run": {"passed": true, "result": "check: pass"}}}}]}',
+     "results[0].runs['profile.0'].run.result is str, not an object"),
+])
+def test_profile_result_of_an_unexpected_shape_is_one_line_and_kept(httpserver, home, tmp_path, result, where):
+    # Each used to end in an AttributeError traceback after the raw result was saved.
+    serve_stream(httpserver, f"event: result\ndata: {result}\n\n")
+    outcome = popkit("submit", "submission.py", "--mode", "profile")
+    assert outcome.exit_code == 1 and isinstance(outcome.exception, SystemExit), outcome.exception
+    [folder] = (tmp_path / "logs" / "leaderboard").iterdir()
+    assert outcome.stderr.splitlines()[-1] == (f"error: the profile result is not as expected: {where} "
+                                               f"(saved as {folder / 'result.json'})")
+    assert (folder / "result.json").read_text() == result
+
+
 # -- registration ----------------------------------------------------------------------------
 
 NEW_ID = "9d2a4c1e-new-id"

@@ -456,9 +456,16 @@ class Client:
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         response = self._send("POST", url_path, timeout=120, stream=True, files=self._file_part(path))
         with response:
+            kind = response.headers.get("Content-Type", "")
+            if not kind.startswith("text/event-stream"):
+                raise PopkitError(f"the reply to POST {url_path} is not an event stream ({kind or 'no Content-Type'}): "
+                                  f"{one_line(response.text, 120)!r}")
             try:
                 for event in sse.iter_events(response.iter_content(chunk_size=None)):
                     if event.name == "result":
+                        if not event.complete and not is_json(event.data):
+                            raise NetworkError(f"the event stream from {self.base_url} broke off in the middle of "
+                                               "the result: nothing was saved (the run itself may have finished)")
                         return event.data
                     if event.name == "error":
                         raise PopkitError(f"profile run failed: {stream_error(event.data)}")
@@ -498,6 +505,14 @@ class Client:
         if not state or not isinstance(state, str):
             raise PopkitError("the reply to GET /auth/init has no state")
         return str(state)
+
+
+def is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def loads_or_text(data: str) -> dict:

@@ -417,6 +417,9 @@ def save_profile(raw: str, directory: Path, problem: Problem | None = None) -> P
         data = json.loads(raw)
     except ValueError:
         raise PopkitError(f"the profile result is not JSON (saved as {directory / 'result.json'})") from None
+    odd = profile_shape_problem(data)
+    if odd:
+        raise PopkitError(f"the profile result is not as expected: {odd} (saved as {directory / 'result.json'})")
     for i, report in enumerate(data.get("reports") or []):
         write_atomic(directory / f"report{i}.md", str(report).encode())
     runs, failures = [], []
@@ -429,6 +432,32 @@ def save_profile(raw: str, directory: Path, problem: Problem | None = None) -> P
     if not runs and not failures:
         failures.append("the result holds no profile runs")
     return ProfileResult(directory, runs, failures)
+
+
+def profile_shape_problem(data) -> str | None:
+    """What in a profile result (the `result` event: results[i].runs[key].run.result ...) is not of the
+    documented kind; None when everything popkit reads is."""
+    def odd(where: str, value, kind: type, required: bool = False) -> str | None:
+        if isinstance(value, kind) or (value is None and not required):
+            return None
+        return f"{where} is {'null' if value is None else type(value).__name__}, not " \
+               f"{'an object' if kind is dict else 'a list'}"
+
+    checks = [("the result", data, dict, True)]
+    if isinstance(data, dict):
+        checks += [("reports", data.get("reports"), list, False), ("results", data.get("results"), list, False)]
+        for i, full in enumerate(data.get("results") if isinstance(data.get("results"), list) else []):
+            checks.append((f"results[{i}]", full, dict, True))
+            runs = full.get("runs") if isinstance(full, dict) else None
+            checks.append((f"results[{i}].runs", runs, dict, False))
+            for key, entry in (runs.items() if isinstance(runs, dict) else []):
+                where = f"results[{i}].runs[{key!r}]"
+                checks.append((where, entry, dict, True))
+                entry = entry if isinstance(entry, dict) else {}
+                run = entry.get("run")
+                checks += [(f"{where}.run", run, dict, False), (f"{where}.profile", entry.get("profile"), dict, False),
+                           (f"{where}.run.result", run.get("result") if isinstance(run, dict) else None, dict, False)]
+    return next(filter(None, (odd(*check) for check in checks)), None)
 
 
 def _save_profile_run(name: str, entry: dict, directory: Path, problem: Problem | None) -> ProfileRun:
