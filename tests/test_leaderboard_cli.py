@@ -658,6 +658,33 @@ def test_ranking_when_my_latest_submission_has_no_id_shows_the_board_only(httpse
     assert "ada" in result.stdout and "you:" not in result.stdout
 
 
+@pytest.mark.parametrize("gpu, line", [
+    ("b200", "error: leaderboard qr_v2 does not run on GPU 'b200' (it runs on B200, H100): did you mean B200?\n"),
+    ("A100", "error: leaderboard qr_v2 does not run on GPU 'A100' (it runs on B200, H100)\n"),
+])
+def test_ranking_on_a_gpu_the_board_does_not_run_on_is_an_error(httpserver, home, gpu, line):
+    # The server answers [] for any GPU name; this printed an empty table and exited 0.
+    httpserver.expect_request(f"/submissions/qr_v2/{gpu}").respond_with_json([])
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json(["B200", "H100"])
+    result = popkit("ranking", "qr_v2", gpu)
+    assert result.exit_code == 1 and result.stderr == line and result.stdout == ""
+
+
+def test_an_empty_ranking_on_a_real_gpu_says_so(httpserver, home):
+    (home / ".popcorn.yaml").unlink()
+    httpserver.expect_request("/submissions/qr_v2/H100").respond_with_json([])
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json(["B200", "H100"])
+    result = popkit("ranking", "qr_v2", "H100")
+    assert result.exit_code == 0 and result.stdout == "no ranked submission yet\n"
+
+
+def test_gpus_of_a_board_that_lists_none_is_an_error(httpserver, home):
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json([])
+    result = popkit("gpus", "qr_v2")
+    assert result.exit_code == 1
+    assert result.stderr == "error: the server lists no GPU for leaderboard qr_v2 (GET /gpus/qr_v2 answered [])\n"
+
+
 def test_submissions_list_and_show(httpserver, home):
     httpserver.expect_request("/user/submissions", query_string="limit=50&offset=0&leaderboard=qr_v2"
                               ).respond_with_json([

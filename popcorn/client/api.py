@@ -377,13 +377,31 @@ class Client:
         return check_items(self._get("/leaderboards", 30, list), "GET /leaderboards", dict)
 
     def gpus(self, leaderboard: str) -> list[str]:
+        """The GPUs the board runs on; an empty list is an error (the server names none)."""
         path = f"/gpus/{quote(leaderboard, safe='')}"
-        return check_items(self._get(path, 120, list), f"GET {path}", str)
+        names = check_items(self._get(path, 120, list), f"GET {path}", str)
+        if not names:
+            raise PopkitError(f"the server lists no GPU for leaderboard {leaderboard} (GET {path} answered [])")
+        return names
 
     def ranking(self, leaderboard: str, gpu: str) -> list[dict]:
-        """Each user's best public score on that GPU (scores in seconds), best first."""
+        """Each user's best public score on that GPU (scores in seconds), best first. An empty ranking
+        is checked against the board's GPUs: the server answers [] for a GPU name it does not know."""
         path = f"/submissions/{quote(leaderboard, safe='')}/{quote(gpu, safe='')}"
-        return check_items(self._get(path, 30, list), f"GET {path}", dict)
+        entries = check_items(self._get(path, 30, list), f"GET {path}", dict)
+        if not entries:
+            self.require_gpu(leaderboard, gpu)
+        return entries
+
+    def require_gpu(self, leaderboard: str, gpu: str) -> None:
+        """A PopkitError unless the board runs on GPU (names are case-sensitive: 'B200', not 'b200')."""
+        names = self.gpus(leaderboard)
+        if gpu in names:
+            return
+        close = [name for name in names if name.lower() == gpu.lower()]
+        hint = f": did you mean {close[0]}?" if close else ""
+        raise PopkitError(f"leaderboard {leaderboard} does not run on GPU {gpu!r} (it runs on "
+                          f"{', '.join(names)}){hint}")
 
     # the user's submissions
 

@@ -315,6 +315,8 @@ def render_ranking(entries: list[dict], me: str | None = None, limit: int = 20) 
              str(e.get("submission_time") or "")[:19] or None, "<- you" if e is mine else ""] for e in shown]
     lines = [render_table(["rank", "user", "score us", "submission", "submitted", ""], rows,
                           right_align={0, 2, 3})]
+    if not entries:
+        lines = ["no ranked submission yet"]
     if len(entries) > len(shown):
         lines.append(f"({len(entries) - len(shown)} more not shown)")
     if me is not None:
