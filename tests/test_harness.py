@@ -444,6 +444,20 @@ def test_diff_against_the_folders_reference(toy, tmp_path):
                           log_path=None)
     assert not outcome.passed and outcome.record["harness"] == "official"
     assert all(c["verdict"] == "slower" for c in outcome.record["cases"])
+    assert outcome.record["changed_parts"] is None      # the reference has no parts: which changed is unknown
+
+
+def test_diff_cli_against_the_reference_says_the_changed_parts_are_unknown(toy, tmp_path):
+    # It listed every part of the candidate as changed (the reference has no part hashes to compare).
+    added(toy)
+    built = tmp_path / "built.py"
+    built.write_text("#!POPCORN leaderboard addone_v1\n# part addone/route.py sha256 " + "a" * 64 + "\n" + GOOD)
+    result = CliRunner().invoke(main, ["diff", "addone", "--submission", str(built), "--incumbent", "reference",
+                                       "--device", "cpu", "--log", str(tmp_path / "l.jsonl")])
+    assert result.exit_code in (0, 1), result.output        # 1: a verdict of 'slower' by timing noise
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout.splitlines()[-1] == ("changed parts: unknown (the candidate or the incumbent has no popkit "
+                                              "part hashes: the folder's reference, or a file popkit did not build)")
 
 
 # ---- bench --baseline: logged baselines reused per case (checks/baselines.py) ---------------------
