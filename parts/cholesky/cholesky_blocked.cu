@@ -40,6 +40,13 @@ bool has_wgmma() {
     return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
 }
 
+// The panel product of a w-column block: L21 = A21 X^T (X = inv(L11) in xinv, w x w), and zeros at
+// mirror, where L21^T would sit right of the diagonal block.
+tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const float* xinv, int n, long long stride,
+                         int m, int w) {
+    return {a21, n, stride, xinv, w, (long long)w * w, a21, l21, n, stride, mirror, m, w, w};
+}
+
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
 // multiple of 4): per step the panel, then the next block column of the trailing update, then one launch
 // that factors the next diagonal block beside the rest of the update. Same arguments and result as
@@ -54,9 +61,7 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
         float* block = L + (size_t)k0 * n + k0;
         const float* a21 = src + (size_t)nb * n;
         float* l21 = block + (size_t)nb * n;
-        const tf32x3::Product panel = {a21, n, stride, xinv, nb, (long long)nb * nb, a21, l21, n, stride,
-                                       block + nb, m, nb, nb};
-        err = tf32x3_product_wgmma(panel, batch, tf32x3::kPanel);
+        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
         if (err) break;
         // the next block column: L[next:, next:next+w2] = A - L21 L21[:w2]^T
         const tf32x3::Product column = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
@@ -82,9 +87,9 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
 // matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
 // nb). nb: a multiple of 32, at most 128. lookahead: take blocked_lookahead where it applies. portable:
 // use cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path). n * n <
-// 2^31 (the products' 32-bit row offsets). Step 0 reads
-// A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros above
-// its block's diagonal and the panel zeroes its mirror, which together cover L's upper triangle.
+// 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L, so A is
+// never copied; the diagonal kernel writes zeros above its block's diagonal and the panel zeroes its
+// mirror, which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
                                    int nb, int tdim, int ts, int lookahead, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
@@ -105,10 +110,7 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const 
         const int m = n - k0 - w;
         const float* a21 = src + (size_t)w * n;
         float* l21 = block + (size_t)w * n;
-        // L21 = A21 X^T, and zeros where L21^T would sit, right of the diagonal block
-        const tf32x3::Product panel = {a21, n, stride, xinv, w, (long long)w * w, a21, l21, n, stride,
-                                       block + w, m, w, w};
-        err = product(panel, batch, tf32x3::kPanel);
+        err = product(panel_of(a21, l21, block + w, xinv, n, stride, m, w), batch, tf32x3::kPanel);
         if (err) return err;
         // A22 -= L21 L21^T on the lower tiles
         const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + w, l21 + w, n, stride,
