@@ -60,6 +60,10 @@ BLOCKED_DRIVER = ((16384, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
 # The tf32x3 driver's look-ahead (cholesky_lookahead.cu, H200 only; the driver takes it where the diagonal
 # blocks are 16 x 16 tiled): the next diagonal block is factored beside the rest of each trailing update.
 LOOKAHEAD = True
+# (max n, outer panel) of the tf32x3 driver's two-level loop (cholesky_blocked.cu blocked_two_level; 0: one
+# level): nb-column blocks inside outer panels, one K = outer trailing update per outer panel (4x less
+# memory traffic at outer = 512). Not measured yet on the GPU, so one level everywhere.
+OUTER_PANEL = ((1 << 30, 0),)
 
 
 def first_row(table, *keys: int):
@@ -112,7 +116,8 @@ def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)                     # written whole: the factor and zeros above it
     inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
-    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb), int(LOOKAHEAD))
+    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb), int(LOOKAHEAD),
+              by_n(OUTER_PANEL, n))
     return L
 
 
