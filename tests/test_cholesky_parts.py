@@ -413,3 +413,14 @@ def test_lookahead_order_gives_the_plain_loops_factor(n, nb):
 def test_lookahead_model_meets_the_gates_on_every_family(case):
     A = spd(case, 150, 2)
     assert_cholesky(A, blocked_lookahead_model(A, 64))
+
+
+@pytest.mark.parametrize("case", ROUTE_FAMILIES)
+def test_lookahead_with_the_solved_panel_meets_the_gates_and_matches(case):
+    """cholesky_trsm.cu's panel (L21 from a triangular solve with L11, no inverse) gives the factor of the
+    product-with-inverse panel to within rounding, on every family."""
+    A = spd(case, 150, 2)
+    solved = blocked_lookahead_model(A, 64, solve=True)
+    assert_cholesky(A, solved)
+    plain = blocked_lookahead_model(A, 64)
+    assert ((solved - plain).norm() / plain.norm()) < 1e-4
