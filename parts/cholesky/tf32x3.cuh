@@ -97,7 +97,8 @@ __device__ __forceinline__ PairMask pair_mask(int r, int col, int m, int ncols) 
 }
 
 // Write a warp's accumulators in the m16n8 fragment layout (acc[mi][ni]: rows row0 + 16 mi + g and
-// + 8, columns col0 + 8 ni + 2 t and + 1; g = lane / 4, t = lane % 4) into C, or C_in minus them; rows >= m and columns >= ncols are skipped, and with LOWER so is everything above the diagonal.
+// + 8, columns col0 + 8 ni + 2 t and + 1; g = lane / 4, t = lane % 4) into C, or C_in minus them;
+// rows >= m and columns >= ncols are skipped, and with LOWER so is everything above the diagonal.
 // SUBTRACT reads all of a row pair's old values before it writes any: the compiler cannot prove that
 // a store and a later load of C differ, so a load-subtract-store loop pays a full memory round trip
 // per element.
