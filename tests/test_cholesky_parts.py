@@ -209,6 +209,7 @@ def test_chunk_product_and_driver_tables_cover_every_shape():
             assert route.first_row(route.TRAILING_CHUNK_ROWS, n, batch * n) >= 1
             assert route.first_row(route.TRAILING_PRODUCT, n, batch * n) in ("fp32", "split_tf32")
             assert route.first_row(route.BLOCKED_DRIVER, n, batch * n) in ("tf32x3", "library")
+    assert route.PRODUCTS in ("auto", "portable")                # cholesky_blocked's `portable` flag
 
 
 def test_by_n_refuses_an_uncovered_n():

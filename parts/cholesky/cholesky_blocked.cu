@@ -132,17 +132,18 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
 // matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
 // nb). nb: a multiple of 32, at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when
-// nb < outer < n); otherwise lookahead: take blocked_lookahead where it applies. n * n <
+// nb < outer < n); otherwise lookahead: take blocked_lookahead where it applies. portable: use
+// cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path). n * n <
 // 2^31 (the products' 32-bit row offsets). Step 0 reads
 // A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros above
 // its block's diagonal and the panel zeroes its mirror, which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
-                                   int nb, int tdim, int ts, int lookahead, int outer) {
+                                   int nb, int tdim, int ts, int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L ||
         !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
-    const bool wgmma = has_wgmma();
+    const bool wgmma = !portable && has_wgmma();
     const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
         return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);

@@ -66,6 +66,9 @@ LOOKAHEAD = 1
 # level): nb-column blocks inside outer panels, one K = outer trailing update per outer panel (4x less
 # memory traffic at outer = 512). Not measured yet on the GPU, so one level everywhere.
 OUTER_PANEL = ((1 << 30, 0),)
+# "auto": wgmma products on the H200, mma.sync elsewhere; "portable": mma.sync everywhere (the path the
+# B200 and other non-Hopper GPUs take, checked and timed on the H200 with a sweep variant).
+PRODUCTS = "auto"
 
 
 def first_row(table, *keys: int):
@@ -119,7 +122,7 @@ def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     L = torch.empty_like(A)                     # written whole: the factor and zeros above it
     inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
     CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb), LOOKAHEAD,
-              by_n(OUTER_PANEL, n))
+              by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
     return L
 
 
