@@ -114,7 +114,7 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
                 parts_dir: Path | None = None) -> AddResult:
     """Record problem NAME from a competition folder and scaffold parts/NAME/ where it does not exist."""
     if not problems.NAME_PATTERN.match(name or ""):
-        raise ProblemError(f"problem name {name!r}: use lower-case letters, digits and _, starting with a letter")
+        raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a letter")
     folder = task_folder.read_task_folder(source)
     record_path = problems.record_path(name, cases_dir)
     exists = record_path.is_file()

@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
-NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
+NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")    # a file name: at most 64 characters
 SPEC_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INTEGER = r"[+-]?[0-9]+"
 INTEGER_LIST = re.compile(rf"\[\s*{INTEGER}(\s*,\s*{INTEGER})*\s*\]")
@@ -60,7 +60,7 @@ def leaderboard_error(board: str) -> str | None:
 
 
 def known_problems(cases_dir: Path | None = None) -> list[str]:
-    return sorted(p.stem for p in (cases_dir or CASES_DIR).glob("*.yml"))
+    return sorted(p.stem for p in (cases_dir or CASES_DIR).glob("*.yml") if p.is_file())
 
 
 def record_path(name: str, cases_dir: Path | None = None) -> Path:
@@ -69,6 +69,9 @@ def record_path(name: str, cases_dir: Path | None = None) -> Path:
 
 def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
     """Load a problem's record; unknown names and unreadable records raise ProblemError."""
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
+        raise ProblemError(f"{name!r} is not a problem name (up to 64 lower-case letters, digits and _, as "
+                           f"`popkit problem add` takes); known: {', '.join(known_problems(cases_dir)) or 'none'}")
     path = record_path(name, cases_dir)
     if not path.is_file():
         known = ", ".join(known_problems(cases_dir)) or "none"
@@ -78,18 +81,51 @@ def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         raise ProblemError(f"{path}: not a readable problem record ({str(exc).splitlines()[0]})") from None
-    if not isinstance(raw, dict) or not raw.get("tests") or not raw.get("benchmarks"):
+    if not isinstance(raw, dict) or not isinstance(raw.get("tests"), list) or not raw.get("tests") \
+            or not isinstance(raw.get("benchmarks"), list) or not raw.get("benchmarks"):
         raise ProblemError(f"{path}: a problem record needs non-empty 'tests' and 'benchmarks' lists")
-    gpus = [str(g) for g in raw.get("gpus") or [raw.get("gpu_on_leaderboard", "B200")]]
+    odd = record_shape_problem(raw)
+    if odd:
+        raise ProblemError(f"{path}: {odd}")
+    gpus = raw.get("gpus") or [raw.get("gpu_on_leaderboard") or "B200"]
+    gpus = [str(g) for g in ([gpus] if isinstance(gpus, str) else gpus)]
     board_error = leaderboard_error(str(raw.get("leaderboard", name)))
     if board_error:
         raise ProblemError(f"{path}: {board_error}")
     problem = Problem(name=name, leaderboard=str(raw.get("leaderboard", name)), gpu=gpus[0], gpus=gpus,
                       gates=raw.get("gates") or {}, timeouts_s=raw.get("timeouts_s") or {},
-                      ranking=str(raw.get("ranking", "")), harness=raw.get("harness") or {})
-    tests = [normalize(problem, s) for s in raw["tests"]]
-    benchmarks = [normalize(problem, s) for s in raw["benchmarks"]]
+                      ranking=str(raw.get("ranking") or ""), harness=raw.get("harness") or {})
+    try:
+        tests = [normalize(problem, s) for s in raw["tests"]]
+        benchmarks = [normalize(problem, s) for s in raw["benchmarks"]]
+    except ProblemError as exc:
+        raise ProblemError(f"{path}: {exc}") from None
     return Problem(**{**problem.__dict__, "tests": tests, "benchmarks": benchmarks})
+
+
+def record_shape_problem(raw: dict) -> str | None:
+    """What in a record's facts is not of the kind the verbs read (None when all are): gpus a name or a list
+    of names, timeouts_s and gates mappings (timeouts in seconds), harness a mapping with a folder, a main
+    and a list of files {name, source}."""
+    gpus = raw.get("gpus")
+    if gpus is not None and not isinstance(gpus, str) and not (
+            isinstance(gpus, list) and all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
+        return f"gpus must be a list of GPU names, not {gpus!r}"
+    for key in ("timeouts_s", "gates", "harness"):
+        if raw.get(key) is not None and not isinstance(raw[key], dict):
+            return f"{key} must be a mapping, not {raw[key]!r}"
+    for key, value in (raw.get("timeouts_s") or {}).items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return f"timeouts_s: {key} must be a number of seconds, not {value!r}"
+    harness = raw.get("harness") or {}
+    for key in ("folder", "main"):
+        if harness.get(key) is not None and not isinstance(harness[key], str):
+            return f"harness: {key} must be a path, not {harness[key]!r}"
+    files = harness.get("files")
+    if files is not None and not (isinstance(files, list) and all(
+            isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("source"), str) for f in files)):
+        return "harness: files must be a list of {name, source} entries"
+    return None
 
 
 def normalize(problem: Problem | str, spec: dict) -> dict:

@@ -58,6 +58,31 @@ def test_broken_yaml_is_reported_without_its_content(tmp_path):
     assert "not valid YAML" in str(info.value) and CLI_ID not in str(info.value)
 
 
+@pytest.mark.parametrize("content, expected", [
+    (b"\xff\xfecli_id: x\n", "is not UTF-8 text: fix it or run `popkit register discord`"),
+    (b"- cli_id\n- x\n", "is not a YAML mapping"),
+    (f'cli_id: "{CLI_ID}\\nX-Other: 1"\n'.encode(), "the cli_id in .* is malformed"),
+    (f"cli_id: {{id: {CLI_ID}}}\n".encode(), "the cli_id in .* is malformed"),
+    (f"cli_id: '{CLI_ID} '\n".encode(), "the cli_id in .* is malformed"),
+])
+def test_a_corrupt_config_is_one_line_without_the_id(tmp_path, content, expected):
+    # Non-UTF-8 bytes used to raise UnicodeDecodeError (a traceback); an id with a line break reached requests
+    # and came back as "cannot reach ...: InvalidHeader"; a YAML list read as "no cli_id".
+    path = tmp_path / ".popcorn.yaml"
+    path.write_bytes(content)
+    with pytest.raises(PopkitError, match=expected) as info:
+        api.load_cli_id(path)
+    assert CLI_ID not in str(info.value) and "\n" not in str(info.value)
+
+
+def test_a_config_that_cannot_be_written_is_one_line_and_leaves_no_temporary_file(tmp_path):
+    path = tmp_path / ".popcorn.yaml"
+    path.mkdir()
+    with pytest.raises(PopkitError, match=r"cannot write .*\.popcorn\.yaml: Is a directory"):
+        api.save_cli_id(CLI_ID, path)
+    assert [p.name for p in tmp_path.iterdir()] == [".popcorn.yaml"]
+
+
 def test_saved_id_is_private_and_keeps_other_keys(tmp_path):
     path = tmp_path / ".popcorn.yaml"
     path.write_text("cli_id: old\ntheme: dark\n")
@@ -150,6 +175,33 @@ def test_rate_limit_wait_can_come_from_retry_after(httpserver, client):
         client.leaderboards()
 
 
+@pytest.mark.parametrize("body, headers, expected", [
+    ({"detail": "slow down"}, {}, "rate limited (429): slow down (the server did not say how long to wait: its "
+                                  "limits count the past hour, so wait up to 1 h)"),
+    ({"detail": "slow down"}, {"Retry-After": "Fri, 01 Jan 2100 00:00:00 GMT"}, "rate limited (429): slow down (wait "),
+])
+def test_rate_limit_always_says_how_long_to_wait(httpserver, client, body, headers, expected):
+    # A 429 without "Try again in Ns" and without a Retry-After in seconds used to say nothing about the wait.
+    httpserver.expect_request("/leaderboards").respond_with_json(body, status=429, headers=headers)
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert str(info.value).startswith(expected) and str(info.value).endswith(")")
+    assert "h" in str(info.value).rsplit("wait", 1)[1]
+
+
+@pytest.mark.parametrize("body, expected", [
+    ({"detail": "Traceback (most recent call last):\n  File x\nKeyError: 'gpu'"},
+     "server error (500): Traceback (most recent call last): File x KeyError: 'gpu'"),
+    ({"detail": {"error": "boom"}}, 'server error (500): {"error": "boom"}'),
+    ({"detail": "x" * 1000}, "server error (500): " + "x" * 297 + "..."),
+])
+def test_error_details_stay_on_one_line(httpserver, client, body, expected):
+    httpserver.expect_request("/leaderboards").respond_with_json(body, status=500)
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert str(info.value) == expected
+
+
 def test_gets_retry_gateway_errors_with_backoff(httpserver, sleeps):
     client = api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.5)
     httpserver.expect_request("/gpus/qr_v2").respond_with_handler(
@@ -183,6 +235,40 @@ def test_wrong_json_shape_is_a_clear_error(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_json({"oops": 1})
     with pytest.raises(PopkitError, match="not a JSON list"):
         client.leaderboards()
+
+
+@pytest.mark.parametrize("path, body, call, expected", [
+    ("/leaderboards", ["qr_v2"], lambda c: c.leaderboards(), "item 0 is a string, not an object"),
+    ("/leaderboards", [None], lambda c: c.leaderboards(), "item 0 is null, not an object"),
+    ("/gpus/qr_v2", [{"name": "B200"}], lambda c: c.gpus("qr_v2"), "item 0 is an object, not a string"),
+    ("/submissions/qr_v2/B200", [1], lambda c: c.ranking("qr_v2", "B200"), "item 0 is an integer, not an object"),
+    ("/user/submissions", [{"id": 1, "runs": {"gpu_type": "B200"}}], lambda c: c.user_submissions(),
+     "runs is an object, not a list"),
+    ("/user/submissions/7", {"id": 7, "job": "succeeded"}, lambda c: c.submission(7), "job is a string, not an object"),
+    ("/user/submissions/7", {"id": 7, "runs": ["test"]}, lambda c: c.submission(7), "run 0 is a string, not an object"),
+    ("/user/submissions/7", {"id": 7, "runs": [{"result": ["check"]}]}, lambda c: c.submission(7),
+     "run 0 result is a list, not an object"),
+    ("/user/submissions/7", {"id": 7, "runner_queue": [], "job": {"status": "running"}},
+     lambda c: c.wait(7, limit_s=0), "runner_queue is a list, not an object"),
+    ("/user/join", {"status": "ok", "leaderboards": "closed_qr"}, lambda c: c.join("X"),
+     "leaderboards is a string, not a list"),
+])
+def test_replies_of_an_unexpected_shape_are_one_clear_line(httpserver, client, sleeps, path, body, call, expected):
+    # Each used to reach the printing code and end in an AttributeError or KeyError traceback.
+    httpserver.expect_request(path).respond_with_json(body)
+    with pytest.raises(PopkitError) as info:
+        call(client)
+    assert str(info.value) == f"the reply to {'POST' if 'join' in path else 'GET'} {path} is not as expected: {expected}"
+
+
+@pytest.mark.parametrize("accepted", [{"details": [7]}, {"details": {"id": True}}, {"details": {}}])
+def test_an_upload_reply_without_an_id_says_the_upload_may_have_landed(httpserver, client, tmp_path, accepted):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_json(accepted, status=202)
+    with pytest.raises(PopkitError, match="the upload may have been accepted: see `popkit submissions list "
+                                          "--leaderboard qr_v2`"):
+        client.submit("qr_v2", "B200", "test", source)
 
 
 def test_slow_reply_within_the_timeout_is_fine(httpserver):
@@ -354,6 +440,9 @@ def test_profile_streams_status_then_returns_the_raw_result(httpserver, client, 
     ('event: error\ndata: {"status":"error","detail":"An unexpected error occurred: KeyError"}\n\n',
      "profile run failed: An unexpected error occurred: KeyError"),
     ('event: status\ndata: {"status":"processing"}\n\n', "the event stream ended without a result"),
+    ('event: error\ndata: {"status":"error","detail":"Rate limit exceeded: 3/2 test submissions per hour. '
+     'Try again in 3541s.","status_code":400}\n\n',
+     r"profile run failed: \(400\) Rate limit exceeded: .* Try again in 3541s\. \(rate limited: wait 59 min 1 s\)$"),
 ])
 def test_profile_error_events_and_truncated_streams(httpserver, client, tmp_path, frame, expected):
     source = tmp_path / "s.py"
@@ -376,4 +465,37 @@ def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline_data():
     chunks = [b"event: st", b"atus\r\ndata: a\r\n\r\n: comment\n", b"data: line1\ndata:line2\n\n",
               b"event: result\ndata: {\"x\": \"\xc3", b"\xa9\"}"]
     assert list(sse.iter_events(chunks)) == [
-        sse.Event("status", "a"), sse.Event("message", "line1\nline2"), sse.Event("result", '{"x": "é"}')]
+        sse.Event("status", "a"), sse.Event("message", "line1\nline2"),
+        sse.Event("result", '{"x": "é"}', complete=False)]    # no closing blank line: delivered, marked
+
+
+def test_a_stream_cut_in_the_middle_of_the_result_says_it_broke_off(httpserver, client, tmp_path):
+    # The cut result used to be returned as the result, and then reported as "the profile result is not JSON".
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
+        'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
+        'event: result\ndata: {"status":"success","results":[{"succ'))
+    with pytest.raises(api.NetworkError, match=r"the event stream from http://127\.0\.0\.1:\d+ broke off in the "
+                                               r"middle of the result: nothing was saved"):
+        client.submit_profile("qr_v2", "B200", source)
+
+
+def test_a_complete_result_without_its_closing_blank_line_is_still_the_result(httpserver, client, tmp_path):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
+        'event: result\ndata: {"status": "success", "results": []}'))
+    assert json.loads(client.submit_profile("qr_v2", "B200", source)) == {"status": "success", "results": []}
+
+
+def test_a_profile_reply_that_is_not_an_event_stream_is_named(httpserver, client, tmp_path):
+    # A proxy's JSON or HTML page used to read as "the event stream ended without a result".
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_data('{"detail": "maintenance"}',
+                                                                       content_type="application/json")
+    with pytest.raises(PopkitError) as info:
+        client.submit_profile("qr_v2", "B200", source)
+    assert str(info.value) == ("the reply to POST /qr_v2/B200/profile is not an event stream (application/json): "
+                               "'{\"detail\": \"maintenance\"}'")

@@ -321,6 +321,15 @@ def test_changed_parts_names_the_parts_that_differ(built, tmp_path):
     assert changed_parts(built["eigh"], built["qr_v2"]) == sorted(every - shared)
 
 
+def test_changed_parts_against_a_file_without_part_hashes_are_unknown(built, tmp_path):
+    # Against the folder's reference (diff --incumbent reference) or a fetched file, every part of the
+    # candidate was listed as changed.
+    plain = tmp_path / "reference_submission.py"
+    plain.write_text("from reference import ref_kernel as custom_kernel\n")
+    assert changed_parts(built["qr_v2"], plain) is None
+    assert changed_parts(plain, built["qr_v2"]) is None
+
+
 
 def test_output_into_a_closed_pipe_ends_quietly():
     # `popkit problem show qr_v2 | head -2` printed "error: : Broken pipe" once head had read its lines.

@@ -387,6 +387,51 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
     assert listing.stderr.startswith("warning: ") and "broken.yml: not a readable problem record" in listing.stderr
 
 
+@pytest.mark.parametrize("change, why", [
+    ("timeouts_s: [240, 480]\n", "timeouts_s must be a mapping, not [240, 480]"),
+    ("timeouts_s: {test: soon}\n", "timeouts_s: test must be a number of seconds, not 'soon'"),
+    ("harness: eval.py\n", "harness must be a mapping, not 'eval.py'"),
+    ("harness: {folder: 5}\n", "harness: folder must be a path, not 5"),
+    ("gpus: {B200: 1}\n", "gpus must be a list of GPU names, not {'B200': 1}"),
+    ("tests: [{size: 'a b'}]\n", "case spec {'size': 'a b'}: size = 'a b' is not a number, a word or a list"),
+])
+def test_problem_show_and_list_name_an_odd_record_in_one_line(toy, change, why):
+    # timeouts_s or harness of another kind ended `problem show` in an AttributeError or TypeError traceback,
+    # and a bad spec was reported without the record it came from.
+    problem_add.add_problem("addone", toy)
+    path = problems.record_path("addone")
+    data = yaml.safe_load(path.read_text())
+    data.update(yaml.safe_load(change))
+    path.write_text(yaml.safe_dump(data))
+    shown = CliRunner().invoke(main, ["problem", "show", "addone"])
+    assert shown.exit_code == 1 and isinstance(shown.exception, SystemExit), shown.exception
+    assert shown.stderr.startswith(f"error: {path}: {why}")
+    listing = CliRunner().invoke(main, ["problem", "list"])
+    assert listing.exit_code == 0 and "addone   unreadable" in listing.stdout
+    assert listing.stderr.startswith(f"warning: {path}: {why}")
+
+
+def test_a_gpus_entry_of_one_name_is_that_gpu(toy):
+    problem_add.add_problem("addone", toy)
+    path = problems.record_path("addone")
+    data = yaml.safe_load(path.read_text())
+    data.update(gpus="H100", ranking=None)
+    path.write_text(yaml.safe_dump(data))
+    prob = problems.load_problem("addone")
+    assert (prob.gpus, prob.ranking) == (["H100"], "")     # were ['H', '1', '0', '0'] and 'None'
+
+
+@pytest.mark.parametrize("name", ["../cases/addone", "Addone", "a" * 300])
+def test_a_name_that_is_not_a_problem_name_is_refused(toy, name):
+    # '../cases/addone' read the record through the path (and showed it as a harness problem named so); a
+    # 300-letter name ended in "File name too long".
+    problem_add.add_problem("addone", toy)
+    shown = CliRunner().invoke(main, ["problem", "show", name])
+    assert shown.exit_code == 1
+    assert shown.stderr == (f"error: {name!r} is not a problem name (up to 64 lower-case letters, digits and _, as "
+                            "`popkit problem add` takes); known: addone\n")
+
+
 def test_the_record_is_plain_task_data(toy):
     problem_add.add_problem("addone", toy)
     data = yaml.safe_load(problems.record_path("addone").read_text())
@@ -399,6 +444,20 @@ def test_diff_against_the_folders_reference(toy, tmp_path):
                           log_path=None)
     assert not outcome.passed and outcome.record["harness"] == "official"
     assert all(c["verdict"] == "slower" for c in outcome.record["cases"])
+    assert outcome.record["changed_parts"] is None      # the reference has no parts: which changed is unknown
+
+
+def test_diff_cli_against_the_reference_says_the_changed_parts_are_unknown(toy, tmp_path):
+    # It listed every part of the candidate as changed (the reference has no part hashes to compare).
+    added(toy)
+    built = tmp_path / "built.py"
+    built.write_text("#!POPCORN leaderboard addone_v1\n# part addone/route.py sha256 " + "a" * 64 + "\n" + GOOD)
+    result = CliRunner().invoke(main, ["diff", "addone", "--submission", str(built), "--incumbent", "reference",
+                                       "--device", "cpu", "--log", str(tmp_path / "l.jsonl")])
+    assert result.exit_code in (0, 1), result.output        # 1: a verdict of 'slower' by timing noise
+    assert result.exception is None or isinstance(result.exception, SystemExit)
+    assert result.stdout.splitlines()[-1] == ("changed parts: unknown (the candidate or the incumbent has no popkit "
+                                              "part hashes: the folder's reference, or a file popkit did not build)")
 
 
 # ---- bench --baseline: logged baselines reused per case (checks/baselines.py) ---------------------

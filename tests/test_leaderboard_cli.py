@@ -238,6 +238,14 @@ def test_missing_config_says_how_to_register(httpserver, home, tmp_path):
     assert httpserver.log == []
 
 
+def test_a_config_that_is_not_utf8_is_one_line(httpserver, home):
+    (home / ".popcorn.yaml").write_bytes(b"\xff\xfe\x00")
+    result = popkit("submissions", "list")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.stderr == (f"error: {home / '.popcorn.yaml'} is not UTF-8 text: fix it or {api.REGISTER_HINT}\n")
+    assert httpserver.log == []
+
+
 @pytest.mark.parametrize("status, body, headers, line", [
     (400, {"detail": "failed to prepare submission request: 400: GPU type 'B200' is not supported"}, {},
      "rejected by the server (400, inner 400): GPU type 'B200' is not supported"),
@@ -459,6 +467,23 @@ def test_profile_error_event(httpserver, home):
     assert "error: profile run failed: (400) Rate limit exceeded. Try again in 60s." in result.stderr
 
 
+@pytest.mark.parametrize("result, where", [
+    ("[1, 2]", "the result is list, not an object"),
+    ('{"results": [{"success": true, "runs": ["profile.0"]}]}', "results[0].runs is list, not an object"),
+    ('{"results": [{"success": true, "runs": {"profile.0": {"run": {"passed": true, "result": "check: pass"}}}}]}',
+     "results[0].runs['profile.0'].run.result is str, not an object"),
+])
+def test_profile_result_of_an_unexpected_shape_is_one_line_and_kept(httpserver, home, tmp_path, result, where):
+    # Each used to end in an AttributeError traceback after the raw result was saved.
+    serve_stream(httpserver, f"event: result\ndata: {result}\n\n")
+    outcome = popkit("submit", "submission.py", "--mode", "profile")
+    assert outcome.exit_code == 1 and isinstance(outcome.exception, SystemExit), outcome.exception
+    [folder] = (tmp_path / "logs" / "leaderboard").iterdir()
+    assert outcome.stderr.splitlines()[-1] == (f"error: the profile result is not as expected: {where} "
+                                               f"(saved as {folder / 'result.json'})")
+    assert (folder / "result.json").read_text() == result
+
+
 # -- registration ----------------------------------------------------------------------------
 
 NEW_ID = "9d2a4c1e-new-id"
@@ -604,6 +629,62 @@ def test_ranking_without_an_id_shows_the_board_only(httpserver, home):
     assert result.exit_code == 0 and "ada" in result.stdout and "you:" not in result.stdout
 
 
+@pytest.mark.parametrize("args, path, body", [
+    (["leaderboards"], "/leaderboards", ["qr_v2", "eigh"]),
+    (["submissions", "list"], "/user/submissions", [7]),
+    (["submissions", "show", 7], "/user/submissions/7", {"id": 7, "job": "succeeded", "runs": []}),
+    (["fetch", 7], "/user/submissions/7", {"id": 7, "runs": "none"}),
+])
+def test_replies_of_an_unexpected_shape_end_in_one_line(httpserver, home, args, path, body):
+    httpserver.expect_request(path).respond_with_json(body)
+    result = popkit(*args)
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: the reply to GET {path} is not as expected: ")
+
+
+def test_leaderboards_shows_a_gpu_list_sent_as_one_string_as_it_is(httpserver, home):
+    httpserver.expect_request("/leaderboards").respond_with_json([{"name": "qr_v2", "gpu_types": "B200"}])
+    result = popkit("leaderboards")
+    assert result.exit_code == 0 and "B200" in result.stdout and "B, 2" not in result.stdout
+
+
+def test_ranking_when_my_latest_submission_has_no_id_shows_the_board_only(httpserver, home):
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json([
+        {"submission_id": 11, "rank": 1, "submission_score": 0.0001, "user_id": "1", "user_name": "ada"}])
+    httpserver.expect_request("/user/submissions").respond_with_json([{"leaderboard_name": "qr_v2"}])
+    result = popkit("ranking", "qr_v2", "B200")
+    assert result.exit_code == 0, result.output
+    assert "ada" in result.stdout and "you:" not in result.stdout
+
+
+@pytest.mark.parametrize("gpu, line", [
+    ("b200", "error: leaderboard qr_v2 does not run on GPU 'b200' (it runs on B200, H100): did you mean B200?\n"),
+    ("A100", "error: leaderboard qr_v2 does not run on GPU 'A100' (it runs on B200, H100)\n"),
+])
+def test_ranking_on_a_gpu_the_board_does_not_run_on_is_an_error(httpserver, home, gpu, line):
+    # The server answers [] for any GPU name; this printed an empty table and exited 0.
+    httpserver.expect_request(f"/submissions/qr_v2/{gpu}").respond_with_json([])
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json(["B200", "H100"])
+    result = popkit("ranking", "qr_v2", gpu)
+    assert result.exit_code == 1 and result.stderr == line and result.stdout == ""
+
+
+def test_an_empty_ranking_on_a_real_gpu_says_so(httpserver, home):
+    (home / ".popcorn.yaml").unlink()
+    httpserver.expect_request("/submissions/qr_v2/H100").respond_with_json([])
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json(["B200", "H100"])
+    result = popkit("ranking", "qr_v2", "H100")
+    assert result.exit_code == 0 and result.stdout == "no ranked submission yet\n"
+
+
+def test_gpus_of_a_board_that_lists_none_is_an_error(httpserver, home):
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json([])
+    result = popkit("gpus", "qr_v2")
+    assert result.exit_code == 1
+    assert result.stderr == "error: the server lists no GPU for leaderboard qr_v2 (GET /gpus/qr_v2 answered [])\n"
+
+
 def test_submissions_list_and_show(httpserver, home):
     httpserver.expect_request("/user/submissions", query_string="limit=50&offset=0&leaderboard=qr_v2"
                               ).respond_with_json([
@@ -642,6 +723,18 @@ def test_delete_asks_first(httpserver, home):
     deleted = popkit("submissions", "delete", 7, "--force")
     assert deleted.exit_code == 0 and "deleted submission 7" in deleted.stdout
     assert [entry[0].method for entry in httpserver.log] == ["GET", "GET", "DELETE"]
+
+
+@pytest.mark.parametrize("reply", [{"status": "error", "detail": "still running"}, {}])
+def test_delete_without_the_servers_confirmation_is_not_reported_as_done(httpserver, home, reply):
+    # It used to print "deleted submission 7" and exit 0 whatever the 200 reply said.
+    serve_polls(httpserver, submission("succeeded"))
+    httpserver.expect_request("/user/submissions/7", method="DELETE").respond_with_json(reply)
+    result = popkit("submissions", "delete", 7, "--force")
+    assert result.exit_code == 1 and "deleted submission" not in result.stdout
+    assert result.stderr.startswith("error: the server did not confirm that submission 7 was deleted (DELETE "
+                                    "/user/submissions/7 answered ")
+    assert result.stderr.endswith("check with `popkit submissions show 7`\n")
 
 
 def test_fetch_saves_the_code_and_will_not_overwrite(httpserver, home, tmp_path):

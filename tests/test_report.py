@@ -249,6 +249,27 @@ def test_partial_records_are_tolerated(tmp_path):
     assert report.evidence.notes == [f"{log}:6: not a JSON object"]
 
 
+def test_records_with_fields_of_another_kind_are_tolerated(tmp_path):
+    # A diff whose commit or sha256 was a number (or an object) crashed the page's template ('int' object is
+    # not subscriptable), and changed_parts given as one string was listed letter by letter.
+    log = tmp_path / "logs" / "performance.jsonl"
+    log.parent.mkdir()
+    records = [
+        _check(),
+        {**_check(), "commit": 12345, "gpu": ["H200"]},
+        {"problem": "qr_v2", "mode": "diff", "time": "2026-12-01T10:00:00Z", "commit": 12345,
+         "submission_sha256": {"sha": 1}, "incumbent_sha256": 7, "changed_parts": "qr_v2/route.py",
+         "cases": [{"spec": SPECS[0], "ratio": 0.9, "verdict": "faster", "mean_us": 9.0, "incumbent_us": 10.0}]},
+    ]
+    log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
+    report = build_report(log, tmp_path / "out", include_cpu=True, all_cases=True)
+    [qr] = report.evidence.problems
+    assert (qr.diff.commit, qr.diff.candidate_sha, qr.diff.incumbent_sha, qr.diff.changed_parts) == (None, None, None, [])
+    assert (qr.check.commit, qr.check.gpu) == (None, None)
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "q, r, _" not in page
+
+
 def test_failing_bench_counts_for_no_time_and_no_frontier(tmp_path):
     log = tmp_path / "performance.jsonl"
     failed = _record("bench", "2026-12-01T10:00:00Z", [_case(SPECS[0], 10.0, status="fail")],

@@ -22,9 +22,10 @@
 // per element, where the mma.sync kernel loads and splits every fragment in every warp that reads it
 // (~5 instructions per mma, 0.23 issued per cycle: cholesky_product_mma.cu). H200, same run (device
 // run 5 of this session's priors entry): 1x8192 7.51 ms against 8.10 for the mma.sync kernel with the
-// same epilogue, 1x4096 2.37 against 2.62. Measured and not kept: two warpgroups per CTA (one CTA per
-// SM: slower than mma.sync at 1x8192), and all of K copied up front by cp.async into 208 KiB of
-// shared memory (no faster than this: 1x8192 7.55 ms).
+// same epilogue, 1x4096 2.37 against 2.62. Measured and not kept here: two warpgroups per CTA sharing
+// the planes (one CTA per SM: slower than mma.sync at 1x8192), and all of K copied up front by
+// cp.async into 208 KiB of shared memory (no faster on its own: 1x8192 7.55 ms; cholesky_lookahead.cu
+// uses that variant, where its CTAs need 256 threads).
 #include "device_utils.cuh"
 #include "tf32x3.cuh"
 #include "wgmma_tf32.cuh"

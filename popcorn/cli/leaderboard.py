@@ -356,7 +356,11 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
 def my_user_id(client: api.Client, leaderboard: str) -> str | None:
     """The user's id, read from their latest submission on the board (None without one)."""
     latest = client.user_submissions(leaderboard, limit=1)
-    return str(client.submission(latest[0]["id"]).get("user_id")) if latest else None
+    submission_id = latest[0].get("id") if latest else None
+    if not isinstance(submission_id, int) or isinstance(submission_id, bool):
+        return None
+    user_id = client.submission(submission_id).get("user_id")
+    return None if user_id is None else str(user_id)
 
 
 def emit(text: str, output: Path | None) -> None:

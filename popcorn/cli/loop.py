@@ -171,7 +171,10 @@ def register(main):
             done.append(runner.diff(problem, submission, incumbent or incumbent_path(problem), rounds,
                                     list(cases), device, _progress, log_path, harness))
             _print_outcome(done[0], f"diff {problem}")
-            click.echo("changed parts: " + (", ".join(done[0].record["changed_parts"]) or "none"))
+            changed = done[0].record["changed_parts"]
+            click.echo("changed parts: " + ("unknown (the candidate or the incumbent has no popkit part hashes: "
+                                            "the folder's reference, or a file popkit did not build)"
+                                            if changed is None else ", ".join(changed) or "none"))
         raise SystemExit(0 if done[0].passed else 1)
 
     @main.command("promote")

@@ -9,7 +9,10 @@ with backoff; a submission POST is never retried.
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import email.utils
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -93,11 +96,13 @@ def config_path() -> Path:
 def read_config(path: Path) -> dict:
     """The YAML config as a dict; {} when the file is missing."""
     try:
-        text = path.read_text()
+        text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         return {}
     except OSError as exc:
         raise PopkitError(f"cannot read {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise PopkitError(f"{path} is not UTF-8 text: fix it or {REGISTER_HINT}") from None
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -105,14 +110,25 @@ def read_config(path: Path) -> dict:
         mark = getattr(exc, "problem_mark", None)
         where = f" (line {mark.line + 1})" if mark else ""
         raise PopkitError(f"{path} is not valid YAML{where}: fix it or {REGISTER_HINT}") from None
-    return config if isinstance(config, dict) else {}
+    if config is None:
+        return {}
+    if not isinstance(config, dict):
+        raise PopkitError(f"{path} is not a YAML mapping (it should hold `cli_id: ...`): fix it or {REGISTER_HINT}")
+    return config
+
+
+CLI_ID_CHARS = re.compile(r"[\x21-\x7e]+")  # an HTTP header value: printable ASCII, no spaces
 
 
 def load_cli_id(path: Path | None = None) -> str:
     path = path or config_path()
     cli_id = read_config(path).get("cli_id")
-    if not cli_id:
+    if cli_id is None or cli_id == "":
         raise PopkitError(f"no cli_id in {path}: {REGISTER_HINT}")
+    if isinstance(cli_id, bool) or not isinstance(cli_id, (str, int)) or not CLI_ID_CHARS.fullmatch(str(cli_id)):
+        # Never quoted: the message must not show the id.
+        raise PopkitError(f"the cli_id in {path} is malformed (it must be one word of printable ASCII, "
+                          f"as `popkit register` writes it): fix it or {REGISTER_HINT}")
     return str(cli_id)
 
 
@@ -131,11 +147,15 @@ def update_config(values: dict, path: Path | None = None) -> Path:
     config.update(values)
     config = {key: value for key, value in config.items() if value is not None}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as handle:
-        yaml.safe_dump(config, handle)
-    os.chmod(tmp, 0o600)
-    os.replace(tmp, path)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            yaml.safe_dump(config, handle)
+        os.chmod(tmp, 0o600)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise PopkitError(f"cannot write {path}: {exc.strerror or exc}") from None
     return path
 
 
@@ -158,13 +178,19 @@ def error_detail(response: requests.Response) -> str:
         body = None
     if isinstance(body, dict):
         detail = body.get("detail", body.get("message"))
-        if isinstance(detail, list):
-            return "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}"
-                             for item in detail if isinstance(item, dict))
+        if isinstance(detail, list) and all(isinstance(item, dict) for item in detail):
+            detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
+        elif isinstance(detail, (dict, list)):
+            detail = json.dumps(detail)
         if detail is not None:
-            return str(detail)
-    text = " ".join(response.text.split())
-    return text[:300] or response.reason or "no details"
+            return one_line(str(detail))
+    return one_line(response.text) or response.reason or "no details"
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """TEXT with its whitespace (newlines too) collapsed, cut to LIMIT characters: an error stays one line."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def format_wait(seconds: int) -> str:
@@ -187,17 +213,30 @@ def error_message(response: requests.Response, has_id: bool = True) -> str:
     if wrapped:
         return f"{label} (400, inner {wrapped[1]}): {wrapped[2]}"
     message = f"{label} ({status}): {detail}"
-    wait_s = retry_after_s(response, detail) if status == 429 else None
-    return message if wait_s is None else f"{message} (wait {format_wait(wait_s)})"
+    if status != 429:
+        return message
+    wait_s = retry_after_s(response, detail)
+    if wait_s is None:     # KernelBot's limits count submissions over a rolling hour
+        return f"{message} (the server did not say how long to wait: its limits count the past hour, so wait up to 1 h)"
+    return f"{message} (wait {format_wait(wait_s)})"
 
 
 def retry_after_s(response: requests.Response, detail: str) -> int | None:
-    """The wait a 429 asks for: 'Try again in 3541s' in the detail, else a Retry-After header."""
+    """The wait a 429 asks for: 'Try again in 3541s' in the detail, else a Retry-After header (seconds or
+    an HTTP date)."""
     found = RETRY_IN.search(detail)
     if found:
         return int(found[1])
-    header = response.headers.get("Retry-After", "")
-    return int(header) if header.isdigit() else None
+    header = response.headers.get("Retry-After", "").strip()
+    if header.isdigit():
+        return int(header)
+    try:
+        when = email.utils.parsedate_to_datetime(header)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.timezone.utc)
+    return max(0, math.ceil((when - dt.datetime.now(dt.timezone.utc)).total_seconds()))
 
 
 def network_reason(exc: requests.RequestException) -> str:
@@ -214,6 +253,49 @@ def decode_json(response: requests.Response, what: str, expect: type = object) -
         raise PopkitError(f"the reply to {what} is not JSON: {snippet!r}") from None
     if not isinstance(value, expect):
         raise PopkitError(f"the reply to {what} is not a JSON {expect.__name__}")
+    return value
+
+
+# -- reply shapes: what the rest of popkit relies on, checked once here ----------------------
+
+JSON_KINDS = {dict: "an object", list: "a list", str: "a string", int: "an integer"}
+
+
+def json_kind(value) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return next((name for kind, name in JSON_KINDS.items() if isinstance(value, kind)), type(value).__name__)
+
+
+def unexpected(what: str, where: str, value, kind: type) -> PopkitError:
+    return PopkitError(f"the reply to {what} is not as expected: {where} is {json_kind(value)}, "
+                       f"not {JSON_KINDS[kind]}")
+
+
+def check_items(value: list, what: str, kind: type, where: str = "item") -> list:
+    """VALUE (a list) when every item is of KIND; else a PopkitError naming the first odd one."""
+    for index, item in enumerate(value):
+        if not isinstance(item, kind) or isinstance(item, bool):
+            raise unexpected(what, f"{where} {index}", item, kind)
+    return value
+
+
+def check_fields(value: dict, what: str, where: str = "", **kinds: type) -> dict:
+    """VALUE when each named field is null, missing, or of its kind."""
+    for key, kind in kinds.items():
+        field = value.get(key)
+        if field is not None and (not isinstance(field, kind) or isinstance(field, bool)):
+            raise unexpected(what, f"{where}{key}", field, kind)
+    return value
+
+
+def check_submission(value: dict, what: str) -> dict:
+    """A submission reply (GET /user/submissions/{id}): the fields popkit reads have their documented kinds."""
+    check_fields(value, what, runs=list, job=dict, runner_queue=dict, code=str)
+    for index, run in enumerate(check_items(value.get("runs") or [], what, dict, "run")):
+        check_fields(run, what, f"run {index} ", result=dict)
     return value
 
 
@@ -292,14 +374,34 @@ class Client:
     # listings
 
     def leaderboards(self) -> list[dict]:
-        return self._get("/leaderboards", 30, list)
+        return check_items(self._get("/leaderboards", 30, list), "GET /leaderboards", dict)
 
     def gpus(self, leaderboard: str) -> list[str]:
-        return self._get(f"/gpus/{quote(leaderboard, safe='')}", 120, list)
+        """The GPUs the board runs on; an empty list is an error (the server names none)."""
+        path = f"/gpus/{quote(leaderboard, safe='')}"
+        names = check_items(self._get(path, 120, list), f"GET {path}", str)
+        if not names:
+            raise PopkitError(f"the server lists no GPU for leaderboard {leaderboard} (GET {path} answered [])")
+        return names
 
     def ranking(self, leaderboard: str, gpu: str) -> list[dict]:
-        """Each user's best public score on that GPU (scores in seconds), best first."""
-        return self._get(f"/submissions/{quote(leaderboard, safe='')}/{quote(gpu, safe='')}", 30, list)
+        """Each user's best public score on that GPU (scores in seconds), best first. An empty ranking
+        is checked against the board's GPUs: the server answers [] for a GPU name it does not know."""
+        path = f"/submissions/{quote(leaderboard, safe='')}/{quote(gpu, safe='')}"
+        entries = check_items(self._get(path, 30, list), f"GET {path}", dict)
+        if not entries:
+            self.require_gpu(leaderboard, gpu)
+        return entries
+
+    def require_gpu(self, leaderboard: str, gpu: str) -> None:
+        """A PopkitError unless the board runs on GPU (names are case-sensitive: 'B200', not 'b200')."""
+        names = self.gpus(leaderboard)
+        if gpu in names:
+            return
+        close = [name for name in names if name.lower() == gpu.lower()]
+        hint = f": did you mean {close[0]}?" if close else ""
+        raise PopkitError(f"leaderboard {leaderboard} does not run on GPU {gpu!r} (it runs on "
+                          f"{', '.join(names)}){hint}")
 
     # the user's submissions
 
@@ -307,14 +409,24 @@ class Client:
         params = {"limit": limit, "offset": offset}
         if leaderboard:
             params["leaderboard"] = leaderboard
-        return self._get("/user/submissions", 30, list, **params)
+        found = check_items(self._get("/user/submissions", 30, list, **params), "GET /user/submissions", dict)
+        for entry in found:
+            check_fields(entry, "GET /user/submissions", runs=list)
+            check_items(entry.get("runs") or [], "GET /user/submissions", dict, "run")
+        return found
 
     def submission(self, submission_id: int) -> dict:
-        return self._get(f"/user/submissions/{int(submission_id)}", 30, dict)
+        path = f"/user/submissions/{int(submission_id)}"
+        return check_submission(self._get(path, 30, dict), f"GET {path}")
 
     def delete_submission(self, submission_id: int) -> dict:
         path = f"/user/submissions/{int(submission_id)}"
-        return decode_json(self._send("DELETE", path, timeout=30), f"DELETE {path}", dict)
+        reply = decode_json(self._send("DELETE", path, timeout=30), f"DELETE {path}", dict)
+        if reply.get("status") != "ok":    # the server confirms with {"status": "ok", "submission_id": id}
+            raise PopkitError(f"the server did not confirm that submission {int(submission_id)} was deleted "
+                              f"(DELETE {path} answered {one_line(json.dumps(reply), 120)}): check with "
+                              f"`popkit submissions show {int(submission_id)}`")
+        return reply
 
     def wait(self, submission_id: int, *, interval_s: float = 5.0, limit_s: float = 3600.0,
              on_poll: Callable[[float, dict], None] | None = None) -> tuple[dict, bytes]:
@@ -323,7 +435,7 @@ class Client:
         start = monotonic()
         while True:
             response = self._send("GET", path, timeout=30, retry=True)
-            submission = decode_json(response, f"GET {path}", dict)
+            submission = check_submission(decode_json(response, f"GET {path}", dict), f"GET {path}")
             elapsed = monotonic() - start
             if on_poll:
                 on_poll(elapsed, submission)
@@ -345,9 +457,15 @@ class Client:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
             raise NetworkError(f"{exc}; the upload may still have been accepted: "
                                f"see `popkit submissions list --leaderboard {leaderboard}`") from None
-        accepted = decode_json(response, f"POST {url_path}", dict)
-        if not isinstance((accepted.get("details") or {}).get("id"), int):
-            raise PopkitError(f"the reply to POST {url_path} has no submission id")
+        landed = f"the upload may have been accepted: see `popkit submissions list --leaderboard {leaderboard}`"
+        try:
+            accepted = check_fields(decode_json(response, f"POST {url_path}", dict), f"POST {url_path}",
+                                    details=dict, runner_queue=dict)
+        except PopkitError as exc:
+            raise PopkitError(f"{exc}; {landed}") from None
+        submission_id = (accepted.get("details") or {}).get("id")
+        if not isinstance(submission_id, int) or isinstance(submission_id, bool):
+            raise PopkitError(f"the reply to POST {url_path} has no submission id; {landed}")
         return accepted
 
     def submit_profile(self, leaderboard: str, gpu: str, path: Path,
@@ -356,9 +474,16 @@ class Client:
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         response = self._send("POST", url_path, timeout=120, stream=True, files=self._file_part(path))
         with response:
+            kind = response.headers.get("Content-Type", "")
+            if not kind.startswith("text/event-stream"):
+                raise PopkitError(f"the reply to POST {url_path} is not an event stream ({kind or 'no Content-Type'}): "
+                                  f"{one_line(response.text, 120)!r}")
             try:
                 for event in sse.iter_events(response.iter_content(chunk_size=None)):
                     if event.name == "result":
+                        if not event.complete and not is_json(event.data):
+                            raise NetworkError(f"the event stream from {self.base_url} broke off in the middle of "
+                                               "the result: nothing was saved (the run itself may have finished)")
                         return event.data
                     if event.name == "error":
                         raise PopkitError(f"profile run failed: {stream_error(event.data)}")
@@ -379,7 +504,8 @@ class Client:
         """Redeem an invite code (closed leaderboards); the leaderboards it opened."""
         reply = decode_json(self._send("POST", "/user/join", timeout=30, json={"code": code}),
                             "POST /user/join", dict)
-        return [str(name) for name in reply.get("leaderboards") or []]
+        check_fields(reply, "POST /user/join", leaderboards=list)
+        return check_items(reply.get("leaderboards") or [], "POST /user/join", str, "leaderboard")
 
     def id_is_valid(self) -> bool:
         """Whether the server accepts this client's id (a 401 says it does not)."""
@@ -394,9 +520,17 @@ class Client:
     def auth_init(self, provider: str) -> str:
         """A fresh id from the server, valid once the user logs in at the provider."""
         state = self._get("/auth/init", 30, dict, provider=provider).get("state")
-        if not state:
+        if not state or not isinstance(state, str):
             raise PopkitError("the reply to GET /auth/init has no state")
         return str(state)
+
+
+def is_json(text: str) -> bool:
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
 
 
 def loads_or_text(data: str) -> dict:
@@ -411,5 +545,7 @@ def loads_or_text(data: str) -> dict:
 def stream_error(data: str) -> str:
     """'(400) why' from an `error` event's data."""
     error = loads_or_text(data)
-    detail = error.get("detail") or error.get("status")
-    return f"({error['status_code']}) {detail}" if error.get("status_code") else str(detail)
+    detail = one_line(str(error.get("detail") or error.get("status")))
+    found = RETRY_IN.search(detail)        # a rate limit comes as a 400 error event on this endpoint
+    wait = f" (rate limited: wait {format_wait(int(found[1]))})" if found else ""
+    return (f"({error['status_code']}) {detail}" if error.get("status_code") else detail) + wait

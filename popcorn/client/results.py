@@ -273,10 +273,17 @@ def _us_from_s(score) -> str | None:
     return None if seconds is None else fmt_us(seconds * 1e6)
 
 
+def _names(value) -> str:
+    """A list of names joined with commas; a single name (the server's list sent as one string) as it is."""
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value)
+    return "" if value is None else str(value)
+
+
 def render_leaderboards(boards: list[dict]) -> str:
     """One row per board; closed boards (visibility 'closed') are marked, with how to get in."""
     rows = [[b.get("name"), "closed" if b.get("visibility") == "closed" else "open",
-             ", ".join(b.get("gpu_types") or []), str(b.get("deadline") or "")[:10] or None,
+             _names(b.get("gpu_types")), str(b.get("deadline") or "")[:10] or None,
              _clip(str(b.get("description") or "").strip().split("\n")[0], 60)]
             for b in sorted(boards, key=lambda b: str(b.get("name")))]
     table = render_table(["leaderboard", "access", "gpus", "deadline", "description"], rows)
@@ -308,6 +315,8 @@ def render_ranking(entries: list[dict], me: str | None = None, limit: int = 20) 
              str(e.get("submission_time") or "")[:19] or None, "<- you" if e is mine else ""] for e in shown]
     lines = [render_table(["rank", "user", "score us", "submission", "submitted", ""], rows,
                           right_align={0, 2, 3})]
+    if not entries:
+        lines = ["no ranked submission yet"]
     if len(entries) > len(shown):
         lines.append(f"({len(entries) - len(shown)} more not shown)")
     if me is not None:
@@ -410,6 +419,9 @@ def save_profile(raw: str, directory: Path, problem: Problem | None = None) -> P
         data = json.loads(raw)
     except ValueError:
         raise PopkitError(f"the profile result is not JSON (saved as {directory / 'result.json'})") from None
+    odd = profile_shape_problem(data)
+    if odd:
+        raise PopkitError(f"the profile result is not as expected: {odd} (saved as {directory / 'result.json'})")
     for i, report in enumerate(data.get("reports") or []):
         write_atomic(directory / f"report{i}.md", str(report).encode())
     runs, failures = [], []
@@ -422,6 +434,32 @@ def save_profile(raw: str, directory: Path, problem: Problem | None = None) -> P
     if not runs and not failures:
         failures.append("the result holds no profile runs")
     return ProfileResult(directory, runs, failures)
+
+
+def profile_shape_problem(data) -> str | None:
+    """What in a profile result (the `result` event: results[i].runs[key].run.result ...) is not of the
+    documented kind; None when everything popkit reads is."""
+    def odd(where: str, value, kind: type, required: bool = False) -> str | None:
+        if isinstance(value, kind) or (value is None and not required):
+            return None
+        return f"{where} is {'null' if value is None else type(value).__name__}, not " \
+               f"{'an object' if kind is dict else 'a list'}"
+
+    checks = [("the result", data, dict, True)]
+    if isinstance(data, dict):
+        checks += [("reports", data.get("reports"), list, False), ("results", data.get("results"), list, False)]
+        for i, full in enumerate(data.get("results") if isinstance(data.get("results"), list) else []):
+            checks.append((f"results[{i}]", full, dict, True))
+            runs = full.get("runs") if isinstance(full, dict) else None
+            checks.append((f"results[{i}].runs", runs, dict, False))
+            for key, entry in (runs.items() if isinstance(runs, dict) else []):
+                where = f"results[{i}].runs[{key!r}]"
+                checks.append((where, entry, dict, True))
+                entry = entry if isinstance(entry, dict) else {}
+                run = entry.get("run")
+                checks += [(f"{where}.run", run, dict, False), (f"{where}.profile", entry.get("profile"), dict, False),
+                           (f"{where}.run.result", run.get("result") if isinstance(run, dict) else None, dict, False)]
+    return next(filter(None, (odd(*check) for check in checks)), None)
 
 
 def _save_profile_run(name: str, entry: dict, directory: Path, problem: Problem | None) -> ProfileRun:

@@ -14,6 +14,7 @@ from typing import Iterable, Iterator
 class Event:
     name: str
     data: str
+    complete: bool = True   # False: the stream ended before the frame's closing blank line
 
 
 def iter_lines(chunks: Iterable[bytes]) -> Iterator[str]:
@@ -46,4 +47,4 @@ def iter_events(chunks: Iterable[bytes]) -> Iterator[Event]:
         elif field == "data":
             data.append(value)
     if data:
-        yield Event(name, "\n".join(data))
+        yield Event(name, "\n".join(data), complete=False)

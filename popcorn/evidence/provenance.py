@@ -16,7 +16,10 @@ def part_hashes(path: Path) -> dict[str, str]:
     return dict(PART_LINE.findall(text))
 
 
-def changed_parts(candidate: Path, incumbent: Path) -> list[str]:
-    """Parts added, removed or changed between two built files."""
+def changed_parts(candidate: Path, incumbent: Path) -> list[str] | None:
+    """Parts added, removed or changed between two built files; None when either has no part hashes (the
+    competition folder's reference, a fetched or hand-written file): which parts changed is then unknown."""
     a, b = part_hashes(candidate), part_hashes(incumbent)
+    if not a or not b:
+        return None
     return sorted(p for p in set(a) | set(b) if a.get(p) != b.get(p))

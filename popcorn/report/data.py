@@ -280,9 +280,10 @@ def newest_diff(records: list[dict]) -> Diff | None:
                      _worst(case.get("residuals")), _worst(case.get("incumbent_residuals")))
             for case, label in zip(cases, _labels([c["spec"] for c in cases]))]
     passed = record.get("passed")
-    return Diff(record.get("time"), record.get("commit"), record.get("submission_sha256"),
-                record.get("incumbent_sha256"), passed if isinstance(passed, bool) else None,
-                [str(p) for p in record.get("changed_parts") or []], rows)
+    parts = record.get("changed_parts")
+    return Diff(record.get("time"), _text(record.get("commit")), _text(record.get("submission_sha256")),
+                _text(record.get("incumbent_sha256")), passed if isinstance(passed, bool) else None,
+                [str(p) for p in parts] if isinstance(parts, list) else [], rows)
 
 
 def newest_check(records: list[dict]) -> Check | None:
@@ -294,7 +295,7 @@ def newest_check(records: list[dict]) -> Check | None:
     rows = [CheckCase(label, case.get("status"), case.get("error"),
                       {g: _fraction(_residuals(case.get("residuals")).get(g)) for g in gates})
             for case, label in zip(cases, _labels([c["spec"] for c in cases]))]
-    return Check(record.get("time"), record.get("commit"), record.get("gpu"), gates, rows)
+    return Check(record.get("time"), _text(record.get("commit")), _text(record.get("gpu")), gates, rows)
 
 
 def newest_submissions(records: list[dict], root: Path) -> list[Submission]:
@@ -357,6 +358,11 @@ def _num(value) -> float | None:
     if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
         return float(value)
     return None
+
+
+def _text(value) -> str | None:
+    """A string field (commit, sha256, gpu) when it is one; None for anything else (the page slices them)."""
+    return value if isinstance(value, str) else None
 
 
 def _seconds_to_us(value) -> float | None:
