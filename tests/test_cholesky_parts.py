@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (blocked_cholesky, blocked_lookahead_model, blocked_tf32x3_model, inverse_model, matmul_precision,
-                                  pivot_floor, right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
+from parts.cholesky.model import (blocked_cholesky, blocked_lookahead_model, blocked_tf32x3_model,
+                                  blocked_two_level_model, inverse_model, matmul_precision, pivot_floor,
+                                  right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
                                   trailing_update)
 
 EPS = torch.finfo(torch.float32).eps
@@ -414,3 +415,35 @@ def test_lookahead_order_gives_the_plain_loops_factor(n, nb):
 def test_lookahead_model_meets_the_gates_on_every_family(case):
     A = spd(case, 150, 2)
     assert_cholesky(A, blocked_lookahead_model(A, 64))
+
+
+@pytest.mark.parametrize("n, nb, outer", [(100, 32, 64), (200, 32, 96), (257, 64, 128), (130, 64, 128), (64, 32, 64)])
+def test_two_level_order_gives_the_plain_loops_factor(n, nb, outer):
+    """Two-level blocking regroups the trailing sums (inside an outer panel now, the rest once per outer
+    panel): a block column left out or updated twice would differ by far more than rounding."""
+    A = spd("dense", n, 2)
+    plain = blocked_tf32x3_model(A, nb)
+    grouped = blocked_two_level_model(A, nb, outer)
+    assert ((grouped - plain).norm() / plain.norm()) < 1e-6
+
+
+@pytest.mark.parametrize("case", ROUTE_FAMILIES)
+def test_two_level_model_meets_the_gates_on_every_family(case):
+    A = spd(case, 150, 2)
+    assert_cholesky(A, blocked_two_level_model(A, 32, 64))
+
+
+def test_two_level_model_rejects_an_outer_panel_that_is_not_a_multiple_of_the_block():
+    with pytest.raises(ValueError, match="multiple of nb"):
+        blocked_two_level_model(spd("dense", 8, 1), 32, 48)
+
+
+@pytest.mark.parametrize("case", ROUTE_FAMILIES)
+def test_lookahead_with_the_solved_panel_meets_the_gates_and_matches(case):
+    """cholesky_trsm.cu's panel (L21 from a triangular solve with L11, no inverse) gives the factor of the
+    product-with-inverse panel to within rounding, on every family."""
+    A = spd(case, 150, 2)
+    solved = blocked_lookahead_model(A, 64, solve=True)
+    assert_cholesky(A, solved)
+    plain = blocked_lookahead_model(A, 64)
+    assert ((solved - plain).norm() / plain.norm()) < 1e-4

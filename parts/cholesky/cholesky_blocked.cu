@@ -29,6 +29,8 @@ POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, cons
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch);
+POPKIT_EXPORT int cholesky_trsm_panel(const float* l11, const float* a21, float* l21, float* mirror, int ld,
+                                      long long stride, int batch, int m);
 
 namespace {
 
@@ -50,18 +52,22 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
 // multiple of 4): per step the panel, then the next block column of the trailing update, then one launch
 // that factors the next diagonal block beside the rest of the update. Same arguments and result as
-// cholesky_blocked (model.blocked_lookahead_model).
-int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
+// cholesky_blocked (model.blocked_lookahead_model). solve (nb = 128): the panel as a triangular solve
+// with L11 (cholesky_trsm.cu), so no diagonal block computes its inverse.
+int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb,
+                      bool solve) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
-    int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
+    int err = cholesky_tiled(A, L, w0 < n && !solve ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
     for (int k0 = 0; !err && k0 + nb < n; k0 += nb) {    // block k0 is factored, its inverse in xinv
         const int next = k0 + nb, m = n - next, w2 = m < nb ? m : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
         float* block = L + (size_t)k0 * n + k0;
         const float* a21 = src + (size_t)nb * n;
         float* l21 = block + (size_t)nb * n;
-        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
+        err = solve ? cholesky_trsm_panel(block, a21, l21, block + nb, n, stride, batch, m)
+                    : tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch,
+                                           tf32x3::kPanel);
         if (err) break;
         // the next block column: L[next:, next:next+w2] = A - L21 L21[:w2]^T
         const tf32x3::Product column = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
@@ -73,11 +79,52 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
         const tf32x3::Product rest = {l21 + (size_t)w2 * n, n, stride, l21 + (size_t)w2 * n, n, stride,
                                       a21 + nb + skip, l21 + nb + skip, n, stride, nullptr, m - w2, m - w2, nb};
         float* diag_block = L + (size_t)next * n + next;
-        const tiled::DiagBlock diag = {diag_block, diag_block, next + w2 < n ? xinv : nullptr, diag_max, w2, n,
-                                       stride};
+        const tiled::DiagBlock diag = {diag_block, diag_block, next + w2 < n && !solve ? xinv : nullptr, diag_max,
+                                       w2, n, stride};
         err = cholesky_lookahead_step(rest, diag, batch);
     }
     return err;
+}
+
+// The blocked loop in two levels (model.blocked_two_level_model; wgmma GPUs): blocks of nb columns
+// inside outer panels of `outer` columns. Each block's trailing update reaches only the columns of its
+// outer panel (one product over the whole m x cols rectangle; the upper tiles it also writes are
+// overwritten later by the diagonal blocks and the panels' mirrors); the rest waits for one update per
+// outer panel with K = outer. A step with K = nb reads and writes the whole trailing triangle, ~n^3 /
+// (3 nb) x 4 bytes over the run (~0.37 TB at n = 32768, nb = 128): outer = 512 cuts that 4x.
+int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb,
+                      int outer, int tdim, int ts, decltype(&tf32x3_product_mma) product) {
+    const long long stride = (long long)n * n;
+    for (int s0 = 0; s0 < n; s0 += outer) {
+        const int s1 = n - s0 < outer ? n : s0 + outer;
+        for (int k0 = s0; k0 < s1; k0 += nb) {
+            const int w = n - k0 < nb ? n - k0 : nb;
+            const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
+            float* block = L + (size_t)k0 * n + k0;
+            if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
+            int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
+            if (err) return err;
+            const int m = n - k0 - w, cols = s1 - k0 - w;
+            const float* a21 = src + (size_t)w * n;
+            float* l21 = block + (size_t)w * n;
+            err = product(panel_of(a21, l21, block + w, xinv, n, stride, m, w), batch, tf32x3::kPanel);
+            if (err) return err;
+            if (cols == 0) continue;
+            // the update inside the outer panel: every row below, the outer panel's remaining columns
+            const tf32x3::Product inner = {l21, n, stride, l21, n, stride, a21 + w, l21 + w, n, stride,
+                                           nullptr, m, cols, w};
+            err = product(inner, batch, tf32x3::kColumn);
+            if (err) return err;
+        }
+        // the deferred update right of the outer panel, K = s1 - s0, on the lower tiles
+        const float* c_in = (s0 == 0 ? A : L) + (size_t)s1 * n + s1;
+        const float* l21s = L + (size_t)s1 * n + s0;
+        const tf32x3::Product rest = {l21s, n, stride, l21s, n, stride, c_in, L + (size_t)s1 * n + s1, n, stride,
+                                      nullptr, n - s1, n - s1, s1 - s0};
+        const int err = product(rest, batch, tf32x3::kTrailing);
+        if (err) return err;
+    }
+    return (int)cudaSuccess;
 }
 
 }  // namespace
@@ -85,21 +132,25 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
 // Factor `batch` n x n matrices: A (read only; its lower triangle) into L (written whole: the factor
 // and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
 // matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
-// nb). nb: a multiple of 32, at most 128. lookahead: take blocked_lookahead where it applies. portable:
-// use cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path). n * n <
+// nb). nb: a multiple of 32, at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when
+// nb < outer < n); otherwise lookahead: take blocked_lookahead where it applies. portable: use
+// cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path). n * n <
 // 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L, so A is
 // never copied; the diagonal kernel writes zeros above its block's diagonal and the panel zeroes its
 // mirror, which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
-                                   int nb, int tdim, int ts, int lookahead, int portable) {
+                                   int nb, int tdim, int ts, int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
-        nb % tf32x3::kChunk != 0 || tdim * ts < nb || !A || !L || !xinv || !diag_max)
+        nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L ||
+        !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
     const bool wgmma = !portable && has_wgmma();
-    if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
-        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
-    const long long stride = (long long)n * n;
     const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
+    if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
+        return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
+    if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
+        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb, lookahead == 2 && nb == 128);
+    const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;     // this step's input: A, then L

@@ -16,7 +16,8 @@ submission runs them on CPU tensors.
   sum carries ~21 bits.
 - `blocked_tf32x3_model`: cholesky_blocked.cu, the same loop with our own tensor-core products
   (`tf32x3_product`) for the panel and the trailing update, in one CUDA call;
-  `blocked_lookahead_model` is its look-ahead order (the H200 route: cholesky_lookahead.cu).
+  `blocked_lookahead_model` is its look-ahead order (the H200 route: cholesky_lookahead.cu) and
+  `blocked_two_level_model` its two-level order (outer panels with one K = outer update each).
 """
 import contextlib
 
@@ -236,11 +237,12 @@ def blocked_tf32x3_model(A: torch.Tensor, nb: int, factor_diag=factor_diag_model
     return L.tril_()
 
 
-def blocked_lookahead_model(A: torch.Tensor, nb: int) -> torch.Tensor:
+def blocked_lookahead_model(A: torch.Tensor, nb: int, solve: bool = False) -> torch.Tensor:
     """cholesky_blocked.cu's look-ahead loop (blocked_lookahead), in its order: per step the panel, then
     the next block column of the trailing update, then the next diagonal block and, in the same launch
     on the GPU, the rest of the update right of that column. The same products as blocked_tf32x3_model,
-    partitioned by tiles."""
+    partitioned by tiles. solve: the panel as a triangular solve with L11 in fp32 (cholesky_trsm.cu)
+    instead of the tf32x3 product with inv(L11)."""
     if nb < 1:
         raise ValueError(f"blocked_lookahead_model: nb ({nb}) must be >= 1")
     L = A.clone()
@@ -254,10 +256,42 @@ def blocked_lookahead_model(A: torch.Tensor, nb: int) -> torch.Tensor:
         nxt, m = k0 + nb, n - k0 - nb
         w2 = min(m, nb)
         panel = L[:, nxt:, k0:nxt]
-        panel.copy_(tf32x3_product(panel, inverses))
+        if solve:
+            L11 = L[:, k0:nxt, k0:nxt]
+            panel.copy_(torch.linalg.solve_triangular(L11, panel.mT, upper=False).mT)
+        else:
+            panel.copy_(tf32x3_product(panel, inverses))
         L[:, nxt:, nxt:nxt + w2] -= tf32x3_product(panel, panel[:, :w2])
         factor_diag_model(L, nxt, w2, top, inverses[:, :w2, :w2] if nxt + w2 < n else None)
         rest = panel[:, w2:]
         L[:, nxt + w2:, nxt + w2:] -= tf32x3_product(rest, rest)
         k0 = nxt
+    return L.tril_()
+
+
+def blocked_two_level_model(A: torch.Tensor, nb: int, outer: int) -> torch.Tensor:
+    """cholesky_blocked.cu's two-level loop (blocked_two_level): nb-column blocks inside outer panels of
+    `outer` columns. Each block's trailing update reaches only the columns of its outer panel; the rest
+    of the matrix gets one update per outer panel with K = outer (the same sums, grouped differently)."""
+    if nb < 1 or outer < nb or outer % nb:
+        raise ValueError(f"blocked_two_level_model: outer ({outer}) must be a multiple of nb ({nb}) >= 1")
+    L = A.clone()
+    b, n, _ = L.shape
+    top = diagonal_max(L)
+    inverses = torch.empty(b, nb, nb, dtype=L.dtype, device=L.device)
+    for s0 in range(0, n, outer):
+        s1 = min(n, s0 + outer)
+        for k0 in range(s0, s1, nb):
+            w = min(nb, n - k0)
+            if k0 + w == n:
+                factor_diag_model(L, k0, w, top, None)
+                return L.tril_()
+            X = inverses[:, :w, :w]
+            factor_diag_model(L, k0, w, top, X)
+            panel = L[:, k0 + w:, k0:k0 + w]
+            panel.copy_(tf32x3_product(panel, X))
+            L[:, k0 + w:, k0 + w:s1] -= tf32x3_product(panel, panel[:, :s1 - k0 - w])
+        if s1 < n:
+            left = L[:, s1:, s0:s1]
+            L[:, s1:, s1:] -= tf32x3_product(left, left)
     return L.tril_()
