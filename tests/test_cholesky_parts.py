@@ -436,14 +436,3 @@ def test_two_level_model_meets_the_gates_on_every_family(case):
 def test_two_level_model_rejects_an_outer_panel_that_is_not_a_multiple_of_the_block():
     with pytest.raises(ValueError, match="multiple of nb"):
         blocked_two_level_model(spd("dense", 8, 1), 32, 48)
-
-
-@pytest.mark.parametrize("case", ROUTE_FAMILIES)
-def test_lookahead_with_the_solved_panel_meets_the_gates_and_matches(case):
-    """cholesky_trsm.cu's panel (L21 from a triangular solve with L11, no inverse) gives the factor of the
-    product-with-inverse panel to within rounding, on every family."""
-    A = spd(case, 150, 2)
-    solved = blocked_lookahead_model(A, 64, solve=True)
-    assert_cholesky(A, solved)
-    plain = blocked_lookahead_model(A, 64)
-    assert ((solved - plain).norm() / plain.norm()) < 1e-4

@@ -29,8 +29,6 @@ POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, cons
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch);
-POPKIT_EXPORT int cholesky_trsm_panel(const float* l11, const float* a21, float* l21, float* mirror, int ld,
-                                      long long stride, int batch, int m);
 
 namespace {
 
@@ -52,22 +50,18 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
 // multiple of 4): per step the panel, then the next block column of the trailing update, then one launch
 // that factors the next diagonal block beside the rest of the update. Same arguments and result as
-// cholesky_blocked (model.blocked_lookahead_model). solve (nb = 128): the panel as a triangular solve
-// with L11 (cholesky_trsm.cu), so no diagonal block computes its inverse.
-int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb,
-                      bool solve) {
+// cholesky_blocked (model.blocked_lookahead_model).
+int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
-    int err = cholesky_tiled(A, L, w0 < n && !solve ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
+    int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
     for (int k0 = 0; !err && k0 + nb < n; k0 += nb) {    // block k0 is factored, its inverse in xinv
         const int next = k0 + nb, m = n - next, w2 = m < nb ? m : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
         float* block = L + (size_t)k0 * n + k0;
         const float* a21 = src + (size_t)nb * n;
         float* l21 = block + (size_t)nb * n;
-        err = solve ? cholesky_trsm_panel(block, a21, l21, block + nb, n, stride, batch, m)
-                    : tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch,
-                                           tf32x3::kPanel);
+        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
         if (err) break;
         // the next block column: L[next:, next:next+w2] = A - L21 L21[:w2]^T
         const tf32x3::Product column = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
@@ -79,8 +73,8 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
         const tf32x3::Product rest = {l21 + (size_t)w2 * n, n, stride, l21 + (size_t)w2 * n, n, stride,
                                       a21 + nb + skip, l21 + nb + skip, n, stride, nullptr, m - w2, m - w2, nb};
         float* diag_block = L + (size_t)next * n + next;
-        const tiled::DiagBlock diag = {diag_block, diag_block, next + w2 < n && !solve ? xinv : nullptr, diag_max,
-                                       w2, n, stride};
+        const tiled::DiagBlock diag = {diag_block, diag_block, next + w2 < n ? xinv : nullptr, diag_max, w2, n,
+                                       stride};
         err = cholesky_lookahead_step(rest, diag, batch);
     }
     return err;
@@ -149,7 +143,7 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const 
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
         return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
     if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
-        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb, lookahead == 2 && nb == 128);
+        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;

@@ -237,12 +237,11 @@ def blocked_tf32x3_model(A: torch.Tensor, nb: int, factor_diag=factor_diag_model
     return L.tril_()
 
 
-def blocked_lookahead_model(A: torch.Tensor, nb: int, solve: bool = False) -> torch.Tensor:
+def blocked_lookahead_model(A: torch.Tensor, nb: int) -> torch.Tensor:
     """cholesky_blocked.cu's look-ahead loop (blocked_lookahead), in its order: per step the panel, then
     the next block column of the trailing update, then the next diagonal block and, in the same launch
     on the GPU, the rest of the update right of that column. The same products as blocked_tf32x3_model,
-    partitioned by tiles. solve: the panel as a triangular solve with L11 in fp32 (cholesky_trsm.cu)
-    instead of the tf32x3 product with inv(L11)."""
+    partitioned by tiles."""
     if nb < 1:
         raise ValueError(f"blocked_lookahead_model: nb ({nb}) must be >= 1")
     L = A.clone()
@@ -256,11 +255,7 @@ def blocked_lookahead_model(A: torch.Tensor, nb: int, solve: bool = False) -> to
         nxt, m = k0 + nb, n - k0 - nb
         w2 = min(m, nb)
         panel = L[:, nxt:, k0:nxt]
-        if solve:
-            L11 = L[:, k0:nxt, k0:nxt]
-            panel.copy_(torch.linalg.solve_triangular(L11, panel.mT, upper=False).mT)
-        else:
-            panel.copy_(tf32x3_product(panel, inverses))
+        panel.copy_(tf32x3_product(panel, inverses))
         L[:, nxt:, nxt:nxt + w2] -= tf32x3_product(panel, panel[:, :w2])
         factor_diag_model(L, nxt, w2, top, inverses[:, :w2, :w2] if nxt + w2 < n else None)
         rest = panel[:, w2:]

@@ -8,7 +8,8 @@
 |           | blocked loop in one call: cholesky_tiled.cu (+ inverse) per |                          |
 |           | diagonal block, our tensor-core products for the panel and  |                          |
 |           | the trailing update; on the H200 (LOOKAHEAD) the next       | blocked_lookahead_model  |
-|           | diagonal block is factored beside each trailing update      | (the same products)      |
+|           | diagonal block is factored beside each trailing update;     | (the same products)      |
+|           | from n = 8192 on (OUTER_PANEL) blocks in two levels         | blocked_two_level_model  |
 |           | "library": blocked_cholesky with cholesky_tiled.cu per      | blocked_cholesky with    |
 |           | diagonal block, cuBLAS GEMMs for the panel and the trailing | factor_diag_model and    |
 |           | update; cholesky_split.cu writes split-TF32 operands        | panel_model              |
@@ -55,17 +56,21 @@ TRAILING_PRODUCT = ((1024, 1 << 62, "fp32"), (2048, 4096, "fp32"), (1 << 30, 1 <
 # products; its row offsets are 32-bit, n <= 46340) or "library" (blocked_cholesky: a Python loop over
 # cuBLAS GEMMs, the tables above). The one call removes ~25 us of host time per step and, with the
 # wgmma products (H200 sweep at 23aa9a4 + no clone, us, tf32x3 / library): 1x16384 34815/37361;
-# cuBLAS's loop still wins at 1x32768 (233827/212667), where the trailing updates are largest.
-BLOCKED_DRIVER = ((16384, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
-# The tf32x3 driver's look-ahead (cholesky_lookahead.cu, H200 only; the driver takes it where the diagonal
+# with two levels (OUTER_PANEL) it also wins at 1x32768 (H200 sweep at 19a3b0b, ms: 177.6 / 218.1).
+BLOCKED_DRIVER = ((46340, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
+# (max n, look-ahead) of the tf32x3 driver (cholesky_lookahead.cu, H200 only; taken where the diagonal
 # blocks are 16 x 16 tiled): the next diagonal block is factored beside the rest of each trailing update.
-# 0: off; 1: on; 2: on, with the panel as a triangular solve (cholesky_trsm.cu; no diagonal inverse;
-# not measured on the GPU yet).
-LOOKAHEAD = 1
+# It pays where one matrix's chain of diagonal blocks is long: H200 sweep at 19a3b0b (us, on / off):
+# 1x4096 2293 / 2448, 2x4096 2672 / 2929, 1x8192 6431 / 7554; up to n = 2048 it costs (64x256 163 /
+# 119, 4x1024 573 / 531, 60x1024 1150 / 1074, 8x2048 1523 / 1479, 2x2048 1134 / 1141).
+LOOKAHEAD = ((2048, 0), (1 << 30, 1))
 # (max n, outer panel) of the tf32x3 driver's two-level loop (cholesky_blocked.cu blocked_two_level; 0: one
-# level): nb-column blocks inside outer panels, one K = outer trailing update per outer panel (4x less
-# memory traffic at outer = 512). Not measured yet on the GPU, so one level everywhere.
-OUTER_PANEL = ((1 << 30, 0),)
+# level): nb-column blocks inside outer panels, one K = outer trailing update per outer panel (less
+# memory traffic for the trailing matrix, read and written once per outer panel instead of once per
+# block). H200 sweep at 19a3b0b (ms; one level / outer 256 / 512 / 1024): 1x16384 34.2 / 30.1 / 28.0 /
+# 27.3, 1x32768 257.3 / 205.1 / 196.6 / 177.6; at 1x8192 one level with the look-ahead wins (6.33 /
+# 6.91 / 6.63 / 6.61).
+OUTER_PANEL = ((8192, 0), (1 << 30, 1024))
 # "auto": wgmma products on the H200, mma.sync elsewhere; "portable": mma.sync everywhere (the path the
 # B200 and other non-Hopper GPUs take, checked and timed on the H200 with a sweep variant).
 PRODUCTS = "auto"
@@ -121,8 +126,8 @@ def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)                     # written whole: the factor and zeros above it
     inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
-    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb), LOOKAHEAD,
-              by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
+    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb),
+              by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
     return L
 
 
