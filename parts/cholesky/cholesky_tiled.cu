@@ -14,32 +14,24 @@
 // Layout: a TDIM x TDIM grid of threads; thread (ty, tx) holds the TS x TS elements
 //   a[i][j] = A[ty + TDIM i][tx + TDIM j]      (cyclic, so every thread keeps working to the end)
 // of the padded NP x NP matrix (NP = TDIM * TS >= n; the padding is the identity, which factors
-// to itself and never touches the real entries). Step k = kb TDIM + kt opens with one barrier, after
-// which column k of the updated matrix (unscaled) sits in a shared vector v (published by its owners,
-// tx == kt, at the end of step k - 1):
-//   1. every thread reads a_kk from v, floors it and takes 1 / l_kk = rsqrt(a_kk) itself
-//      (popkit::cholesky_pivot; the same value in every thread, so no second barrier to share it);
-//   2. it scales the entries of v it needs: l_rk for its rows and l_ck for its columns; the owners of
-//      column k keep theirs as L's column k;
-//   3. every thread updates its entries with c > k and r >= c: a[i][j] -= l_ri l_cj;
-//   4. the owners of column k + 1 publish it into the other half of v (v is double-buffered: a
-//      thread writing it for step k + 1 has passed step k's barrier, so no one still reads step
-//      k - 1's half).
+// to itself and never touches the real entries). Step k = kb TDIM + kt:
+//   1. thread (kt, kt) owns a_kk: floors it, writes l_kk and shares 1 / l_kk = rsqrt(a_kk)
+//      (popkit::cholesky_pivot);
+//   2. the threads of column k (tx == kt) scale their entries below the diagonal and publish them
+//      in a shared vector v (v[r] = l_rk);
+//   3. every thread updates its entries with c > k and r >= c: a[i][j] -= v[r_i] v[c_j].
 // With the kb loop unrolled, "c_j > k" and "r_i >= c_j" are compile-time facts except on one tile
 // column and one tile diagonal, so step 3 is TS^2 predicated FMAs from registers plus 2 TS
-// shared-memory reads. One barrier per step: the chain per column is barrier, shared read, rsqrt,
-// the update and a shared write (the earlier version had a pivot thread share 1 / l_kk behind a
-// second barrier).
+// shared-memory reads. Two barriers per step.
 // Inverse (INV, for the blocked route's diagonal blocks): X = inv(L) by column elimination of
 // L X = I in the same loop and the same layout (x[i][j] = X[ty + TDIM i][tx + TDIM j], X = I at
-// the start): row k of X is final after step k - 1; its owners (ty == kt) publish it unscaled in a
-// second double-buffered vector w beside column k, every thread scales what it reads by 1 / l_kk
-// and updates x[i][j] -= l_ri w[c_j] for r > k >= c. The two updates cover complementary parts of
-// the lower triangle (c > k and c <= k), so the inverse costs about as much as the factorization
-// and adds no barrier.
+// the start): at step k, row k of X is final; its owners (ty == kt) scale it by 1 / l_kk and
+// publish it in a second shared vector w, and every thread updates x[i][j] -= v[r_i] w[c_j] for
+// r > k >= c. The two updates cover complementary parts of the lower triangle (c > k and c <= k),
+// so the inverse costs about as much as the factorization and adds no barrier.
 //
 // Launch: grid = batch, TDIM^2 threads; (TDIM, TS) in {(8, 4), (8, 8), (16, 4), (16, 8)}.
-// Shared memory: 4 NP floats (v, w, two halves each), static.
+// Shared memory: 2 NP floats (v, w), static.
 // Why it is fast: the arithmetic runs from registers (shared memory carries one or two vectors per
 // step, not the matrix); global memory is read and written once, 16-float row segments per
 // half-warp; one CTA per matrix keeps hundreds of matrices in flight on 132 SMs. The inverse's

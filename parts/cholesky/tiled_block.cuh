@@ -30,36 +30,6 @@ __device__ __forceinline__ void store_lower_tile(const float (&t)[TS][TS], float
     }
 }
 
-// Publish step k's inputs (before the barrier that opens step k): column k of the updated matrix (rows
-// r >= k, not yet scaled) into vk by its owners (tx == k % TDIM), and with INV row k of X (columns
-// c <= k, not yet scaled) into wk by its owners (ty == k % TDIM). Tile indices are selected with
-// compile-time loops, so a and x stay in registers.
-template <int TDIM, int TS, bool INV>
-__device__ __forceinline__ void publish_step(const float (&a)[TS][TS], const float (&x)[INV ? TS : 1][INV ? TS : 1],
-                                             float* vk, float* wk, int k, int ty, int tx) {
-    const int kt = k % TDIM, kb = k / TDIM;
-    if (tx == kt) {
-#pragma unroll
-        for (int j = 0; j < TS; ++j) {
-            if (j != kb) continue;
-#pragma unroll
-            for (int i = j; i < TS; ++i)
-                if (ty + TDIM * i >= k) vk[ty + TDIM * i] = a[i][j];
-        }
-    }
-    if constexpr (INV) {
-        if (ty == kt) {
-#pragma unroll
-            for (int i = 0; i < TS; ++i) {
-                if (i != kb) continue;
-#pragma unroll
-                for (int j = 0; j <= i; ++j)
-                    if (tx + TDIM * j <= k) wk[tx + TDIM * j] = x[i][j];
-            }
-        }
-    }
-}
-
 // Factor the n x n block at A (leading dimension ld) into out (A's lower triangle is read; out may equal
 // A) and, with INV, X = inv(L) into xinv (n x n, leading dimension n). diag_max: this matrix's max_i a_ii
 // (the pivot floor), or NULL for the block's own.
@@ -68,9 +38,10 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
                                              const float* __restrict__ diag_max, int n, int ld) {
     constexpr int NP = TDIM * TS;
     constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
-    __shared__ float v[2][NP];                           // column k of A, unscaled (k even / odd)
-    __shared__ float w[2][INV ? NP : 1];                 // row k of X, unscaled
+    __shared__ float v[NP];                              // column k of L
+    __shared__ float w[INV ? NP : 1];                    // row k of X
     __shared__ float s_max[TDIM];
+    __shared__ float s_inv;
     const int tx = threadIdx.x % TDIM, ty = threadIdx.x / TDIM;
 
     float a[TS][TS], x[XS][XS];
@@ -103,32 +74,48 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
     float floor = top * 1.1920929e-7f;                   // float32 eps
     if (!(floor > 0.f)) floor = 1.17549435e-38f;         // an all-zero diagonal: the smallest normal
 
-    publish_step<TDIM, TS, INV>(a, x, v[0], w[0], 0, ty, tx);
 #pragma unroll
     for (int kb = 0; kb < TS; ++kb) {
         if (kb * TDIM >= n) break;
         for (int kt = 0; kt < TDIM; ++kt) {
             const int k = kb * TDIM + kt;
             if (k >= n) break;
-            __syncthreads();                             // column k (and row k of X) are published
-            const float* vk = v[k & 1];
-            const popkit::Pivot pivot = popkit::cholesky_pivot(vk[k], floor);   // every thread, same value
-            float lr[TS], lc[TS];                        // column k of L at this thread's rows and columns
+            if (ty == kt && tx == kt) {                  // 1. the pivot
+                const popkit::Pivot pivot = popkit::cholesky_pivot(a[kb][kb], floor);
+                a[kb][kb] = pivot.lkk;
+                s_inv = pivot.inv;
+            }
+            __syncthreads();
+            const float inv = s_inv;
+            if (tx == kt) {                              // 2. column k of L below the diagonal
 #pragma unroll
-            for (int i = 0; i < TS; ++i) lr[i] = vk[ty + TDIM * i] * pivot.inv;
-#pragma unroll
-            for (int j = 0; j < TS; ++j) lc[j] = vk[tx + TDIM * j] * pivot.inv;
-            if (tx == kt) {                              // column k of L into its owners' registers
-#pragma unroll
-                for (int i = kb; i < TS; ++i) {
+                for (int i = 0; i < TS; ++i) {
                     const int r = ty + TDIM * i;
-                    if (r > k) a[i][kb] = lr[i];
-                    else if (r == k) a[i][kb] = pivot.lkk;
+                    if (r > k) {
+                        a[i][kb] *= inv;
+                        v[r] = a[i][kb];
+                    }
                 }
             }
+            if constexpr (INV) {                         //    and row k of X, columns c <= k
+                if (ty == kt) {
+#pragma unroll
+                    for (int j = 0; j <= kb; ++j) {
+                        if (j == kb && tx > kt) continue;
+                        x[kb][j] *= inv;
+                        w[tx + TDIM * j] = x[kb][j];
+                    }
+                }
+            }
+            __syncthreads();
+            float lr[TS], lc[TS];                        // 3. the trailing update from registers
+#pragma unroll
+            for (int i = 0; i < TS; ++i) lr[i] = v[ty + TDIM * i];
+#pragma unroll
+            for (int j = 0; j < TS; ++j) lc[j] = v[tx + TDIM * j];
             const bool own_column_k = tx > kt;           // tile column kb: c = tx + TDIM kb > k
 #pragma unroll
-            for (int i = 0; i < TS; ++i) {               // the trailing update from registers
+            for (int i = 0; i < TS; ++i) {
 #pragma unroll
                 for (int j = 0; j < TS; ++j) {
                     if (j < kb || i < j) continue;       // c < k, or above the diagonal: static
@@ -137,13 +124,11 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
                     a[i][j] = fmaf(-lr[i], lc[j], a[i][j]);
                 }
             }
-            if constexpr (INV) {                         // row k of X scaled, then X's rows r > k, c <= k
-                const float* wk = w[k & 1];
+            if constexpr (INV) {                         //    and X's rows r > k, columns c <= k
 #pragma unroll
                 for (int j = 0; j <= kb; ++j) {
                     if (j == kb && tx > kt) continue;
-                    const float wc = wk[tx + TDIM * j] * pivot.inv;
-                    if (ty == kt) x[kb][j] = wc;
+                    const float wc = w[tx + TDIM * j];
 #pragma unroll
                     for (int i = kb; i < TS; ++i) {
                         if (i == kb && ty <= kt) continue;
@@ -151,7 +136,6 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
                     }
                 }
             }
-            if (k + 1 < n) publish_step<TDIM, TS, INV>(a, x, v[(k + 1) & 1], w[(k + 1) & 1], k + 1, ty, tx);
         }
     }
 
