@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (blocked_cholesky, blocked_lookahead_model, blocked_tf32x3_model,
+from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model,
                                   blocked_two_level_model, inverse_model, matmul_precision, pivot_floor,
                                   right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
                                   trailing_update)
@@ -398,23 +398,6 @@ def test_tf32x3_blocked_route_meets_the_gates_on_every_family(case):
 def test_tf32x3_blocked_rejects_a_zero_block():
     with pytest.raises(ValueError, match=r"nb \(0\) must be >= 1"):
         blocked_tf32x3_model(spd("dense", 8, 1), 0)
-
-
-@pytest.mark.parametrize("n, nb", [(100, 32), (129, 32), (200, 64), (65, 64), (30, 64)])
-def test_lookahead_order_gives_the_plain_loops_factor(n, nb):
-    """The look-ahead splits each trailing update into the next block column and the rest, and factors
-    the next diagonal block between them: a wrong split (a tile missed or updated twice) would differ
-    from the plain loop by far more than the products' rounding."""
-    A = spd("dense", n, 2)
-    plain = blocked_tf32x3_model(A, nb)
-    ahead = blocked_lookahead_model(A, nb)
-    assert ((ahead - plain).norm() / plain.norm()) < 1e-6
-
-
-@pytest.mark.parametrize("case", ROUTE_FAMILIES)
-def test_lookahead_model_meets_the_gates_on_every_family(case):
-    A = spd(case, 150, 2)
-    assert_cholesky(A, blocked_lookahead_model(A, 64))
 
 
 @pytest.mark.parametrize("n, nb, outer", [(100, 32, 64), (200, 32, 96), (257, 64, 128), (130, 64, 128), (64, 32, 64)])

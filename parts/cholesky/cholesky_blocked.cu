@@ -14,7 +14,7 @@
 // step 1 on the panel runs in place: its grid has one column tile (w <= 128), so a CTA reads all of
 // its P rows before it writes them. On the H200 the loop has a look-ahead (blocked_lookahead below):
 // the next diagonal block is factored in the same launch as the rest of each trailing update, so the
-// chain of diagonal blocks (~43 us each at batch 1) runs under the update (1x8192 7.45 -> 6.28 ms).
+// chain of diagonal blocks (~43 us each at batch 1) runs under the update.
 // Why it is fast: the whole factorization is one call, so no host time sits between steps (the
 // Python loop spent ~25 us per step on 5 launches, views and precision switches, more than the GPU
 // needed for most steps of a 1 x 4096 matrix); the products run on tensor cores at ~fp32 accuracy
@@ -48,9 +48,9 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 }
 
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
-// multiple of 4): per step the panel, then the next block column of the trailing update, then one launch
-// that factors the next diagonal block beside the rest of the update. Same arguments and result as
-// cholesky_blocked (model.blocked_lookahead_model).
+// multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
+// first tile factors that tile, the next diagonal block, while the others update the rest. Same
+// arguments, result and order of operations as cholesky_blocked (model.blocked_tf32x3_model).
 int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
@@ -63,19 +63,11 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
         float* l21 = block + (size_t)nb * n;
         err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
         if (err) break;
-        // the next block column: L[next:, next:next+w2] = A - L21 L21[:w2]^T
-        const tf32x3::Product column = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
-                                        nullptr, m, w2, nb};
-        err = tf32x3_product_wgmma(column, batch, tf32x3::kColumn);
-        if (err) break;
-        // the rest of the update (right of that column) beside the next diagonal block
-        const size_t skip = (size_t)w2 * n + w2;
-        const tf32x3::Product rest = {l21 + (size_t)w2 * n, n, stride, l21 + (size_t)w2 * n, n, stride,
-                                      a21 + nb + skip, l21 + nb + skip, n, stride, nullptr, m - w2, m - w2, nb};
-        float* diag_block = L + (size_t)next * n + next;
-        const tiled::DiagBlock diag = {diag_block, diag_block, next + w2 < n ? xinv : nullptr, diag_max, w2, n,
-                                       stride};
-        err = cholesky_lookahead_step(rest, diag, batch);
+        // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
+        const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
+                                          nullptr, m, m, nb};
+        const tiled::DiagBlock diag = {l21 + nb, l21 + nb, next + w2 < n ? xinv : nullptr, diag_max, w2, n, stride};
+        err = cholesky_lookahead_step(trailing, diag, batch);
     }
     return err;
 }

@@ -1,14 +1,14 @@
-// cholesky, one look-ahead step of the blocked driver in one launch (sm_90a): the next diagonal block's
-// factorization beside the rest of the step's trailing update.
+// cholesky, one step's trailing update and the next diagonal block's factorization in one launch
+// (sm_90a).
 //
-// Step k of the blocked driver factors block k, forms the panel L21 and updates A22 -= L21 L21^T. Block
-// k + 1 needs only the first block column of that update, so cholesky_blocked.cu splits it: that column
-// as its own product (small), then one launch of this kernel, in which CTA 0 of each matrix factors
-// block k + 1 (tiled_block.cuh, with its inverse) while the other CTAs update the lower tiles right of
-// that column. The two roles touch disjoint parts of L and need no synchronization: the chain of
-// diagonal blocks (~43 us a block at batch 1) runs under the update instead of after it.
-// Launch: grid (1 + lower tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the product
-// role's; the diagonal role uses ~1 KiB of static), one CTA per SM.
+// Step k of the blocked driver factors block k, forms the panel L21 and updates A22 -= L21 L21^T; block
+// k + 1 is A22's first 128 x 128 tile. Here one CTA per lower tile of A22 runs the update, and the CTA
+// of tile 0 then factors that tile in place (tiled_block.cuh, with its inverse), while the other CTAs
+// are still updating theirs: the diagonal block's ~43 us at batch 1 runs under the rest of the update
+// instead of after it, and the step costs two launches (panel, this) instead of three. The tile's own
+// writes are visible to its CTA after a barrier; no other CTA reads or writes that tile.
+// Launch: grid (lower tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the product role's;
+// the diagonal role adds ~1 KiB of static), one CTA per SM.
 // Product role, C = C_in - P Q^T on one 128 x 128 lower tile (tf32x3 as in cholesky_product_wgmma.cu,
 // model.tf32x3_product): two warpgroups of 64 rows each (wgmma m64n128k8). All of the tile's P and Q
 // rows (K <= 128) are copied into shared memory by cp.async at the start, one group per chunk of 32
@@ -148,7 +148,9 @@ __global__ void __launch_bounds__(kLaThreads, 1)
 lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
-    if (blockIdx.x == 0) {                               // the next diagonal block of matrix blockIdx.y
+    update_tile<VEC>(op, blockIdx.x, reinterpret_cast<float*>(smem4));
+    if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
+        __syncthreads();                                 // its update is written (and visible to this CTA)
         const size_t b = blockIdx.y;
         const float* src = diag.src + b * diag.stride;
         float* dst = diag.dst + b * diag.stride;
@@ -157,9 +159,7 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
                                              diag.ld);
         else
             tiled::factor_block<16, 8, false>(src, dst, nullptr, diag.diag_max + b, diag.n, diag.ld);
-        return;
     }
-    update_tile<VEC>(op, blockIdx.x - 1, reinterpret_cast<float*>(smem4));
 #else
     __trap();                                            // launched only where the build targets sm_90a
 #endif
@@ -170,21 +170,23 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, in
     static int granted = 0;
     const cudaError_t err = popkit::allow_dynamic_smem(lookahead_kernel<VEC>, kLaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    const int tiles = op.m > 0 ? tf32x3::tiles_of<true>(op.m, op.ncols) : 0;
-    lookahead_kernel<VEC><<<dim3(1 + tiles, batch), kLaThreads, kLaSmemBytes>>>(op, diag);
+    lookahead_kernel<VEC><<<dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch), kLaThreads, kLaSmemBytes>>>(op,
+                                                                                                     diag);
     return (int)cudaGetLastError();
 }
 
 }  // namespace
 
-// One look-ahead step for `batch` matrices: the diagonal block `diag` (n <= 128, factored by the 16 x 16
-// tiled shape) beside the trailing product op (C = C_in - P Q^T on the lower tiles; K <= 128, a
-// multiple of 32; op.m may be 0; rows 16-byte aligned: one instantiation keeps the cold compile short).
+// One step for `batch` matrices: the trailing product op (C = C_in - P Q^T on the lower tiles of an
+// op.m x op.m matrix; K <= 128, a multiple of 32; rows 16-byte aligned: one instantiation keeps the cold
+// compile short), then the factorization of its first tile, `diag` (diag.n = min(op.m, 128), factored
+// by the 16 x 16 tiled shape, in place: diag.src == diag.dst == op.c).
 // Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
 // traps).
 POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch) {
-    if (batch < 1 || diag.n < 1 || diag.n > 128 || !diag.diag_max || op.m < 0 ||
-        (op.m > 0 && (op.K < kChunk || op.K > kMaxK || op.K % kChunk != 0)))
+    if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < kTile ? op.m : kTile) ||
+        diag.src != op.c || diag.dst != op.c || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
+        op.K % kChunk != 0)
         return (int)cudaErrorInvalidValue;
     return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : (int)cudaErrorInvalidValue;
 }

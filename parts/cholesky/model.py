@@ -15,9 +15,10 @@ submission runs them on CPU tensors.
   trailing update is fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose
   sum carries ~21 bits.
 - `blocked_tf32x3_model`: cholesky_blocked.cu, the same loop with our own tensor-core products
-  (`tf32x3_product`) for the panel and the trailing update, in one CUDA call;
-  `blocked_lookahead_model` is its look-ahead order (the H200 route: cholesky_lookahead.cu) and
-  `blocked_two_level_model` its two-level order (outer panels with one K = outer update each).
+  (`tf32x3_product`) for the panel and the trailing update, in one CUDA call (also the H200's
+  look-ahead, cholesky_lookahead.cu: the same operations, the next diagonal block factored inside
+  the trailing update's launch); `blocked_two_level_model` its two-level order (outer panels with
+  one K = outer update each).
 """
 import contextlib
 
@@ -234,33 +235,6 @@ def blocked_tf32x3_model(A: torch.Tensor, nb: int, factor_diag=factor_diag_model
         panel = L[:, k0 + w:, k0:k0 + w]
         panel.copy_(tf32x3_product(panel, X))
         L[:, k0 + w:, k0 + w:] -= tf32x3_product(panel, panel)
-    return L.tril_()
-
-
-def blocked_lookahead_model(A: torch.Tensor, nb: int) -> torch.Tensor:
-    """cholesky_blocked.cu's look-ahead loop (blocked_lookahead), in its order: per step the panel, then
-    the next block column of the trailing update, then the next diagonal block and, in the same launch
-    on the GPU, the rest of the update right of that column. The same products as blocked_tf32x3_model,
-    partitioned by tiles."""
-    if nb < 1:
-        raise ValueError(f"blocked_lookahead_model: nb ({nb}) must be >= 1")
-    L = A.clone()
-    b, n, _ = L.shape
-    top = diagonal_max(L)
-    inverses = torch.empty(b, nb, nb, dtype=L.dtype, device=L.device)
-    w0 = min(n, nb)
-    factor_diag_model(L, 0, w0, top, inverses[:, :w0, :w0] if w0 < n else None)
-    k0 = 0
-    while k0 + nb < n:                                   # block k0 is factored, its inverse in `inverses`
-        nxt, m = k0 + nb, n - k0 - nb
-        w2 = min(m, nb)
-        panel = L[:, nxt:, k0:nxt]
-        panel.copy_(tf32x3_product(panel, inverses))
-        L[:, nxt:, nxt:nxt + w2] -= tf32x3_product(panel, panel[:, :w2])
-        factor_diag_model(L, nxt, w2, top, inverses[:, :w2, :w2] if nxt + w2 < n else None)
-        rest = panel[:, w2:]
-        L[:, nxt + w2:, nxt + w2:] -= tf32x3_product(rest, rest)
-        k0 = nxt
     return L.tril_()
 
 

@@ -7,9 +7,9 @@
 | larger    | BLOCKED_DRIVER "tf32x3": cholesky_blocked.cu, the whole     | blocked_tf32x3_model     |
 |           | blocked loop in one call: cholesky_tiled.cu (+ inverse) per |                          |
 |           | diagonal block, our tensor-core products for the panel and  |                          |
-|           | the trailing update; on the H200 (LOOKAHEAD) the next       | blocked_lookahead_model  |
-|           | diagonal block is factored beside each trailing update;     | (the same products)      |
-|           | from n = 8192 on (OUTER_PANEL) blocks in two levels         | blocked_two_level_model  |
+|           | the trailing update; on the H200 (LOOKAHEAD) the next       | (the same operations)    |
+|           | diagonal block is factored inside each trailing update;     |                          |
+|           | above n = 8192 (OUTER_PANEL) blocks in two levels           | blocked_two_level_model  |
 |           | "library": blocked_cholesky with cholesky_tiled.cu per      | blocked_cholesky with    |
 |           | diagonal block, cuBLAS GEMMs for the panel and the trailing | factor_diag_model and    |
 |           | update; cholesky_split.cu writes split-TF32 operands        | panel_model              |
