@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model,
+from parts.cholesky.model import (TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
                                   blocked_two_level_model, inverse_model, matmul_precision, pivot_floor,
                                   right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
                                   trailing_update)
@@ -250,69 +250,96 @@ def test_floor_test_input_really_fails_in_float32():
     assert math.isclose(y - x * x / a, 9.3e-9, rel_tol=0.01)
 
 
-def tiled_update_mask(tdim: int, ts: int, k: int) -> torch.Tensor:
-    """Which entries (r, c) of the padded matrix cholesky_tiled.cu's step 3 updates at step k,
-    written as the kernel decides it per thread (ty, tx) and register (i, j)."""
+STEP = TILED_STEP
+TILED_SHAPES = ((8, 4), (8, 8), (16, 4), (16, 8))
+
+
+def threads(tdim: int, ts: int):
+    """Every (ty, tx, i, j): a thread of cholesky_tiled.cu and one of its registers."""
+    return ((ty, tx, i, j) for ty in range(tdim) for tx in range(tdim) for i in range(ts) for j in range(ts))
+
+
+def entries(tdim: int, ts: int, keep) -> torch.Tensor:
+    """The padded matrix's entries (ty + tdim i, tx + tdim j) whose thread and register satisfy keep."""
     npad = tdim * ts
-    kb, kt = divmod(k, tdim)
     mask = torch.zeros(npad, npad, dtype=torch.bool)
-    for ty in range(tdim):
-        for tx in range(tdim):
-            for i in range(ts):
-                for j in range(ts):
-                    if j < kb or i < j:
-                        continue
-                    if j == kb and not tx > kt:
-                        continue
-                    if i == j and ty < tx:
-                        continue
-                    mask[ty + tdim * i, tx + tdim * j] = True
+    for ty, tx, i, j in threads(tdim, ts):
+        if keep(ty, tx, i, j):
+            mask[ty + tdim * i, tx + tdim * j] = True
     return mask
 
 
-@pytest.mark.parametrize("tdim, ts", ((8, 4), (8, 8), (16, 4), (16, 8)))
+@pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
 def test_tiled_kernel_updates_exactly_the_trailing_lower_part(tdim, ts):
+    """Step 3's predicates (tiled_block.cuh), as the kernel decides them per thread and register: the
+    rank-4 update of the step starting at column k touches exactly c >= k + 4, r >= c."""
     npad = tdim * ts
-    r = torch.arange(npad)[:, None]
-    c = torch.arange(npad)[None, :]
-    for k in range(npad):
-        assert torch.equal(tiled_update_mask(tdim, ts, k), (c > k) & (r >= c)), k
+    r, c = torch.arange(npad)[:, None], torch.arange(npad)[None, :]
+    for k in range(0, npad, STEP):
+        kb, kt = divmod(k, tdim)
+
+        def updated(ty, tx, i, j):
+            return j >= kb and i >= j and not (j == kb and tx < kt + STEP) and not (i == j and ty < tx)
+        assert torch.equal(entries(tdim, ts, updated), (c >= k + STEP) & (r >= c)), k
 
 
-@pytest.mark.parametrize("tdim, ts", ((8, 4), (8, 8), (16, 4), (16, 8)))
-def test_tiled_kernel_scales_and_publishes_exactly_column_k_below_the_diagonal(tdim, ts):
-    for k in range(tdim * ts):
-        rows = sorted(ty + tdim * i for ty in range(tdim) for i in range(ts) if ty + tdim * i > k)
-        assert rows == list(range(k + 1, tdim * ts))
+@pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
+def test_tiled_kernel_publishes_and_keeps_exactly_the_steps_columns(tdim, ts):
+    """publish_step writes the step's columns at every row r >= k (tile column jb, rows i >= jb), and the
+    owners keep L's values at exactly the lower part of those columns (p = r - k >= q)."""
+    npad = tdim * ts
+    r, c = torch.arange(npad)[:, None], torch.arange(npad)[None, :]
+    for k in range(0, npad, STEP):
+        jb, kt = divmod(k, tdim)
+        step_columns = (c >= k) & (c < k + STEP)
+
+        def published(ty, tx, i, j):
+            return 0 <= tx - kt < STEP and j == jb and i >= j and ty + tdim * i >= k
+        assert torch.equal(entries(tdim, ts, published), step_columns & (r >= k)), k
+
+        def kept(ty, tx, i, j):
+            return 0 <= tx - kt < STEP and j == jb and i >= jb and ty + tdim * i - k >= tx - kt
+        assert torch.equal(entries(tdim, ts, kept), step_columns & (r >= c)), k
 
 
 @pytest.mark.parametrize("tdim, ts", ((8, 4), (16, 8)))
-def test_tiled_kernel_inverse_updates_exactly_rows_below_k_and_columns_up_to_k(tdim, ts):
-    """The fused inverse's predicates, written as the kernel decides them per thread and register:
-    row k of X is published for c <= k, and x is updated for r > k >= c."""
+def test_tiled_kernel_inverse_publishes_and_updates_exactly_its_part(tdim, ts):
+    """The fused inverse's predicates: the step's rows of X are published at c < k + 4 and solved there,
+    and x is updated for r >= k + 4 > c."""
     npad = tdim * ts
-    r = torch.arange(npad)[:, None]
-    c = torch.arange(npad)[None, :]
-    for k in range(npad):
+    r, c = torch.arange(npad)[:, None], torch.arange(npad)[None, :]
+    for k in range(0, npad, STEP):
         kb, kt = divmod(k, tdim)
-        published = sorted(tx + tdim * j for tx in range(tdim) for j in range(kb + 1) if not (j == kb and tx > kt))
-        assert published == list(range(k + 1)), k
-        mask = torch.zeros(npad, npad, dtype=torch.bool)
-        for ty in range(tdim):
-            for tx in range(tdim):
-                for j in range(kb + 1):
-                    if j == kb and tx > kt:
-                        continue
-                    for i in range(kb, ts):
-                        if i == kb and ty <= kt:
-                            continue
-                        mask[ty + tdim * i, tx + tdim * j] = True
-        assert torch.equal(mask, (r > k) & (c <= k)), k
+
+        def published(ty, tx, i, j):
+            return 0 <= ty - kt < STEP and i == kb and j <= i and tx + tdim * j < k + STEP
+        assert torch.equal(entries(tdim, ts, published), (r >= k) & (r < k + STEP) & (c < k + STEP)), k
+
+        def updated(ty, tx, i, j):
+            return (j <= kb and not (j == kb and tx >= kt + STEP) and i >= kb
+                    and not (i == kb and ty < kt + STEP))
+        assert torch.equal(entries(tdim, ts, updated), (r >= k + STEP) & (c < k + STEP)), k
 
 
-def test_inverse_model_runs_the_kernels_elimination_order():
-    L = right_looking_model(spd("dense", 24, 2))
-    X = inverse_model(L)
+@pytest.mark.parametrize("n", (1, 7, 24, 33, 128))
+def test_grouped_steps_give_the_column_by_column_factor_and_inverse(n):
+    """cholesky_tiled.cu's groups of 4 columns (right_looking_model step 4, inverse_model step 4) meet the
+    gates on every family, and on a well-conditioned matrix give the spotf2 order's factor and inverse up
+    to rounding (ill-conditioned families amplify the rounding differences in L itself)."""
+    for case in ROUTE_FAMILIES:
+        A = spd(case, n, 2)
+        assert_cholesky(A, right_looking_model(A, step=STEP))
+    A = spd("dense", n, 2)
+    L1, L4 = right_looking_model(A), right_looking_model(A, step=STEP)
+    assert ((L4 - L1).norm() / L1.norm()) < 1e-5
+    X1, X4 = inverse_model(L4), inverse_model(L4, STEP)
+    assert ((X4 - X1).norm() / X1.norm()) < 1e-5
+
+
+@pytest.mark.parametrize("step", (1, STEP))
+def test_inverse_model_runs_the_kernels_elimination_order(step):
+    L = right_looking_model(spd("dense", 24, 2), step=step)
+    X = inverse_model(L, step)
     reference = torch.linalg.solve_triangular(L.double(), torch.eye(24, dtype=torch.float64), upper=False)
     assert ((X.double() - reference).abs().max() / reference.abs().max()) < 1e-5
 

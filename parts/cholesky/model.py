@@ -8,8 +8,9 @@ submission runs them on CPU tensors.
   roundoff-level pivot of a numerically singular SPD matrix; NaN stays NaN): L stays finite with
   no host-side check, and A moves by at most ~2 floor, far inside the gate.
 - `right_looking_model`: spotf2-order Cholesky, the arithmetic of cholesky_small.cu (one warp per
-  matrix, n <= 32) and cholesky_tiled.cu (n <= 128); `inverse_model` is cholesky_tiled.cu's
-  inverse: column elimination of L X = I, one rank-1 update per step beside the factorization's.
+  matrix, n <= 32) and, with step = TILED_STEP, of cholesky_tiled.cu (n <= 128: groups of 4 columns,
+  one rank-4 update each); `inverse_model` is cholesky_tiled.cu's inverse: elimination of L X = I
+  in the same groups, beside the factorization.
 - `blocked_cholesky`: the blocked right-looking driver with library GEMMs; the diagonal-block
   factor is a parameter, so the GPU route runs this very function with the CUDA block kernel. Its
   trailing update is fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose
@@ -26,6 +27,7 @@ import torch
 
 EPS = 1.1920928955078125e-07      # float32 machine epsilon
 TINY = 1.1754943508222875e-38     # smallest normal float32: the floor of an all-zero diagonal
+TILED_STEP = 4                    # columns per step of cholesky_tiled.cu (tiled_block.cuh kStep)
 
 
 def diagonal_max(A: torch.Tensor) -> torch.Tensor:
@@ -44,31 +46,46 @@ def pivot_floor(A: torch.Tensor) -> torch.Tensor:
     return floor_from_max(diagonal_max(A))
 
 
-def right_looking_model(A: torch.Tensor, floors: torch.Tensor | None = None) -> torch.Tensor:
-    """Factor the lower triangle of each n x n matrix; pivots at or below the floor become the floor."""
+def right_looking_model(A: torch.Tensor, floors: torch.Tensor | None = None, step: int = 1) -> torch.Tensor:
+    """Factor the lower triangle of each n x n matrix; pivots at or below the floor become the floor.
+    step = 1: spotf2 order, column by column (cholesky_small.cu). step > 1: cholesky_tiled.cu's order
+    (tiled_block.cuh, kStep = 4): per group of `step` columns, the group's diagonal block column by column,
+    the rows below it by forward substitution with that block, then one rank-`step` trailing update."""
     n = A.shape[-1]
     floors = pivot_floor(A) if floors is None else floors
     S = torch.tril(A)
-    for k in range(n):
-        d = S[:, k, k]
-        d = torch.where(d <= floors, floors, d)
-        inv = torch.rsqrt(d)                    # popkit::cholesky_pivot: 1 / l_kk = rsqrt(d), l_kk = d / l_kk
-        lkk = d * inv
-        column = S[:, k + 1:, k] * inv[:, None]
-        S[:, k + 1:, k] = column
-        S[:, k, k] = lkk
-        S[:, k + 1:, k + 1:] -= torch.tril(column[:, :, None] * column[:, None, :])
+    for k0 in range(0, n, step):
+        k1 = min(n, k0 + step)
+        inverses = []
+        for k in range(k0, k1):                 # the group's diagonal block, column by column
+            d = S[:, k, k]
+            d = torch.where(d <= floors, floors, d)
+            inv = torch.rsqrt(d)                # popkit::cholesky_pivot: 1 / l_kk = rsqrt(d), l_kk = d / l_kk
+            S[:, k + 1:k1, k] *= inv[:, None]
+            S[:, k, k] = d * inv
+            column = S[:, k + 1:k1, k]
+            S[:, k + 1:k1, k + 1:k1] -= torch.tril(column[:, :, None] * column[:, None, :])
+            inverses.append(inv)
+        for q, k in enumerate(range(k0, k1)):   # the rows below: forward substitution with the block
+            S[:, k1:, k] -= (S[:, k1:, k0:k] * S[:, k, None, k0:k]).sum(-1)
+            S[:, k1:, k] *= inverses[q][:, None]
+        panel = S[:, k1:, k0:k1]
+        S[:, k1:, k1:] -= torch.tril(panel @ panel.mT)
     return torch.tril(S)
 
 
-def inverse_model(L: torch.Tensor) -> torch.Tensor:
-    """inv(L) by column elimination of L X = I: per k, row k of X times 1 / l_kk, then
-    X[r, :k+1] -= l_rk X[k, :k+1] for r > k (the order of cholesky_tiled.cu's fused inverse)."""
+def inverse_model(L: torch.Tensor, step: int = 1) -> torch.Tensor:
+    """inv(L) by elimination of L X = I in cholesky_tiled.cu's order: per group of `step` rows, those rows of
+    X by forward substitution with the group's diagonal block (1 / l_kk as the factor's rsqrt), then
+    X[r, :k1] -= L[r, k0:k1] X[k0:k1, :k1] for the rows r below."""
     b, n, _ = L.shape
     X = torch.eye(n, dtype=L.dtype, device=L.device).expand(b, n, n).clone()
-    for k in range(n):
-        X[:, k, :k + 1] *= (1.0 / L[:, k, k])[:, None]
-        X[:, k + 1:, :k + 1] -= L[:, k + 1:, k, None] * X[:, k, None, :k + 1]
+    for k0 in range(0, n, step):
+        k1 = min(n, k0 + step)
+        for k in range(k0, k1):
+            X[:, k, :k1] -= (L[:, k, k0:k, None] * X[:, k0:k, :k1]).sum(1)
+            X[:, k, :k1] *= (1.0 / L[:, k, k])[:, None]
+        X[:, k1:, :k1] -= L[:, k1:, k0:k1] @ X[:, k0:k1, :k1]
     return X
 
 
@@ -76,10 +93,10 @@ def factor_diag_model(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: to
     """Factor the diagonal block L[:, k0:k0+w, k0:k0+w] in place (pivot floor from each whole
     matrix's max diagonal `top`); write inv(L11) into X unless X is None."""
     block = L[:, k0:k0 + w, k0:k0 + w]
-    L11 = right_looking_model(block, floor_from_max(top))
+    L11 = right_looking_model(block, floor_from_max(top), TILED_STEP)
     block.copy_(L11)
     if X is not None:
-        X.copy_(inverse_model(L11))
+        X.copy_(inverse_model(L11, TILED_STEP))
 
 
 @contextlib.contextmanager

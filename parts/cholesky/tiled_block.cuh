@@ -30,18 +30,79 @@ __device__ __forceinline__ void store_lower_tile(const float (&t)[TS][TS], float
     }
 }
 
+// Columns factored per step (one barrier per step): every thread factors the Q x Q diagonal block
+// itself, so the chain of dependent steps is n / Q long instead of n.
+constexpr int kStep = 4;
+
+// Select a[i][j] at a runtime (i, j) from compile-time indices (the arrays stay in registers).
+template <int R, int C>
+__device__ __forceinline__ float pick(const float (&a)[R][C], int i, int j) {
+    float value = 0.f;
+#pragma unroll
+    for (int ii = 0; ii < R; ++ii)
+#pragma unroll
+        for (int jj = 0; jj < C; ++jj)
+            if (ii == i && jj == j) value = a[ii][jj];
+    return value;
+}
+
+// Forward substitution of one row with the factored diagonal block d (dinv[q] = 1 / d[q][q]):
+// out[q] = (p[q] - sum_{s<q} out[s] d[q][s]) dinv[q], in the order of factor_step's own updates, so
+// a row inside the block comes out bit-identical to d's entries.
+__device__ __forceinline__ void solve_row(const float4& p, const float (&d)[kStep][kStep], const float (&dinv)[kStep],
+                                          float (&out)[kStep]) {
+    const float in[kStep] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+    for (int q = 0; q < kStep; ++q) {
+        float acc = in[q];
+#pragma unroll
+        for (int s = 0; s < q; ++s) acc = fmaf(-out[s], d[q][s], acc);
+        out[q] = acc * dinv[q];
+    }
+}
+
+// Publish the next step's inputs (before the barrier that opens it): columns kn .. kn + kStep - 1 of the
+// updated matrix (rows r >= kn, unscaled) into v by their owners (tx = kt + q, tile column jb), and with
+// INV rows kn .. of X (columns c < kn + kStep, unscaled) into w by their owners (ty = kt + q, tile row
+// jb). jb is a compile-time constant at every call (the caller's kb loop is unrolled).
+template <int TDIM, int TS, bool INV>
+__device__ __forceinline__ void publish_step(const float (&a)[TS][TS], const float (&x)[INV ? TS : 1][INV ? TS : 1],
+                                             float4* v, float4* w, int jb, int kt, int kn, int ty, int tx) {
+    const int qc = tx - kt, qr = ty - kt;
+    if (qc >= 0 && qc < kStep) {
+#pragma unroll
+        for (int j = 0; j < TS; ++j) {
+            if (j != jb) continue;
+#pragma unroll
+            for (int i = j; i < TS; ++i)
+                if (ty + TDIM * i >= kn) reinterpret_cast<float*>(&v[ty + TDIM * i])[qc] = a[i][j];
+        }
+    }
+    if constexpr (INV) {
+        if (qr >= 0 && qr < kStep) {
+#pragma unroll
+            for (int i = 0; i < TS; ++i) {
+                if (i != jb) continue;
+#pragma unroll
+                for (int j = 0; j <= i; ++j)
+                    if (tx + TDIM * j < kn + kStep) reinterpret_cast<float*>(&w[tx + TDIM * j])[qr] = x[i][j];
+            }
+        }
+    }
+}
+
 // Factor the n x n block at A (leading dimension ld) into out (A's lower triangle is read; out may equal
 // A) and, with INV, X = inv(L) into xinv (n x n, leading dimension n). diag_max: this matrix's max_i a_ii
 // (the pivot floor), or NULL for the block's own.
 template <int TDIM, int TS, bool INV>
 __device__ __forceinline__ void factor_block(const float* A, float* out, float* __restrict__ xinv,
                                              const float* __restrict__ diag_max, int n, int ld) {
+    static_assert(TDIM % kStep == 0, "a step's columns lie in one tile column");
     constexpr int NP = TDIM * TS;
     constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
-    __shared__ float v[NP];                              // column k of L
-    __shared__ float w[INV ? NP : 1];                    // row k of X
+    __shared__ float4 v[2][NP];                          // the step's kStep columns at row r (two halves)
+    __shared__ float4 w[2][INV ? NP : 1];                // the step's kStep rows of X at column c
     __shared__ float s_max[TDIM];
-    __shared__ float s_inv;
     const int tx = threadIdx.x % TDIM, ty = threadIdx.x / TDIM;
 
     float a[TS][TS], x[XS][XS];
@@ -74,68 +135,90 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
     float floor = top * 1.1920929e-7f;                   // float32 eps
     if (!(floor > 0.f)) floor = 1.17549435e-38f;         // an all-zero diagonal: the smallest normal
 
+    publish_step<TDIM, TS, INV>(a, x, v[0], w[0], 0, 0, 0, ty, tx);
 #pragma unroll
     for (int kb = 0; kb < TS; ++kb) {
         if (kb * TDIM >= n) break;
-        for (int kt = 0; kt < TDIM; ++kt) {
-            const int k = kb * TDIM + kt;
+        for (int kt = 0; kt < TDIM; kt += kStep) {
+            const int k = kb * TDIM + kt, half = (k / kStep) & 1;
             if (k >= n) break;
-            if (ty == kt && tx == kt) {                  // 1. the pivot
-                const popkit::Pivot pivot = popkit::cholesky_pivot(a[kb][kb], floor);
-                a[kb][kb] = pivot.lkk;
-                s_inv = pivot.inv;
-            }
-            __syncthreads();
-            const float inv = s_inv;
-            if (tx == kt) {                              // 2. column k of L below the diagonal
+            __syncthreads();                             // this step's columns (and rows of X) are published
+            const float4* vk = v[half];
+            // 1. the kStep x kStep diagonal block, factored by every thread (the same value everywhere)
+            float d[kStep][kStep], dinv[kStep];
 #pragma unroll
-                for (int i = 0; i < TS; ++i) {
-                    const int r = ty + TDIM * i;
-                    if (r > k) {
-                        a[i][kb] *= inv;
-                        v[r] = a[i][kb];
-                    }
+            for (int p = 0; p < kStep; ++p) {
+                const float4 row = vk[k + p];
+                const float in[kStep] = {row.x, row.y, row.z, row.w};
+#pragma unroll
+                for (int q = 0; q < kStep; ++q) d[p][q] = in[q];
+            }
+#pragma unroll
+            for (int q = 0; q < kStep; ++q) {
+                const popkit::Pivot pivot = popkit::cholesky_pivot(d[q][q], floor);
+                d[q][q] = pivot.lkk;
+                dinv[q] = pivot.inv;
+#pragma unroll
+                for (int p = q + 1; p < kStep; ++p) d[p][q] *= pivot.inv;
+#pragma unroll
+                for (int p = q + 1; p < kStep; ++p)
+#pragma unroll
+                    for (int s2 = q + 1; s2 <= p; ++s2) d[p][s2] = fmaf(-d[p][q], d[s2][q], d[p][s2]);
+            }
+            // 2. L's step columns at this thread's rows r >= k (tile rows below kb hold none)
+            float lr[TS][kStep];
+#pragma unroll
+            for (int i = kb; i < TS; ++i) solve_row(vk[ty + TDIM * i], d, dinv, lr[i]);
+            const int qc = tx - kt;                      // this thread owns step column k + qc
+            if (qc >= 0 && qc < kStep) {
+#pragma unroll
+                for (int i = kb; i < TS; ++i) {
+                    const int p = ty + TDIM * i - k;     // the row's place relative to the step
+                    if (p > qc) a[i][kb] = pick(lr, i, qc);
+                    else if (p == qc) a[i][kb] = pick(d, qc, qc);
                 }
             }
-            if constexpr (INV) {                         //    and row k of X, columns c <= k
-                if (ty == kt) {
+            // 3. the rank-kStep trailing update, c >= k + kStep and r >= c
 #pragma unroll
-                    for (int j = 0; j <= kb; ++j) {
-                        if (j == kb && tx > kt) continue;
-                        x[kb][j] *= inv;
-                        w[tx + TDIM * j] = x[kb][j];
-                    }
-                }
-            }
-            __syncthreads();
-            float lr[TS], lc[TS];                        // 3. the trailing update from registers
+            for (int j = kb; j < TS; ++j) {
+                if (j == kb && tx < kt + kStep) continue;
+                float lc[kStep];
+                solve_row(vk[tx + TDIM * j], d, dinv, lc);
 #pragma unroll
-            for (int i = 0; i < TS; ++i) lr[i] = v[ty + TDIM * i];
-#pragma unroll
-            for (int j = 0; j < TS; ++j) lc[j] = v[tx + TDIM * j];
-            const bool own_column_k = tx > kt;           // tile column kb: c = tx + TDIM kb > k
-#pragma unroll
-            for (int i = 0; i < TS; ++i) {
-#pragma unroll
-                for (int j = 0; j < TS; ++j) {
-                    if (j < kb || i < j) continue;       // c < k, or above the diagonal: static
-                    if (j == kb && !own_column_k) continue;
+                for (int i = j; i < TS; ++i) {
                     if (i == j && ty < tx) continue;     // the diagonal tile: r >= c needs ty >= tx
-                    a[i][j] = fmaf(-lr[i], lc[j], a[i][j]);
+#pragma unroll
+                    for (int q = 0; q < kStep; ++q) a[i][j] = fmaf(-lr[i][q], lc[q], a[i][j]);
                 }
             }
-            if constexpr (INV) {                         //    and X's rows r > k, columns c <= k
+            if constexpr (INV) {                         // 4. X's step rows, then its rows r >= k + kStep, c < k + kStep
+                const float4* wk = w[half];
+                const int qr = ty - kt;                  // this thread owns X's row k + qr
 #pragma unroll
                 for (int j = 0; j <= kb; ++j) {
-                    if (j == kb && tx > kt) continue;
-                    const float wc = w[tx + TDIM * j];
+                    if (j == kb && tx >= kt + kStep) continue;
+                    float xc[kStep];
+                    solve_row(wk[tx + TDIM * j], d, dinv, xc);
+                    if (qr >= 0 && qr < kStep) {
+                        float own = xc[0];
+#pragma unroll
+                        for (int q = 1; q < kStep; ++q)
+                            if (q == qr) own = xc[q];
+                        x[kb][j] = own;
+                    }
 #pragma unroll
                     for (int i = kb; i < TS; ++i) {
-                        if (i == kb && ty <= kt) continue;
-                        x[i][j] = fmaf(-lr[i], wc, x[i][j]);
+                        if (i == kb && ty < kt + kStep) continue;
+#pragma unroll
+                        for (int q = 0; q < kStep; ++q) x[i][j] = fmaf(-lr[i][q], xc[q], x[i][j]);
                     }
                 }
             }
+            // 5. the next step's columns into the other half of v (and rows of X into w)
+            if (kt + kStep < TDIM)
+                publish_step<TDIM, TS, INV>(a, x, v[half ^ 1], w[half ^ 1], kb, kt + kStep, k + kStep, ty, tx);
+            else if (kb + 1 < TS)
+                publish_step<TDIM, TS, INV>(a, x, v[half ^ 1], w[half ^ 1], kb + 1, 0, k + kStep, ty, tx);
         }
     }
 
