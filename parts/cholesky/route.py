@@ -60,11 +60,12 @@ TRAILING_PRODUCT = ((1024, 1 << 62, "fp32"), (2048, 4096, "fp32"), (1 << 30, 1 <
 # with two levels (OUTER_PANEL) it also wins at 1x32768 (H200 sweep at 19a3b0b, ms: 177.6 / 218.1).
 BLOCKED_DRIVER = ((46340, 1 << 62, "tf32x3"), (1 << 30, 1 << 62, "library"))
 # (max n, look-ahead) of the tf32x3 driver (cholesky_lookahead.cu, H200 only; taken where the diagonal
-# blocks are 16 x 16 tiled): the next diagonal block is factored beside the rest of each trailing update.
-# It pays where one matrix's chain of diagonal blocks is long: H200 sweep at 19a3b0b (us, on / off):
-# 1x4096 2293 / 2448, 2x4096 2672 / 2929, 1x8192 6431 / 7554; up to n = 2048 it costs (64x256 163 /
-# 119, 4x1024 573 / 531, 60x1024 1150 / 1074, 8x2048 1523 / 1479, 2x2048 1134 / 1141).
-LOOKAHEAD = ((2048, 0), (1 << 30, 1))
+# blocks are 16 x 16 tiled): the trailing update's launch also factors the next diagonal block. It pays
+# where one matrix's chain of diagonal blocks is long. H200 sweep at de3f7a4, 11 rounds (us, on / off):
+# 8x2048 1387 / 1484, 1x4096 2132 / 2338, 2x4096 2548 / 2835, 1x8192 6010 / 7539; 2x2048 1058 / 1054;
+# up to n = 1024 it costs (64x256 140 / 121, 16x512 290 / 244, 4x1024 548 / 507, 60x1024 1081 / 1065):
+# the fused launch runs one CTA per SM against the plain product's three.
+LOOKAHEAD = ((1024, 0), (1 << 30, 1))
 # (max n, outer panel) of the tf32x3 driver's two-level loop (cholesky_blocked.cu blocked_two_level; 0: one
 # level): nb-column blocks inside outer panels, one K = outer trailing update per outer panel (less
 # memory traffic for the trailing matrix, read and written once per outer panel instead of once per
