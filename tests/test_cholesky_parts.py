@@ -270,8 +270,28 @@ def entries(tdim: int, ts: int, keep) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
-def test_tiled_kernel_updates_exactly_the_trailing_lower_part(tdim, ts):
-    """Step 3's predicates (tiled_block.cuh), as the kernel decides them per thread and register: the
+def test_column_steps_update_exactly_the_trailing_lower_part(tdim, ts):
+    """column_steps' predicates (tiled_block.cuh), per thread and register: step k updates c > k, r >= c."""
+    npad = tdim * ts
+    r, c = torch.arange(npad)[:, None], torch.arange(npad)[None, :]
+    for k in range(npad):
+        kb, kt = divmod(k, tdim)
+
+        def updated(ty, tx, i, j):
+            return j >= kb and i >= j and not (j == kb and not tx > kt) and not (i == j and ty < tx)
+        assert torch.equal(entries(tdim, ts, updated), (c > k) & (r >= c)), k
+
+
+@pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
+def test_column_steps_scale_and_publish_exactly_column_k_below_the_diagonal(tdim, ts):
+    for k in range(tdim * ts):
+        rows = sorted(ty + tdim * i for ty in range(tdim) for i in range(ts) if ty + tdim * i > k)
+        assert rows == list(range(k + 1, tdim * ts))
+
+
+@pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
+def test_grouped_steps_update_exactly_the_trailing_lower_part(tdim, ts):
+    """grouped_steps' predicates (tiled_block.cuh), as the kernel decides them per thread and register: the
     rank-4 update of the step starting at column k touches exactly c >= k + 4, r >= c."""
     npad = tdim * ts
     r, c = torch.arange(npad)[:, None], torch.arange(npad)[None, :]
@@ -284,7 +304,7 @@ def test_tiled_kernel_updates_exactly_the_trailing_lower_part(tdim, ts):
 
 
 @pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
-def test_tiled_kernel_publishes_and_keeps_exactly_the_steps_columns(tdim, ts):
+def test_grouped_steps_publish_and_keep_exactly_the_steps_columns(tdim, ts):
     """publish_step writes the step's columns at every row r >= k (tile column jb, rows i >= jb), and the
     owners keep L's values at exactly the lower part of those columns (p = r - k >= q)."""
     npad = tdim * ts
@@ -303,7 +323,7 @@ def test_tiled_kernel_publishes_and_keeps_exactly_the_steps_columns(tdim, ts):
 
 
 @pytest.mark.parametrize("tdim, ts", ((8, 4), (16, 8)))
-def test_tiled_kernel_inverse_publishes_and_updates_exactly_its_part(tdim, ts):
+def test_grouped_steps_inverse_publishes_and_updates_exactly_its_part(tdim, ts):
     """The fused inverse's predicates: the step's rows of X are published at c < k + 4 and solved there,
     and x is updated for r >= k + 4 > c."""
     npad = tdim * ts

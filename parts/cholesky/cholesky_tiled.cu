@@ -1,8 +1,7 @@
 // cholesky, n <= 128: one CTA per matrix (or per diagonal block), the matrix in registers.
 //
 // Computes L, lower triangular with A = L L^T, by right-looking Cholesky (the spotf2 recurrence: for
-// k = 0..n-1, l_kk = sqrt(a_kk), l_rk = a_rk / l_kk, a_rj -= l_rk l_jk for k < j <= r, in groups of four
-// columns), and
+// k = 0..n-1, l_kk = sqrt(a_kk), l_rk = a_rk / l_kk, a_rj -= l_rk l_jk for k < j <= r), and
 // optionally X = inv(L). Pivot floor: a pivot d <= f, f = eps * max_i a_ii of the matrix (the
 // caller passes max_i a_ii for a diagonal block of a larger matrix), becomes f. An SPD matrix
 // meets such a pivot only through roundoff (a numerically singular matrix); flooring perturbs A
@@ -15,33 +14,39 @@
 // Layout: a TDIM x TDIM grid of threads; thread (ty, tx) holds the TS x TS elements
 //   a[i][j] = A[ty + TDIM i][tx + TDIM j]      (cyclic, so every thread keeps working to the end)
 // of the padded NP x NP matrix (NP = TDIM * TS >= n; the padding is the identity, which factors
-// to itself and never touches the real entries). The columns go in steps of kStep = 4 (tiled_block.cuh;
-// they lie in one tile column, owned by threads tx = kt .. kt + 3), one barrier per step. At the
-// barrier that opens the step at column k, the step's four columns of the updated matrix (rows r >= k,
-// unscaled) sit in shared memory, one float4 per row (published by their owners during the previous
-// step). Then every thread:
-//   1. factors the 4 x 4 diagonal block itself (floored pivots, 1 / l_kk = rsqrt; popkit::cholesky_pivot),
-//      the same value in every thread, so nothing is shared back;
-//   2. solves its rows' four L values (forward substitution with that block, in the block's own order,
-//      so a row inside the block comes out bit-identical), and the columns' owners keep theirs;
+// to itself and never touches the real entries). Two step loops (tiled_block.cuh):
+// Column steps (the plain factorization), step k = kb TDIM + kt:
+//   1. thread (kt, kt) owns a_kk: floors it, writes l_kk and shares 1 / l_kk = rsqrt(a_kk)
+//      (popkit::cholesky_pivot);
+//   2. the threads of column k (tx == kt) scale their entries below the diagonal and publish them
+//      in a shared vector v (v[r] = l_rk);
+//   3. every thread updates its entries with c > k and r >= c: a[i][j] -= v[r_i] v[c_j].
+//   With the kb loop unrolled, "c_j > k" and "r_i >= c_j" are compile-time facts except on one tile
+//   column and one tile diagonal, so step 3 is TS^2 predicated FMAs from registers plus 2 TS
+//   shared-memory reads. Two barriers per step.
+// Grouped steps (with the inverse X, for the blocked route's diagonal blocks): four columns per step
+// (kStep; they lie in one tile column, owned by threads tx = kt .. kt + 3), one barrier per step. At
+// the barrier that opens the step at column k, its four columns of the updated matrix (rows r >= k,
+// unscaled) sit in shared memory, one float4 per row, and so do the step's four rows of X (columns
+// c < k + 4), both published by their owners during the previous step. Then every thread:
+//   1. factors the 4 x 4 diagonal block itself (floored pivots as above), the same value in every
+//      thread, so nothing is shared back;
+//   2. solves its rows' four L values (forward substitution with that block, in the block's own
+//      order, so a row inside the block comes out bit-identical); the columns' owners keep theirs;
 //   3. applies the rank-4 update to its entries with c >= k + 4 and r >= c (the same solve gives the
 //      four L values of each of its columns);
-//   4. if it owns the next step's columns, publishes them into the other half of the double-buffered
-//      vector (a thread writing it has passed this step's barrier, so no one still reads that half).
-// With the kb loop unrolled, the predicates are compile-time facts except on one tile column and one
-// tile diagonal. The chain of dependent steps is n / 4 long: each step's latency (barrier, shared
-// read, the 4 x 4 factor, the update) is paid 32 times for a 128 x 128 block instead of 128 (the
-// one-column step took ~430 cycles, a cost that more threads or a different owner of the chain did
-// not lower; docs/priors.md). model.right_looking_model(step = 4) is this order.
-// Inverse (INV, for the blocked route's diagonal blocks): X = inv(L) by elimination of L X = I in the
-// same steps and layout (x[i][j] = X[ty + TDIM i][tx + TDIM j], X = I at the start): the step's four
-// rows of X (columns c < k + 4) are published beside the columns; every thread solves its columns' four
-// X values with the 4 x 4 block (its owners keep them) and updates x[i][j] -= L[r, k..k+3] X[k..k+3, c]
-// for r >= k + 4 > c (model.inverse_model(step = 4)). The two updates cover complementary parts of the
-// lower triangle, so the inverse adds work but no barrier.
+//   4. solves its columns' four X values with the block (the rows' owners keep them) and updates
+//      x[i][j] -= L[r, k..k+3] X[k..k+3, c] for r >= k + 4 > c (X = I at the start; the elimination of
+//      L X = I);
+//   5. if it owns the next step's columns or rows of X, publishes them into the other half of the
+//      double-buffered vectors (a thread writing there has passed this step's barrier, so no one
+//      still reads that half).
+//   The chain is n / 4 steps instead of n: 128 x 128 with the inverse 44 -> 38 us at batch 1, 93 -> 81
+//   at batch 264 (H200, de3f7a4). model.right_looking_model(step = 4) and model.inverse_model(step = 4)
+//   are this order.
 //
 // Launch: grid = batch, TDIM^2 threads; (TDIM, TS) in {(8, 4), (8, 8), (16, 4), (16, 8)}.
-// Shared memory: 2 x 2 NP float4 (the columns and the rows of X, two halves each), static.
+// Shared memory, static: NP floats (column steps) or 2 x 2 NP float4 (grouped steps).
 // Why it is fast: the arithmetic runs from registers (shared memory carries one or two vectors per
 // step, not the matrix); global memory is read and written once, 16-float row segments per
 // half-warp; one CTA per matrix keeps hundreds of matrices in flight on 132 SMs. The inverse's

@@ -3,8 +3,7 @@
 | n         | CUDA route                                                  | CPU (model)              |
 |-----------|-------------------------------------------------------------|--------------------------|
 | <= 32     | cholesky_small.cu: one warp per matrix, rows in registers   | right_looking_model      |
-| <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model,     |
-|           |                                                             | step TILED_STEP          |
+| <= 128    | cholesky_tiled.cu: one CTA per matrix, in registers         | right_looking_model      |
 | larger    | BLOCKED_DRIVER "tf32x3": cholesky_blocked.cu, the whole     | blocked_tf32x3_model     |
 |           | blocked loop in one call: cholesky_tiled.cu (+ inverse) per |                          |
 |           | diagonal block, our tensor-core products for the panel and  |                          |
@@ -22,9 +21,9 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import (TILED_STEP, blocked_cholesky, blocked_tf32x3_model,  # popkit: inline
-                                  diagonal_max, factor_diag_model, l21_view, panel_model,  # popkit: inline
-                                  right_looking_model, split_views)  # popkit: inline
+from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model, diagonal_max,  # popkit: inline
+                                  factor_diag_model, l21_view, panel_model, right_looking_model,  # popkit: inline
+                                  split_views)  # popkit: inline
 
 SMALL_MAX_N = 32                 # cholesky_small.cu's register tile is 32 rows
 SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
@@ -158,7 +157,7 @@ def custom_kernel(data: torch.Tensor) -> torch.Tensor:
         return torch.empty_like(A)
     if n <= BLOCK_MAX_N:
         if not A.is_cuda:
-            return right_looking_model(A, step=1 if n <= SMALL_MAX_N else TILED_STEP)
+            return right_looking_model(A)
         return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
     batch = A.shape[0]
     nb = by_n(BLOCK_NB, batch)
