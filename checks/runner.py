@@ -65,6 +65,16 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
+def require_device_for(prob: Problem, device: str) -> None:
+    """A harness problem runs the folder's eval.py, which makes its inputs on the leaderboard's GPU: on the CPU
+    every case would crash. Refused before anything runs, unless the record's GPUs name the CPU (a folder made
+    to run there, such as the toy folder of popkit's tests)."""
+    if device == "cpu" and prob.native is None and "CPU" not in (g.upper() for g in prob.gpus):
+        raise PopkitError(f"{prob.name} is a harness problem, and harness problems run on the GPU only (the "
+                          f"folder's eval.py makes its inputs on the leaderboard's GPU, {'/'.join(prob.gpus)}): "
+                          "nothing ran on the CPU; run it on a GPU host")
+
+
 def resolve_backend(prob: Problem, harness: str | None, mode: str) -> str:
     if harness is None:
         return "native" if prob.native is not None else "official"
@@ -323,7 +333,9 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
                               f"--incumbent FILE (or --incumbent {REFERENCE_INCUMBENT}, the folder's ref_kernel)")
         require_submission_for(prob, Path(path), role)
     backend = resolve_backend(prob, harness, mode)
-    return prob, resolve_device(device), backend
+    device = resolve_device(device)
+    require_device_for(prob, device)
+    return prob, device, backend
 
 
 @contextlib.contextmanager

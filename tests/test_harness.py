@@ -340,6 +340,28 @@ def test_native_only_options_are_refused_for_a_harness_problem(toy, tmp_path):
         runner.check("addone", sub, device="cpu", log_path=None, robust=True)
 
 
+@pytest.mark.parametrize("verb", ["check", "bench", "diff"])
+def test_a_harness_problem_of_a_gpu_board_is_refused_on_the_cpu_before_any_case(toy, tmp_path, monkeypatch, verb):
+    # vectoradd on the CPU: eval.py crashed on every case (its inputs are made on CUDA) and the run was logged.
+    index = toy.parent.parent / "toy.yaml"
+    write(index, index.read_text().replace("- CPU", "- B200"))
+    assert added(toy).gpus == ["B200"]
+
+    def no_eval(*args, **kwargs):
+        raise AssertionError("eval.py ran")
+    monkeypatch.setattr(harness, "run_eval", no_eval)
+    sub, log = write(tmp_path / "s.py", GOOD), tmp_path / "perf.jsonl"
+    incumbent = ["--incumbent", str(sub)] if verb == "diff" else []
+    result = CliRunner().invoke(main, [verb, "addone", "--submission", str(sub), "--device", "cpu",
+                                       "--log", str(log), *incumbent])
+    line = ("addone is a harness problem, and harness problems run on the GPU only (the folder's eval.py makes its "
+            "inputs on the leaderboard's GPU, B200): nothing ran on the CPU; run it on a GPU host")
+    assert (result.exit_code, result.stdout, result.stderr) == (1, "", f"error: {line}\n")
+    with pytest.raises(runner.PopkitError, match=re.escape(line)):
+        runner.check("addone", sub, device="cpu", log_path=log)
+    assert not log.exists()
+
+
 # ---- the verbs ------------------------------------------------------------------------------------
 
 def test_the_result_header_shows_only_what_the_run_reported(toy, tmp_path):
