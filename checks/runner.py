@@ -517,15 +517,34 @@ def _official_baselines(prob: Problem, results: list[dict], logged: list[dict], 
     return [base]
 
 
+def incumbent_of(text: str) -> Path | str:
+    """--incumbent as typed: the word 'reference' alone is the folder's ref_kernel, anything else a file. Where
+    the other reading is possible too (the word while a file of that name is here, or './reference' naming
+    no file) the choice is refused rather than guessed."""
+    if text == REFERENCE_INCUMBENT:
+        if Path(text).is_file():
+            raise PopkitError(f"--incumbent {text}: the word is the competition folder's ref_kernel, and ./{text} "
+                              f"is also a file here: pass ./{text} for the file, or run from another folder for "
+                              "the ref_kernel")
+        return text
+    if Path(text) == Path(REFERENCE_INCUMBENT) and not Path(text).is_file():
+        raise PopkitError(f"--incumbent {text}: no such file (the word {REFERENCE_INCUMBENT} alone is the "
+                          "competition folder's ref_kernel)")
+    return Path(text)
+
+
 @_interruptible_run("diff")
 def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3, custom: list[str] = (),
          device: str | None = None, progress=lambda text: None,
          log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:
     """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin.
-    incumbent "reference" is the competition folder's own ref_kernel (through its eval.py)."""
+    An incumbent given as text is read by incumbent_of ("reference": the competition folder's own ref_kernel,
+    through its eval.py); a Path is always a file."""
     if rounds < 3:
         raise PopkitError("diff needs at least 3 rounds")
-    if str(incumbent) == REFERENCE_INCUMBENT:
+    if isinstance(incumbent, str):
+        incumbent = incumbent_of(incumbent)
+    if incumbent == REFERENCE_INCUMBENT:
         with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
                         log_path, "official" if harness is None else harness)

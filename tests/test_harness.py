@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from checks import harness, problem_add, problems, runner, task_folder
 from checks.problems import ProblemError
 from popcorn.cli import main
+from popcorn.evidence import logs
 
 TOY = Path(__file__).resolve().parent / "toy_reference"
 GOOD = "def custom_kernel(data):\n    return [x + 1 for x in data]\n"
@@ -480,6 +481,29 @@ def test_diff_cli_against_the_reference_says_the_changed_parts_are_unknown(toy, 
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.stdout.splitlines()[-1] == ("changed parts: unknown (the candidate or the incumbent has no popkit "
                                               "part hashes: the folder's reference, or a file popkit did not build)")
+
+
+def test_an_incumbent_spelled_like_reference_is_the_word_or_the_file_never_a_silent_guess(toy, tmp_path, monkeypatch):
+    # './reference' ran against the folder's ref_kernel (click made it 'reference'), file or not, and the word
+    # 'reference' meant the ref_kernel even with a file of that name here.
+    added(toy)
+    monkeypatch.chdir(tmp_path)
+    sub, log = write(tmp_path / "s.py", GOOD), tmp_path / "perf.jsonl"
+
+    def diff(incumbent):
+        return CliRunner().invoke(main, ["diff", "addone", "--submission", str(sub), "--incumbent", incumbent,
+                                         "--device", "cpu", "--log", str(log)])
+    missing = diff("./reference")
+    assert (missing.exit_code, missing.stderr) == (1, "error: --incumbent ./reference: no such file (the word "
+                                                      "reference alone is the competition folder's ref_kernel)\n")
+    the_file = write(tmp_path / "reference", GOOD)
+    both = diff("reference")
+    assert (both.exit_code, both.stderr) == (1, "error: --incumbent reference: the word is the competition folder's "
+                                                "ref_kernel, and ./reference is also a file here: pass ./reference "
+                                                "for the file, or run from another folder for the ref_kernel\n")
+    assert not log.exists()
+    diff("./reference")                                     # passes or not by timing noise
+    assert json.loads(log.read_text())["incumbent_sha256"] == logs.file_sha256(the_file)
 
 
 # ---- bench --baseline: logged baselines reused per case (checks/baselines.py) ---------------------

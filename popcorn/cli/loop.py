@@ -161,9 +161,10 @@ def register(main):
     @main.command("diff")
     @click.argument("problem")
     @submission_opt
-    @click.option("--incumbent", type=click.Path(dir_okay=False, path_type=Path),
+    # Text as typed, not a click.Path: that would turn './reference' into the word 'reference'.
+    @click.option("--incumbent", metavar="FILE",
                   help="the file to beat (default: logs/incumbents/PROBLEM.py); 'reference' for the "
-                       "competition folder's ref_kernel")
+                       "competition folder's ref_kernel (./reference for a file of that name)")
     @click.option("--rounds", default=3, show_default=True, help="alternating A/B rounds per case (>= 3)")
     @case_opt
     @device_opt
