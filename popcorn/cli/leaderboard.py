@@ -322,6 +322,8 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
                    err=True)
         sys.exit(130)
     except PopkitError as exc:
+        if not api.is_transient(exc):         # a 403 or 404 would only come again
+            raise
         raise PopkitError(f"{exc}; resume with `{resume}`") from None
     raw_path = results.save_raw(raw, f"{submission_id}.json")
     outcome = results.parse_submission(data)

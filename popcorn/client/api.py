@@ -75,6 +75,18 @@ class NetworkError(PopkitError):
         self.sent = sent
 
 
+class StillRunning(PopkitError):
+    """The job had not ended when the wait's limit came."""
+
+
+def is_transient(exc: PopkitError) -> bool:
+    """Whether the same request later may succeed: no reply (a timeout, a broken connection), a server error
+    (5xx), a rate limit (429), or a job still running; never a refusal such as 403 or 404."""
+    if isinstance(exc, HTTPError):
+        return exc.status >= 500 or exc.status == 429
+    return isinstance(exc, (NetworkError, StillRunning))
+
+
 def never_connected(exc: requests.RequestException) -> bool:
     """Whether the request failed before a connection existed (refused, unknown host, connect timeout)."""
     if isinstance(exc, requests.ConnectTimeout):
@@ -442,7 +454,7 @@ class Client:
             if is_finished(submission):
                 return submission, response.content
             if elapsed >= limit_s:
-                raise PopkitError(f"submission {submission_id} is not finished after {limit_s / 60:g} min")
+                raise StillRunning(f"submission {submission_id} is not finished after {limit_s / 60:g} min")
             sleep(interval_s)
 
     # uploads
