@@ -580,6 +580,23 @@ def test_register_replaces_an_id_the_server_rejects(httpserver, home):
     assert api.read_config(home / ".popcorn.yaml") == {"cli_id": NEW_ID}
 
 
+def test_register_over_an_unreadable_config_keeps_a_copy_and_says_where(httpserver, home):
+    # The new file held the new id alone: the broken file's other keys were gone, with no copy kept.
+    serve_auth(httpserver, [])
+    path = home / ".popcorn.yaml"
+    for backup in (home / ".popcorn.yaml.bak", home / ".popcorn.yaml.bak.1"):     # an older copy stays as it is
+        broken = f"cli_id: {CLI_ID}\nteam: kernels {backup.name}\n  odd: [\n"
+        path.write_text(broken)
+        result = popkit("register", "github")
+        assert result.exit_code == 0, result.output
+        assert api.read_config(path) == {"cli_id": NEW_ID}
+        assert backup.read_text() == broken and stat.S_IMODE(os.stat(backup).st_mode) == 0o600
+        assert (f"note: {path} could not be read as a config: the new one holds only the new id; the old one is "
+                f"kept in {backup}\n") in result.stderr
+        assert CLI_ID not in result.output
+    assert (home / ".popcorn.yaml.bak").read_text().startswith(f"cli_id: {CLI_ID}\nteam: kernels .popcorn.yaml.bak\n")
+
+
 def test_confirm_without_a_waiting_id(httpserver, home):
     result = popkit("register", "--confirm")
     assert result.exit_code == 1 and "no new cli_id waits in" in result.stderr
