@@ -197,6 +197,15 @@ def test_a_crashing_submission_fails_every_case_and_shows_stderr(toy, tmp_path):
     assert any("kernel build failed: no nvcc" in n for n in outcome.notes)
 
 
+@pytest.mark.parametrize("count", [str(10**12), "1e400", "nan"])
+def test_a_case_count_no_run_can_have_reads_the_cases_that_were_sent(count):
+    # 1e400 ended the verb in an OverflowError traceback, nan in a ValueError.
+    lines = {"test-count": count, "test.0.spec": "size: 3; seed: 1", "test.0.status": "pass"}
+    run = harness.EvalRun("test", [{"size": 3, "seed": 1}, {"size": 4, "seed": 2}], lines, 0, "", 20)
+    assert [(r["status"], r["error"]) for r in run.results()] == [
+        ("pass", None), ("fail", "eval.py reported no result for this case")]
+
+
 def test_a_run_that_writes_nothing_is_named(toy, tmp_path):
     added(toy)
     silent = write(tmp_path / "s.py", "import os, sys\nif 'POPCORN_FD' in os.environ:\n"
