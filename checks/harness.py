@@ -89,7 +89,8 @@ class EvalRun:
 
     def results(self) -> list[dict]:
         """One popkit result per spec we sent, in order; a case eval.py did not reach fails with the reason."""
-        count = int(_number(self.lines.get(f"{self.kind}-count")) or 0)
+        # A bound only, never looped over, and not made an integer: eval.py may write 1e400 or nan.
+        count = _number(self.lines.get(f"{self.kind}-count")) or 0
         out = []
         for i, spec in enumerate(self.specs):
             shown = {**spec, "seed": remap_seed(spec["seed"], self.seed)} if self.seed and "seed" in spec else spec

@@ -65,6 +65,16 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
+def require_device_for(prob: Problem, device: str) -> None:
+    """A harness problem runs the folder's eval.py, which makes its inputs on the leaderboard's GPU: on the CPU
+    every case would crash. Refused before anything runs, unless the record's GPUs name the CPU (a folder made
+    to run there, such as the toy folder of popkit's tests)."""
+    if device == "cpu" and prob.native is None and "CPU" not in (g.upper() for g in prob.gpus):
+        raise PopkitError(f"{prob.name} is a harness problem, and harness problems run on the GPU only (the "
+                          f"folder's eval.py makes its inputs on the leaderboard's GPU, {'/'.join(prob.gpus)}): "
+                          "nothing ran on the CPU; run it on a GPU host")
+
+
 def resolve_backend(prob: Problem, harness: str | None, mode: str) -> str:
     if harness is None:
         return "native" if prob.native is not None else "official"
@@ -323,7 +333,9 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
                               f"--incumbent FILE (or --incumbent {REFERENCE_INCUMBENT}, the folder's ref_kernel)")
         require_submission_for(prob, Path(path), role)
     backend = resolve_backend(prob, harness, mode)
-    return prob, resolve_device(device), backend
+    device = resolve_device(device)
+    require_device_for(prob, device)
+    return prob, device, backend
 
 
 @contextlib.contextmanager
@@ -505,15 +517,34 @@ def _official_baselines(prob: Problem, results: list[dict], logged: list[dict], 
     return [base]
 
 
+def incumbent_of(text: str) -> Path | str:
+    """--incumbent as typed: the word 'reference' alone is the folder's ref_kernel, anything else a file. Where
+    the other reading is possible too (the word while a file of that name is here, or './reference' naming
+    no file) the choice is refused rather than guessed."""
+    if text == REFERENCE_INCUMBENT:
+        if Path(text).is_file():
+            raise PopkitError(f"--incumbent {text}: the word is the competition folder's ref_kernel, and ./{text} "
+                              f"is also a file here: pass ./{text} for the file, or run from another folder for "
+                              "the ref_kernel")
+        return text
+    if Path(text) == Path(REFERENCE_INCUMBENT) and not Path(text).is_file():
+        raise PopkitError(f"--incumbent {text}: no such file (the word {REFERENCE_INCUMBENT} alone is the "
+                          "competition folder's ref_kernel)")
+    return Path(text)
+
+
 @_interruptible_run("diff")
 def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3, custom: list[str] = (),
          device: str | None = None, progress=lambda text: None,
          log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:
     """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin.
-    incumbent "reference" is the competition folder's own ref_kernel (through its eval.py)."""
+    An incumbent given as text is read by incumbent_of ("reference": the competition folder's own ref_kernel,
+    through its eval.py); a Path is always a file."""
     if rounds < 3:
         raise PopkitError("diff needs at least 3 rounds")
-    if str(incumbent) == REFERENCE_INCUMBENT:
+    if isinstance(incumbent, str):
+        incumbent = incumbent_of(incumbent)
+    if incumbent == REFERENCE_INCUMBENT:
         with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
                         log_path, "official" if harness is None else harness)

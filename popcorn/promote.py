@@ -14,6 +14,7 @@ problem and leaderboard checks.
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections import Counter
 from pathlib import Path
@@ -71,6 +72,11 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
     root = root or INCUMBENTS
     sha = logs.file_sha256(submission)
     target = incumbent_path(problem, root)
+    if target.exists() and os.path.samefile(submission, target):
+        # Copying it onto itself would fail half-way, after archiving it.
+        alias = "" if submission == target else f" ({target})"
+        raise PopkitError(f"{submission} is the {problem} incumbent itself{alias}: nothing to promote; pass the "
+                          "candidate with --submission")
     used = {}
     if not force:
         records, _ = logs.read_records(log_path)

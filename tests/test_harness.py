@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from checks import harness, problem_add, problems, runner, task_folder
 from checks.problems import ProblemError
 from popcorn.cli import main
+from popcorn.evidence import logs
 
 TOY = Path(__file__).resolve().parent / "toy_reference"
 GOOD = "def custom_kernel(data):\n    return [x + 1 for x in data]\n"
@@ -196,6 +197,15 @@ def test_a_crashing_submission_fails_every_case_and_shows_stderr(toy, tmp_path):
     assert any("kernel build failed: no nvcc" in n for n in outcome.notes)
 
 
+@pytest.mark.parametrize("count", [str(10**12), "1e400", "nan"])
+def test_a_case_count_no_run_can_have_reads_the_cases_that_were_sent(count):
+    # 1e400 ended the verb in an OverflowError traceback, nan in a ValueError.
+    lines = {"test-count": count, "test.0.spec": "size: 3; seed: 1", "test.0.status": "pass"}
+    run = harness.EvalRun("test", [{"size": 3, "seed": 1}, {"size": 4, "seed": 2}], lines, 0, "", 20)
+    assert [(r["status"], r["error"]) for r in run.results()] == [
+        ("pass", None), ("fail", "eval.py reported no result for this case")]
+
+
 def test_a_run_that_writes_nothing_is_named(toy, tmp_path):
     added(toy)
     silent = write(tmp_path / "s.py", "import os, sys\nif 'POPCORN_FD' in os.environ:\n"
@@ -340,6 +350,28 @@ def test_native_only_options_are_refused_for_a_harness_problem(toy, tmp_path):
         runner.check("addone", sub, device="cpu", log_path=None, robust=True)
 
 
+@pytest.mark.parametrize("verb", ["check", "bench", "diff"])
+def test_a_harness_problem_of_a_gpu_board_is_refused_on_the_cpu_before_any_case(toy, tmp_path, monkeypatch, verb):
+    # vectoradd on the CPU: eval.py crashed on every case (its inputs are made on CUDA) and the run was logged.
+    index = toy.parent.parent / "toy.yaml"
+    write(index, index.read_text().replace("- CPU", "- B200"))
+    assert added(toy).gpus == ["B200"]
+
+    def no_eval(*args, **kwargs):
+        raise AssertionError("eval.py ran")
+    monkeypatch.setattr(harness, "run_eval", no_eval)
+    sub, log = write(tmp_path / "s.py", GOOD), tmp_path / "perf.jsonl"
+    incumbent = ["--incumbent", str(sub)] if verb == "diff" else []
+    result = CliRunner().invoke(main, [verb, "addone", "--submission", str(sub), "--device", "cpu",
+                                       "--log", str(log), *incumbent])
+    line = ("addone is a harness problem, and harness problems run on the GPU only (the folder's eval.py makes its "
+            "inputs on the leaderboard's GPU, B200): nothing ran on the CPU; run it on a GPU host")
+    assert (result.exit_code, result.stdout, result.stderr) == (1, "", f"error: {line}\n")
+    with pytest.raises(runner.PopkitError, match=re.escape(line)):
+        runner.check("addone", sub, device="cpu", log_path=log)
+    assert not log.exists()
+
+
 # ---- the verbs ------------------------------------------------------------------------------------
 
 def test_the_result_header_shows_only_what_the_run_reported(toy, tmp_path):
@@ -458,6 +490,29 @@ def test_diff_cli_against_the_reference_says_the_changed_parts_are_unknown(toy, 
     assert result.exception is None or isinstance(result.exception, SystemExit)
     assert result.stdout.splitlines()[-1] == ("changed parts: unknown (the candidate or the incumbent has no popkit "
                                               "part hashes: the folder's reference, or a file popkit did not build)")
+
+
+def test_an_incumbent_spelled_like_reference_is_the_word_or_the_file_never_a_silent_guess(toy, tmp_path, monkeypatch):
+    # './reference' ran against the folder's ref_kernel (click made it 'reference'), file or not, and the word
+    # 'reference' meant the ref_kernel even with a file of that name here.
+    added(toy)
+    monkeypatch.chdir(tmp_path)
+    sub, log = write(tmp_path / "s.py", GOOD), tmp_path / "perf.jsonl"
+
+    def diff(incumbent):
+        return CliRunner().invoke(main, ["diff", "addone", "--submission", str(sub), "--incumbent", incumbent,
+                                         "--device", "cpu", "--log", str(log)])
+    missing = diff("./reference")
+    assert (missing.exit_code, missing.stderr) == (1, "error: --incumbent ./reference: no such file (the word "
+                                                      "reference alone is the competition folder's ref_kernel)\n")
+    the_file = write(tmp_path / "reference", GOOD)
+    both = diff("reference")
+    assert (both.exit_code, both.stderr) == (1, "error: --incumbent reference: the word is the competition folder's "
+                                                "ref_kernel, and ./reference is also a file here: pass ./reference "
+                                                "for the file, or run from another folder for the ref_kernel\n")
+    assert not log.exists()
+    diff("./reference")                                     # passes or not by timing noise
+    assert json.loads(log.read_text())["incumbent_sha256"] == logs.file_sha256(the_file)
 
 
 # ---- bench --baseline: logged baselines reused per case (checks/baselines.py) ---------------------

@@ -387,15 +387,40 @@ def test_polling_retries_gateway_errors(httpserver, home, tmp_path, sleeps):
 
 @pytest.mark.parametrize("status, body, line", [
     (500, '{"detail": "database down"}', "server error (500): database down"),
-    (200, "<html>proxy page</html>", "the reply to GET /user/submissions/7 is not JSON: '<html>proxy page</html>'"),
-    (403, '{"detail": "Not your submission"}', "not allowed (403): Not your submission"),
+    (429, '{"detail": "Try again in 30s"}', "rate limited (429): Try again in 30s (wait 30 s)"),
 ])
-def test_polling_failures_say_how_to_resume(httpserver, home, tmp_path, status, body, line):
+def test_transient_polling_failures_say_how_to_resume(httpserver, home, tmp_path, status, body, line):
     httpserver.expect_request("/user/submissions/7").respond_with_data(body, status=status,
                                                                         content_type="application/json")
     result = popkit("submissions", "wait", 7)
     assert result.exit_code == 1
     assert result.stderr.strip() == f"error: {line}; resume with `popkit submissions wait 7`"
+    assert not (tmp_path / "logs" / "performance.jsonl").exists()
+
+
+def test_an_unreachable_server_or_a_job_past_the_wait_limit_say_how_to_resume(httpserver, home, monkeypatch, clock):
+    serve_polls(httpserver, submission("running"))
+    late = popkit("submissions", "wait", 7, "--poll-interval", 600)
+    assert late.stderr.splitlines()[-1] == ("error: submission 7 is not finished after 60 min; resume with "
+                                            "`popkit submissions wait 7`")
+    monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
+    gone = popkit("submissions", "wait", 7)
+    assert gone.stderr.strip() == ("error: cannot reach http://127.0.0.1:9 (GET /user/submissions/7): Connection "
+                                   "refused; resume with `popkit submissions wait 7`")
+
+
+@pytest.mark.parametrize("status, body, line", [
+    (403, '{"detail": "Not your submission"}', "not allowed (403): Not your submission"),
+    (404, '{"detail": "Submission not found"}', "not found (404): Submission not found"),
+    (200, "<html>proxy page</html>", "the reply to GET /user/submissions/7 is not JSON: '<html>proxy page</html>'"),
+])
+def test_polling_failures_that_waiting_again_cannot_mend_suggest_no_resume(httpserver, home, tmp_path, status,
+                                                                            body, line):
+    # A 403 or 404 said "resume with `popkit submissions wait 7`", which can only fail the same way.
+    httpserver.expect_request("/user/submissions/7").respond_with_data(body, status=status,
+                                                                        content_type="application/json")
+    result = popkit("submissions", "wait", 7)
+    assert (result.exit_code, result.stderr) == (1, f"error: {line}\n")
     assert not (tmp_path / "logs" / "performance.jsonl").exists()
 
 
@@ -553,6 +578,23 @@ def test_register_replaces_an_id_the_server_rejects(httpserver, home):
     result = popkit("register", "github")
     assert result.exit_code == 0, result.output
     assert api.read_config(home / ".popcorn.yaml") == {"cli_id": NEW_ID}
+
+
+def test_register_over_an_unreadable_config_keeps_a_copy_and_says_where(httpserver, home):
+    # The new file held the new id alone: the broken file's other keys were gone, with no copy kept.
+    serve_auth(httpserver, [])
+    path = home / ".popcorn.yaml"
+    for backup in (home / ".popcorn.yaml.bak", home / ".popcorn.yaml.bak.1"):     # an older copy stays as it is
+        broken = f"cli_id: {CLI_ID}\nteam: kernels {backup.name}\n  odd: [\n"
+        path.write_text(broken)
+        result = popkit("register", "github")
+        assert result.exit_code == 0, result.output
+        assert api.read_config(path) == {"cli_id": NEW_ID}
+        assert backup.read_text() == broken and stat.S_IMODE(os.stat(backup).st_mode) == 0o600
+        assert (f"note: {path} could not be read as a config: the new one holds only the new id; the old one is "
+                f"kept in {backup}\n") in result.stderr
+        assert CLI_ID not in result.output
+    assert (home / ".popcorn.yaml.bak").read_text().startswith(f"cli_id: {CLI_ID}\nteam: kernels .popcorn.yaml.bak\n")
 
 
 def test_confirm_without_a_waiting_id(httpserver, home):

@@ -195,6 +195,23 @@ def test_force_skips_the_evidence(candidate, root, log):
     assert history(root)[-1]["forced"] is True and history(root)[-1]["evidence"] == {}
 
 
+def test_the_incumbent_itself_is_refused_in_one_line(candidate, root, log, tmp_path):
+    # --force archived it and ended in shutil's SameFileError; without, it asked for a GPU diff of the file
+    # against itself.
+    target = with_incumbent(root)
+    link = tmp_path / "link.py"
+    link.symlink_to(target)
+    for path in (target, root / ".." / root.name / "qr_v2.py", link):
+        for force in (False, True):
+            with pytest.raises(PopkitError) as info:
+                promote("qr_v2", path, root, log, force=force)
+            alias = "" if path == target else f" ({target})"
+            assert str(info.value) == (f"{path} is the qr_v2 incumbent itself{alias}: nothing to promote; "
+                                       "pass the candidate with --submission")
+    assert sorted(p.name for p in root.iterdir()) == ["qr_v2.py"]          # no archive, no history line
+    assert target.read_text() == "#!POPCORN leaderboard qr_v2\n# the incumbent\n"
+
+
 def test_incumbents_folder_follows_the_module_setting(tmp_path, monkeypatch):
     monkeypatch.setattr(promote_mod, "INCUMBENTS", tmp_path)
     assert promote_mod.incumbent_path("qr_v2") == tmp_path / "qr_v2.py"

@@ -482,3 +482,18 @@ def test_the_cli_finds_build_py_from_any_folder(tmp_path):
             f"assert pathlib.Path(build.__file__).resolve() == pathlib.Path({str(ROOT / 'build.py')!r}), build.__file__")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, timeout=120)
+
+
+def test_the_report_shows_none_of_matplotlibs_notices_and_draws_whatever_its_backend_setting(tmp_path):
+    # A config folder matplotlib cannot use, a bad matplotlibrc line, a font it cannot find: its warnings reached
+    # the user; MPLBACKEND=nonsense ended the verb in a ValueError traceback (the charts need no backend).
+    log = tmp_path / "performance.jsonl"
+    log.write_text(json.dumps(_bench("2026-12-01T10:00:00Z", 1.0)) + "\n")
+    (tmp_path / "not-a-folder").write_text("")
+    (tmp_path / "matplotlibrc").write_text("backend: nonsense\nfont.family: No Such Font\n")
+    env = {**os.environ, "MPLCONFIGDIR": str(tmp_path / "not-a-folder"), "MPLBACKEND": "nonsense",
+           "MATPLOTLIBRC": str(tmp_path / "matplotlibrc")}
+    done = subprocess.run([sys.executable, "-m", "popcorn", "report", "--log", str(log), "-o", str(tmp_path / "out")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert (tmp_path / "out" / "qr_v2-cases.png").read_bytes().startswith(PNG_MAGIC)

@@ -213,6 +213,25 @@ def test_runs_without_a_result_or_with_their_check_line_did_not_stop_early():
     assert [c["error"] for c in outcome.runs[0].benchmarks] == ["mismatch", "no result reported"]
 
 
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize("kind, passed", [("test", True), ("test", False), ("benchmark", True)])
+def test_a_result_claiming_a_huge_case_count_is_refused_in_one_line(kind, passed):
+    # 10**12 cases: parsing looped over every index (for hours) before showing anything.
+    result = {f"{kind}-count": str(10**12), f"{kind}.0.spec": "batch: 1; n: 8; cond: 1; seed: 1",
+              f"{kind}.0.status": "pass", **({"check": "pass"} if passed else {})}
+    with pytest.raises(PopkitError) as info:
+        results.parse_submission(submission([run(kind, passed=passed, result=result)]))
+    assert str(info.value) == (f"the result claims 1,000,000,000,000 {kind} cases, more than popkit reads "
+                               f"({results.MAX_CASES:,}): it cannot be a run's result")
+
+
+def test_a_profile_result_claiming_a_huge_case_count_is_refused_in_one_line(tmp_path):
+    raw = profile_raw({"benchmark-count": str(10**12), "check": "pass"})
+    with pytest.raises(PopkitError, match="claims 1,000,000,000,000 benchmark cases"):
+        results.save_profile(raw, tmp_path)
+    assert (tmp_path / "result.json").read_text() == raw
+
+
 # -- the evidence log ------------------------------------------------------------------------
 
 def test_a_submission_is_logged_once_however_often_it_is_followed(tmp_path):

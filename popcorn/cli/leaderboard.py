@@ -196,12 +196,14 @@ def register_new_id(provider: str, reset: bool) -> None:
                    err=True)
     keep_current = working_id()
     new_id = api.Client().auth_init(provider)
+    path, backup = api.update_config({api.PENDING_KEY: new_id}) if keep_current else api.save_cli_id(new_id)
+    if backup:
+        click.echo(f"note: {path} could not be read as a config: the new one holds only the new id; the old one "
+                   f"is kept in {backup}", err=True)
     if keep_current:
-        path = api.update_config({api.PENDING_KEY: new_id})
         click.echo(f"your current cli_id works on {base} and stays in use; the new one waits in {path}")
         click.echo("after the login, run `popkit register --confirm` to switch to it")
     else:
-        path = api.save_cli_id(new_id)
         click.echo(f"saved a new cli_id to {path} (readable by you only)")
     click.echo(f"to activate it, open this URL and log in with {provider} "
                "(the link carries your id: keep it private):")
@@ -322,6 +324,8 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
                    err=True)
         sys.exit(130)
     except PopkitError as exc:
+        if not api.is_transient(exc):         # a 403 or 404 would only come again
+            raise
         raise PopkitError(f"{exc}; resume with `{resume}`") from None
     raw_path = results.save_raw(raw, f"{submission_id}.json")
     outcome = results.parse_submission(data)

@@ -55,6 +55,14 @@ def _submission_for(problem: str, given: Path | None) -> Path:
     return target
 
 
+def _require_device(problem: str, device: str | None) -> None:
+    """Before any build: a device that cannot run PROBLEM (a GPU that is not there, the CPU for a harness
+    problem) ends the verb at once."""
+    from checks import runner
+    from checks.problems import load_problem
+    runner.require_device_for(load_problem(problem), runner.resolve_device(device))
+
+
 def register(main):
     """Add this module's verbs to the `popkit` group."""
 
@@ -116,6 +124,7 @@ def register(main):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
+        _require_device(problem, device)
         done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
         with runner.interruptible("check", problem, log_path, done):
             submission = _submission_for(problem, submission)
@@ -140,6 +149,7 @@ def register(main):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
+        _require_device(problem, device)
         done = []
         with runner.interruptible("bench", problem, log_path, done):
             submission = _submission_for(problem, submission)
@@ -151,9 +161,10 @@ def register(main):
     @main.command("diff")
     @click.argument("problem")
     @submission_opt
-    @click.option("--incumbent", type=click.Path(dir_okay=False, path_type=Path),
+    # Text as typed, not a click.Path: that would turn './reference' into the word 'reference'.
+    @click.option("--incumbent", metavar="FILE",
                   help="the file to beat (default: logs/incumbents/PROBLEM.py); 'reference' for the "
-                       "competition folder's ref_kernel")
+                       "competition folder's ref_kernel (./reference for a file of that name)")
     @click.option("--rounds", default=3, show_default=True, help="alternating A/B rounds per case (>= 3)")
     @case_opt
     @device_opt
@@ -165,6 +176,7 @@ def register(main):
         from checks import runner
         from popcorn.promote import incumbent_path
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
+        _require_device(problem, device)
         done = []
         with runner.interruptible("diff", problem, log_path, done):
             submission = _submission_for(problem, submission)

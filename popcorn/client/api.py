@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import email.utils
+import itertools
 import json
 import math
 import os
@@ -75,6 +76,18 @@ class NetworkError(PopkitError):
         self.sent = sent
 
 
+class StillRunning(PopkitError):
+    """The job had not ended when the wait's limit came."""
+
+
+def is_transient(exc: PopkitError) -> bool:
+    """Whether the same request later may succeed: no reply (a timeout, a broken connection), a server error
+    (5xx), a rate limit (429), or a job still running; never a refusal such as 403 or 404."""
+    if isinstance(exc, HTTPError):
+        return exc.status >= 500 or exc.status == 429
+    return isinstance(exc, (NetworkError, StillRunning))
+
+
 def never_connected(exc: requests.RequestException) -> bool:
     """Whether the request failed before a connection existed (refused, unknown host, connect timeout)."""
     if isinstance(exc, requests.ConnectTimeout):
@@ -132,18 +145,20 @@ def load_cli_id(path: Path | None = None) -> str:
     return str(cli_id)
 
 
-def save_cli_id(cli_id: str, path: Path | None = None) -> Path:
-    """Store the id as the one in use (a pending one is dropped)."""
+def save_cli_id(cli_id: str, path: Path | None = None) -> tuple[Path, Path | None]:
+    """Store the id as the one in use (a pending one is dropped); as update_config."""
     return update_config({"cli_id": cli_id, PENDING_KEY: None}, path)
 
 
-def update_config(values: dict, path: Path | None = None) -> Path:
-    """Set keys (None removes one), others kept; readable by the owner only, replaced atomically."""
+def update_config(values: dict, path: Path | None = None) -> tuple[Path, Path | None]:
+    """Set keys (None removes one), others kept; readable by the owner only, replaced atomically. A file that
+    cannot be read as a config is copied aside first; returns (the config, that copy or None)."""
     path = path or config_path()
+    backup = None
     try:
         config = read_config(path)
     except PopkitError:
-        config = {}
+        config, backup = {}, keep_copy(path)
     config.update(values)
     config = {key: value for key, value in config.items() if value is not None}
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
@@ -156,7 +171,30 @@ def update_config(values: dict, path: Path | None = None) -> Path:
     except OSError as exc:
         tmp.unlink(missing_ok=True)
         raise PopkitError(f"cannot write {path}: {exc.strerror or exc}") from None
-    return path
+    return path, backup
+
+
+def keep_copy(path: Path) -> Path | None:
+    """A private copy of PATH beside it, as PATH.bak or else the first free PATH.bak.N (an older copy is
+    never overwritten); a file that cannot be copied stops the write. None for a folder or the like, which
+    the write refuses on its own."""
+    if not path.is_file():
+        return None
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise PopkitError(f"cannot read {path} to keep a copy before replacing it: {exc.strerror}") from None
+    for n in itertools.count():
+        backup = path.with_name(path.name + (".bak" if n == 0 else f".bak.{n}"))
+        try:
+            fd = os.open(backup, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            continue
+        except OSError as exc:
+            raise PopkitError(f"cannot keep a copy of {path} as {backup}: {exc.strerror}; it is unchanged") from None
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+        return backup
 
 
 def authorize_url(provider: str, cli_id: str, reset: bool = False) -> str:
@@ -442,7 +480,7 @@ class Client:
             if is_finished(submission):
                 return submission, response.content
             if elapsed >= limit_s:
-                raise PopkitError(f"submission {submission_id} is not finished after {limit_s / 60:g} min")
+                raise StillRunning(f"submission {submission_id} is not finished after {limit_s / 60:g} min")
             sleep(interval_s)
 
     # uploads

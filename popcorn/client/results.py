@@ -29,6 +29,7 @@ CASE_KEYS = ("spec", "status", "error", "runs", "report") + tuple(key for _, key
 STOPPED_WHY = "a crash or a timeout"
 NO_LOG = "the server does not return its log"  # GET /user/submissions/{id} has no stdout or stderr
 REPORT_ALTCHARS = b"+*"  # eval.py's base64 alphabet for profiler reports ('*' for '/')
+MAX_CASES = 10_000  # far beyond any task's list; a count above it would be looped over for hours
 # The columns of check/bench tables (checks.runner.results_table), plus best and worst.
 CASE_HEADERS = ["case", "status", "mean us", "err us", "runs", "best us", "worst us", "error"]
 
@@ -61,6 +62,15 @@ def spec_of(text: str, problem: Problem | None = None) -> dict:
         return {"raw": text}
 
 
+def case_count(result: dict, kind: str) -> int:
+    """The run's '{kind}-count' line; a count no run can have is refused."""
+    count = int(number(result.get(f"{kind}-count")) or 0)
+    if count > MAX_CASES:
+        raise PopkitError(f"the result claims {count:,} {kind} cases, more than popkit reads ({MAX_CASES:,}): "
+                          "it cannot be a run's result")
+    return count
+
+
 def case_lines(result: dict, kind: str, i: int) -> dict:
     """The lines of case i (keys without the 'kind.i.' prefix)."""
     return {key: result.get(f"{kind}.{i}.{key}") for key in CASE_KEYS}
@@ -74,8 +84,7 @@ def reported(lines: dict) -> bool:
 def parse_cases(result: dict, kind: str, problem: Problem | None = None, unreported_status: str | None = None,
                 reported_only: bool = False) -> list[dict]:
     """The 'test' or 'benchmark' cases of one run's result dict, as evidence-log cases."""
-    count = int(number(result.get(f"{kind}-count")) or 0)
-    lines = (case_lines(result, kind, i) for i in range(count))
+    lines = (case_lines(result, kind, i) for i in range(case_count(result, kind)))
     return [case_from(entry, problem, unreported_status) for entry in lines if reported(entry) or not reported_only]
 
 
@@ -97,7 +106,7 @@ def stop_reason(result: dict, problem: Problem | None = None, why: str = STOPPED
     if "check" in result:
         return None
     kind = "benchmark" if "benchmark-count" in result else "test"
-    count = int(number(result.get(f"{kind}-count")) or 0)
+    count = case_count(result, kind)
     lines = [case_lines(result, kind, i) for i in range(count)]
     done = sum(map(reported, lines))
     text = f"stopped after {done} of {count} cases" if done else "produced no results"
@@ -469,8 +478,8 @@ def _save_profile_run(name: str, entry: dict, directory: Path, problem: Problem 
     stopped = None if passed else stop_reason(result, problem)
     cases = parse_cases(result, "benchmark", problem, unreported_status=result.get("check"),
                         reported_only=bool(stopped))
-    count = int(number(result.get("benchmark-count")) or 0)
-    reports = [decode_report(result[key]) for key in (f"benchmark.{i}.report" for i in range(count)) if key in result]
+    reports = [decode_report(result[key]) for key in (f"benchmark.{i}.report" for i in
+                                                      range(case_count(result, "benchmark"))) if key in result]
     files = []
     if reports:
         files.append(write_atomic(directory / f"{name}_report.txt", "\n\n".join(reports).encode()))

@@ -1,17 +1,26 @@
 """The report's PNG charts, one function per section.
 
-Each figure is built with matplotlib's object API on an explicit Agg canvas: no pyplot, no
-global backend switch, no window, so drawing works headless and in any process.
+Each figure is built with matplotlib's object API on an explicit Agg canvas: no pyplot, no window,
+so drawing works headless and in any process, whatever backend the user's settings name.
 """
 from __future__ import annotations
 
+import logging
+import os
 from datetime import timedelta
 from pathlib import Path
 
-import matplotlib
-from matplotlib.backends.backend_agg import FigureCanvasAgg
-from matplotlib.dates import AutoDateLocator, ConciseDateFormatter
-from matplotlib.figure import Figure
+# Set before matplotlib is imported, which reads both. The charts need no backend, and a bad MPLBACKEND
+# would stop the import. matplotlib's own notices (a config folder it cannot write, a font cache being
+# built, a bad matplotlibrc line, a missing font) are logged as warnings, which Python prints to stderr
+# when nothing handles them; they say nothing about the report, while its errors still show.
+os.environ["MPLBACKEND"] = "agg"
+logging.getLogger("matplotlib").setLevel(logging.ERROR)
+
+import matplotlib  # noqa: E402
+from matplotlib.backends.backend_agg import FigureCanvasAgg  # noqa: E402
+from matplotlib.dates import AutoDateLocator, ConciseDateFormatter  # noqa: E402
+from matplotlib.figure import Figure  # noqa: E402
 
 from popcorn.evidence.tables import fmt_sig
 from popcorn.report.data import Bench, Check, Diff, FrontierLine
