@@ -195,7 +195,7 @@ def test_matmul_precision_restores_the_flag():
     assert matmul.fp32_precision == before
 
 
-@pytest.mark.parametrize("table", ("BLOCK_NB", "TILED_SHAPE", "DIAG_TILED_SHAPE"))
+@pytest.mark.parametrize("table", ("BLOCK_NB", "TILED_SHAPE"))
 def test_tables_cover_every_n_in_order(table):
     rows = getattr(route, table)
     bounds = [row[0] for row in rows]
@@ -226,11 +226,9 @@ def test_first_row_needs_every_key_covered():
 
 
 def test_tunables_fit_the_kernels():
-    shapes = {(8, 4), (8, 8), (16, 4), (16, 8)}               # the instantiations cholesky_tiled.cu has
+    shapes = {(8, 8), (16, 8)}                                # the instantiations cholesky_tiled.cu has
     for max_n, tdim, ts in route.TILED_SHAPE:
         assert (tdim, ts) in shapes and min(max_n, route.BLOCK_MAX_N) <= tdim * ts
-    for _, tdim, ts in route.DIAG_TILED_SHAPE:
-        assert (tdim, ts) in shapes
     for _, nb in route.BLOCK_NB:                              # a diagonal block fits the largest tiled shape
         assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N <= max(t * s for _, t, s in route.TILED_SHAPE)
         assert nb % 32 == 0 and nb <= 128                     # cholesky_blocked.cu: K in chunks of 32, one tile
@@ -251,7 +249,7 @@ def test_floor_test_input_really_fails_in_float32():
 
 
 STEP = TILED_STEP
-TILED_SHAPES = ((8, 4), (8, 8), (16, 4), (16, 8))
+TILED_SHAPES = ((8, 8), (16, 8))
 
 
 def threads(tdim: int, ts: int):
@@ -290,6 +288,21 @@ def test_column_steps_scale_and_publish_exactly_column_k_below_the_diagonal(tdim
 
 
 @pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
+def test_column_steps_inverse_updates_exactly_rows_below_k_and_columns_up_to_k(tdim, ts):
+    """The column steps' inverse: row k of X is published for c <= k, and x is updated for r > k >= c."""
+    npad = tdim * ts
+    r, c = torch.arange(npad)[:, None], torch.arange(npad)[None, :]
+    for k in range(npad):
+        kb, kt = divmod(k, tdim)
+        published = sorted(tx + tdim * j for tx in range(tdim) for j in range(kb + 1) if not (j == kb and tx > kt))
+        assert published == list(range(k + 1)), k
+
+        def updated(ty, tx, i, j):
+            return j <= kb and not (j == kb and tx > kt) and i >= kb and not (i == kb and ty <= kt)
+        assert torch.equal(entries(tdim, ts, updated), (r > k) & (c <= k)), k
+
+
+@pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
 def test_grouped_steps_update_exactly_the_trailing_lower_part(tdim, ts):
     """grouped_steps' predicates (tiled_block.cuh), as the kernel decides them per thread and register: the
     rank-4 update of the step starting at column k touches exactly c >= k + 4, r >= c."""
@@ -322,7 +335,7 @@ def test_grouped_steps_publish_and_keep_exactly_the_steps_columns(tdim, ts):
         assert torch.equal(entries(tdim, ts, kept), step_columns & (r >= c)), k
 
 
-@pytest.mark.parametrize("tdim, ts", ((8, 4), (16, 8)))
+@pytest.mark.parametrize("tdim, ts", TILED_SHAPES)
 def test_grouped_steps_inverse_publishes_and_updates_exactly_its_part(tdim, ts):
     """The fused inverse's predicates: the step's rows of X are published at c < k + 4 and solved there,
     and x is updated for r >= k + 4 > c."""

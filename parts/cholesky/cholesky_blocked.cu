@@ -66,7 +66,7 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
         // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
         const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
                                           nullptr, m, m, nb};
-        const tiled::DiagBlock diag = {l21 + nb, l21 + nb, next + w2 < n ? xinv : nullptr, diag_max, w2, n, stride};
+        const tiled::DiagBlock diag = {l21 + nb, l21 + nb, xinv, diag_max, w2, n, stride};
         err = cholesky_lookahead_step(trailing, diag, batch);
     }
     return err;

@@ -3,12 +3,12 @@
 //
 // Step k of the blocked driver factors block k, forms the panel L21 and updates A22 -= L21 L21^T; block
 // k + 1 is A22's first 128 x 128 tile. Here one CTA per lower tile of A22 runs the update, and the CTA
-// of tile 0 then factors that tile in place (tiled_block.cuh, with its inverse), while the other CTAs
-// are still updating theirs: the diagonal block's ~43 us at batch 1 runs under the rest of the update
-// instead of after it, and the step costs two launches (panel, this) instead of three. The tile's own
-// writes are visible to its CTA after a barrier; no other CTA reads or writes that tile.
+// of tile 0 then factors that tile in place (tiled_block.cuh's grouped steps, with the inverse, ~38 us
+// at batch 1), while the other CTAs are still updating theirs: the diagonal block runs under the rest
+// of the update instead of after it, and the step costs two launches (panel, this) instead of three.
+// The tile's own writes are visible to its CTA after a barrier; no other CTA reads or writes that tile.
 // Launch: grid (lower tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the product role's;
-// the diagonal role adds ~1 KiB of static), one CTA per SM.
+// the diagonal role adds 8 KiB of static), one CTA per SM.
 // Product role, C = C_in - P Q^T on one 128 x 128 lower tile (tf32x3 as in cholesky_product_wgmma.cu,
 // model.tf32x3_product): two warpgroups of 64 rows each (wgmma m64n128k8). All of the tile's P and Q
 // rows (K <= 128) are copied into shared memory by cp.async at the start, one group per chunk of 32
@@ -154,11 +154,8 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
         const size_t b = blockIdx.y;
         const float* src = diag.src + b * diag.stride;
         float* dst = diag.dst + b * diag.stride;
-        if (diag.xinv)
-            tiled::factor_block<16, 8, true>(src, dst, diag.xinv + b * diag.n * diag.n, diag.diag_max + b, diag.n,
-                                             diag.ld);
-        else
-            tiled::factor_block<16, 8, false>(src, dst, nullptr, diag.diag_max + b, diag.n, diag.ld);
+        tiled::factor_block<16, 8, true, true>(src, dst, diag.xinv + b * diag.n * diag.n, diag.diag_max + b,
+                                               diag.n, diag.ld);
     }
 #else
     __trap();                                            // launched only where the build targets sm_90a
@@ -180,12 +177,13 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, in
 // One step for `batch` matrices: the trailing product op (C = C_in - P Q^T on the lower tiles of an
 // op.m x op.m matrix; K <= 128, a multiple of 32; rows 16-byte aligned: one instantiation keeps the cold
 // compile short), then the factorization of its first tile, `diag` (diag.n = min(op.m, 128), factored
-// by the 16 x 16 tiled shape, in place: diag.src == diag.dst == op.c).
+// by the 16 x 16 tiled shape, in place: diag.src == diag.dst == op.c), always with its inverse (also for
+// the last block, where nothing reads it: one instantiation of the diagonal role keeps the compile short).
 // Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
 // traps).
 POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch) {
     if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < kTile ? op.m : kTile) ||
-        diag.src != op.c || diag.dst != op.c || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
+        diag.src != op.c || diag.dst != op.c || !diag.xinv || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
         op.K % kChunk != 0)
         return (int)cudaErrorInvalidValue;
     return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : (int)cudaErrorInvalidValue;

@@ -15,7 +15,7 @@
 //   a[i][j] = A[ty + TDIM i][tx + TDIM j]      (cyclic, so every thread keeps working to the end)
 // of the padded NP x NP matrix (NP = TDIM * TS >= n; the padding is the identity, which factors
 // to itself and never touches the real entries). Two step loops (tiled_block.cuh):
-// Column steps (the plain factorization), step k = kb TDIM + kt:
+// Column steps (this kernel), step k = kb TDIM + kt:
 //   1. thread (kt, kt) owns a_kk: floors it, writes l_kk and shares 1 / l_kk = rsqrt(a_kk)
 //      (popkit::cholesky_pivot);
 //   2. the threads of column k (tx == kt) scale their entries below the diagonal and publish them
@@ -24,7 +24,14 @@
 //   With the kb loop unrolled, "c_j > k" and "r_i >= c_j" are compile-time facts except on one tile
 //   column and one tile diagonal, so step 3 is TS^2 predicated FMAs from registers plus 2 TS
 //   shared-memory reads. Two barriers per step.
-// Grouped steps (with the inverse X, for the blocked route's diagonal blocks): four columns per step
+//   Inverse (INV, for the blocked route's diagonal blocks): X = inv(L) by column elimination of
+//   L X = I in the same loop and layout (x[i][j] = X[ty + TDIM i][tx + TDIM j], X = I at the start):
+//   at step k, row k of X is final; its owners (ty == kt) scale it by 1 / l_kk and publish it in a
+//   second shared vector w, and every thread updates x[i][j] -= v[r_i] w[c_j] for r > k >= c. The two
+//   updates cover complementary parts of the lower triangle (c > k and c <= k), so the inverse costs
+//   about as much as the factorization and adds no barrier.
+// Grouped steps (tiled::factor_block's GROUPED, built only by cholesky_lookahead.cu's diagonal role, with
+// the inverse; this file's kernel takes the column steps): four columns per step
 // (kStep; they lie in one tile column, owned by threads tx = kt .. kt + 3), one barrier per step. At
 // the barrier that opens the step at column k, its four columns of the updated matrix (rows r >= k,
 // unscaled) sit in shared memory, one float4 per row, and so do the step's four rows of X (columns
@@ -45,8 +52,8 @@
 //   at batch 264 (H200, de3f7a4). model.right_looking_model(step = 4) and model.inverse_model(step = 4)
 //   are this order.
 //
-// Launch: grid = batch, TDIM^2 threads; (TDIM, TS) in {(8, 4), (8, 8), (16, 4), (16, 8)}.
-// Shared memory, static: NP floats (column steps) or 2 x 2 NP float4 (grouped steps).
+// Launch: grid = batch, TDIM^2 threads; (TDIM, TS) = (8, 8) for n <= 64, (16, 8) for n <= 128.
+// Shared memory, static: 2 NP floats (v, w).
 // Why it is fast: the arithmetic runs from registers (shared memory carries one or two vectors per
 // step, not the matrix); global memory is read and written once, 16-float row segments per
 // half-warp; one CTA per matrix keeps hundreds of matrices in flight on 132 SMs. The inverse's
@@ -83,13 +90,11 @@ int launch(const float* src, float* dst, float* xinv, const float* diag_max, int
 // Factor `batch` n x n blocks (src/dst: leading dimension ld, batch stride `stride` floats; src may
 // equal dst). xinv: NULL or batch x n x n for inv(L). diag_max: NULL (the pivot floor comes from
 // this block's own diagonal) or max_i a_ii of each block's whole matrix. (tdim, ts): the thread
-// grid and tile, tdim * ts >= n.
+// grid and tile, tdim * ts >= n: (8, 8) or (16, 8) (each instantiation costs ~1 s of the cold compile).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
                                  int ld, int stride, int tdim, int ts) {
     if (batch < 1 || n < 1 || n > tdim * ts || ld < n || stride < n) return (int)cudaErrorInvalidValue;
-    if (tdim == 8 && ts == 4) return launch<8, 4>(src, dst, xinv, diag_max, batch, n, ld, stride);
     if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
-    if (tdim == 16 && ts == 4) return launch<16, 4>(src, dst, xinv, diag_max, batch, n, ld, stride);
     if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
     return (int)cudaErrorInvalidValue;
 }

@@ -30,8 +30,6 @@ SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
 BLOCK_MAX_N = 128                # cholesky_tiled.cu holds up to 128 x 128
 # (max n, TDIM, TS) of cholesky_tiled.cu for whole matrices: TDIM^2 threads, TS x TS entries each
 TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
-# (max batch, TDIM, TS) for the diagonal blocks (nb <= TDIM * TS): more threads when few matrices
-DIAG_TILED_SHAPE = ((64, 16, 4), (1 << 30, 8, 8))
 # (max batch, diagonal block size): 128 lengthens the GEMMs (K = 128) and halves the chain of steps;
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
@@ -110,9 +108,9 @@ def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
 
 
 def diag_shape(batch: int, w: int) -> tuple[int, int]:
-    """(TDIM, TS) of cholesky_tiled.cu for diagonal blocks of width w in a batch of `batch` matrices."""
-    tdim, ts = by_n(DIAG_TILED_SHAPE, batch)
-    return (tdim, ts) if tdim * ts >= w else by_n(TILED_SHAPE, w)
+    """(TDIM, TS) of cholesky_tiled.cu for diagonal blocks of width w in a batch of `batch` matrices: the
+    whole-matrix shape of that width (cholesky_tiled.cu builds two shapes, to keep the cold compile short)."""
+    return by_n(TILED_SHAPE, w)
 
 
 def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: torch.Tensor | None) -> None:

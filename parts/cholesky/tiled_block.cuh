@@ -116,11 +116,14 @@ __device__ __forceinline__ float pivot_floor(const float (&a)[TS][TS], const flo
     return floor > 0.f ? floor : 1.17549435e-38f;        // an all-zero diagonal: the smallest normal
 }
 
-// Factor a in registers one column per step (spotf2 order; cholesky_tiled.cu's outline, "column steps").
-template <int TDIM, int TS>
-__device__ __forceinline__ void column_steps(float (&a)[TS][TS], float floor, int n, int ty, int tx) {
+// Factor a (and with INV form x = inv(L), x = I on entry) in registers, one column per step (cholesky_tiled.cu's
+// outline, "column steps").
+template <int TDIM, int TS, bool INV>
+__device__ __forceinline__ void column_steps(float (&a)[TS][TS], float (&x)[INV ? TS : 1][INV ? TS : 1],
+                                             float floor, int n, int ty, int tx) {
     constexpr int NP = TDIM * TS;
     __shared__ float v[NP];                              // column k of L
+    __shared__ float w[INV ? NP : 1];                    // row k of X
     __shared__ float s_inv;
 #pragma unroll
     for (int kb = 0; kb < TS; ++kb) {
@@ -145,6 +148,16 @@ __device__ __forceinline__ void column_steps(float (&a)[TS][TS], float floor, in
                     }
                 }
             }
+            if constexpr (INV) {                         //    and row k of X, columns c <= k
+                if (ty == kt) {
+#pragma unroll
+                    for (int j = 0; j <= kb; ++j) {
+                        if (j == kb && tx > kt) continue;
+                        x[kb][j] *= inv;
+                        w[tx + TDIM * j] = x[kb][j];
+                    }
+                }
+            }
             __syncthreads();
             float lr[TS], lc[TS];                        // 3. the trailing update from registers
 #pragma unroll
@@ -160,6 +173,18 @@ __device__ __forceinline__ void column_steps(float (&a)[TS][TS], float floor, in
                     if (j == kb && !own_column_k) continue;
                     if (i == j && ty < tx) continue;     // the diagonal tile: r >= c needs ty >= tx
                     a[i][j] = fmaf(-lr[i], lc[j], a[i][j]);
+                }
+            }
+            if constexpr (INV) {                         //    and X's rows r > k, columns c <= k
+#pragma unroll
+                for (int j = 0; j <= kb; ++j) {
+                    if (j == kb && tx > kt) continue;
+                    const float wc = w[tx + TDIM * j];
+#pragma unroll
+                    for (int i = kb; i < TS; ++i) {
+                        if (i == kb && ty <= kt) continue;
+                        x[i][j] = fmaf(-lr[i], wc, x[i][j]);
+                    }
                 }
             }
         }
@@ -265,11 +290,12 @@ __device__ __forceinline__ void grouped_steps(float (&a)[TS][TS], float (&x)[INV
 
 // Factor the n x n block at A (leading dimension ld) into out (A's lower triangle is read; out may equal
 // A) and, with INV, X = inv(L) into xinv (n x n, leading dimension n). diag_max: this matrix's max_i a_ii
-// (the pivot floor), or NULL for the block's own. With the inverse the grouped steps are faster at
-// any batch; without it they win on one block (128 x 128 at batch 1: 25.7 against 30.5 us) and lose
-// on many (batch 264: 51.5 against 39.4 us, where the extra solves cost throughput), so the plain
-// factorization (whole matrices, many per launch) takes the column steps. H200, de3f7a4.
-template <int TDIM, int TS, bool INV>
+// (the pivot floor), or NULL for the block's own. GROUPED: kStep columns per step, for a chain of
+// single blocks (128 x 128 with the inverse at batch 1: 38 against 44 us; at batch 264 81 against 93;
+// without the inverse it loses at large batch, 51 against 39: H200, de3f7a4). Each grouped
+// instantiation costs ~1.2 s of nvcc (the column steps ~0.3 s), so only cholesky_lookahead.cu, whose
+// diagonal blocks are the chain of the large single matrices, builds one.
+template <int TDIM, int TS, bool INV, bool GROUPED = false>
 __device__ __forceinline__ void factor_block(const float* A, float* out, float* __restrict__ xinv,
                                              const float* __restrict__ diag_max, int n, int ld) {
     constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
@@ -286,10 +312,10 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
         }
     }
     const float floor = pivot_floor<TDIM, TS>(a, diag_max, n, ty, tx);
-    if constexpr (INV)
-        grouped_steps<TDIM, TS, true>(a, x, floor, n, ty, tx);
+    if constexpr (GROUPED)
+        grouped_steps<TDIM, TS, INV>(a, x, floor, n, ty, tx);
     else
-        column_steps<TDIM, TS>(a, floor, n, ty, tx);
+        column_steps<TDIM, TS, INV>(a, x, floor, n, ty, tx);
     store_lower_tile<TDIM, TS>(a, out, ld, n, ty, tx);
     if constexpr (INV) store_lower_tile<TDIM, TS>(x, xinv, n, n, ty, tx);
 }
