@@ -15,7 +15,7 @@
 //   a[i][j] = A[ty + TDIM i][tx + TDIM j]      (cyclic, so every thread keeps working to the end)
 // of the padded NP x NP matrix (NP = TDIM * TS >= n; the padding is the identity, which factors
 // to itself and never touches the real entries). Two step loops (tiled_block.cuh):
-// Column steps (this kernel), step k = kb TDIM + kt:
+// Column steps (the plain factorization and the 64-blocks), step k = kb TDIM + kt:
 //   1. thread (kt, kt) owns a_kk: floors it, writes l_kk and shares 1 / l_kk = rsqrt(a_kk)
 //      (popkit::cholesky_pivot);
 //   2. the threads of column k (tx == kt) scale their entries below the diagonal and publish them
@@ -30,8 +30,8 @@
 //   second shared vector w, and every thread updates x[i][j] -= v[r_i] w[c_j] for r > k >= c. The two
 //   updates cover complementary parts of the lower triangle (c > k and c <= k), so the inverse costs
 //   about as much as the factorization and adds no barrier.
-// Grouped steps (tiled::factor_block's GROUPED, built only by cholesky_lookahead.cu's diagonal role, with
-// the inverse; this file's kernel takes the column steps): four columns per step
+// Grouped steps (tiled::factor_block's GROUPED: this kernel's (16, 8) shape with the inverse, i.e. the
+// 128-blocks of the blocked route, and cholesky_lookahead.cu's diagonal role): four columns per step
 // (kStep; they lie in one tile column, owned by threads tx = kt .. kt + 3), one barrier per step. At
 // the barrier that opens the step at column k, its four columns of the updated matrix (rows r >= k,
 // unscaled) sit in shared memory, one float4 per row, and so do the step's four rows of X (columns
@@ -72,8 +72,11 @@ __global__ void __launch_bounds__(TDIM * TDIM)
 cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
                       int n, int ld, int stride) {
     const size_t b = blockIdx.x;
-    tiled::factor_block<TDIM, TS, INV>(src + b * stride, dst + b * stride, INV ? xinv + b * n * n : nullptr,
-                                       diag_max ? diag_max + b : nullptr, n, ld);
+    // 128-blocks with the inverse take the grouped steps (16x512 228 against 255 us, H200 at 40c270a);
+    // 64-blocks keep the column steps (one grouped instantiation less in the cold compile)
+    tiled::factor_block<TDIM, TS, INV, INV && TDIM == 16>(src + b * stride, dst + b * stride,
+                                                          INV ? xinv + b * n * n : nullptr,
+                                                          diag_max ? diag_max + b : nullptr, n, ld);
 }
 
 template <int TDIM, int TS>

@@ -10,8 +10,8 @@ submission runs them on CPU tensors.
 - `right_looking_model`: spotf2-order Cholesky, the arithmetic of cholesky_small.cu (one warp per
   matrix, n <= 32) and of cholesky_tiled.cu (n <= 128); `inverse_model` is cholesky_tiled.cu's
   inverse: column elimination of L X = I beside the factorization. With step = TILED_STEP both are
-  tiled_block.cuh's grouped steps (4 columns, one rank-4 update each), which the look-ahead's
-  diagonal role takes (cholesky_lookahead.cu).
+  tiled_block.cuh's grouped steps (4 columns, one rank-4 update each), which the 128-blocks with the
+  inverse take (factor_diag_model says which).
 - `blocked_cholesky`: the blocked right-looking driver with library GEMMs; the diagonal-block
   factor is a parameter, so the GPU route runs this very function with the CUDA block kernel. Its
   trailing update is fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose
@@ -94,10 +94,12 @@ def factor_diag_model(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: to
     """Factor the diagonal block L[:, k0:k0+w, k0:k0+w] in place (pivot floor from each whole
     matrix's max diagonal `top`); write inv(L11) into X unless X is None."""
     block = L[:, k0:k0 + w, k0:k0 + w]
-    L11 = right_looking_model(block, floor_from_max(top))
+    grouped = X is not None and w > 64          # cholesky_tiled.cu: 128-blocks with the inverse
+    step = TILED_STEP if grouped else 1
+    L11 = right_looking_model(block, floor_from_max(top), step)
     block.copy_(L11)
     if X is not None:
-        X.copy_(inverse_model(L11))
+        X.copy_(inverse_model(L11, step))
 
 
 @contextlib.contextmanager

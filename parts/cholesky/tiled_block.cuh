@@ -293,8 +293,8 @@ __device__ __forceinline__ void grouped_steps(float (&a)[TS][TS], float (&x)[INV
 // (the pivot floor), or NULL for the block's own. GROUPED: kStep columns per step, for a chain of
 // single blocks (128 x 128 with the inverse at batch 1: 38 against 44 us; at batch 264 81 against 93;
 // without the inverse it loses at large batch, 51 against 39: H200, de3f7a4). Each grouped
-// instantiation costs ~1.2 s of nvcc (the column steps ~0.3 s), so only cholesky_lookahead.cu, whose
-// diagonal blocks are the chain of the large single matrices, builds one.
+// instantiation costs ~1.2 s of nvcc here (~3 s of the H200's cold compile; the column steps ~0.3 s),
+// so only the 128-blocks with the inverse take them (cholesky_tiled.cu, cholesky_lookahead.cu).
 template <int TDIM, int TS, bool INV, bool GROUPED = false>
 __device__ __forceinline__ void factor_block(const float* A, float* out, float* __restrict__ xinv,
                                              const float* __restrict__ diag_max, int n, int ld) {
