@@ -13,8 +13,8 @@
 // compute capability 9.0 GPU (the build targets sm_90a there), cholesky_product_mma.cu elsewhere. From
 // step 1 on the panel runs in place: its grid has one column tile (w <= 128), so a CTA reads all of
 // its P rows before it writes them. On the H200 the loop has a look-ahead (blocked_lookahead below):
-// the next diagonal block and the next panel are formed in the same launch as each trailing update, so
-// the chain of diagonal blocks runs under the update, one launch per step.
+// the next diagonal block is factored in the same launch as the rest of each trailing update, so the
+// chain of diagonal blocks (~43 us each at batch 1) runs under the update.
 // Why it is fast: the whole factorization is one call, so no host time sits between steps (the
 // Python loop spent ~25 us per step on 5 launches, views and precision switches, more than the GPU
 // needed for most steps of a 1 x 4096 matrix); the products run on tensor cores at ~fp32 accuracy
@@ -28,8 +28,7 @@ POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, cons
                                  int ld, int stride, int tdim, int ts);
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
-POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, tf32x3::Product panel,
-                                          int* flags, int flags_stride, int epoch, int batch);
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch);
 
 namespace {
 
@@ -49,39 +48,26 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 }
 
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
-// multiple of 4): one launch per step for the trailing update, in which the CTA of its first tile then
-// factors that tile (the next diagonal block) while the others update the rest, and (nb = 128) CTAs
-// after them form the next panel as soon as its rows and the block's inverse are written (flags: batch
-// x (1 + n / 128 rounded up) ints, zero). Same arguments, result and order of operations as
-// cholesky_blocked (model.blocked_tf32x3_model).
-int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int* flags, int batch, int n,
-                      int nb) {
+// multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
+// first tile factors that tile, the next diagonal block, while the others update the rest. Same
+// arguments, result and order of operations as cholesky_blocked (model.blocked_tf32x3_model).
+int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
     const long long stride = (long long)n * n;
-    const int w0 = n < nb ? n : nb, flags_stride = 1 + (n + tf32x3::kTile - 1) / tf32x3::kTile;
-    const bool fused_panel = nb == tf32x3::kTile && flags;
+    const int w0 = n < nb ? n : nb;
     int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
-    if (!err && fused_panel && w0 < n)                   // step 0's panel; later ones come with the update
-        err = tf32x3_product_wgmma(panel_of(A + (size_t)nb * n, L + (size_t)nb * n, L + nb, xinv, n, stride, n - nb,
-                                            nb), batch, tf32x3::kPanel);
     for (int k0 = 0; !err && k0 + nb < n; k0 += nb) {    // block k0 is factored, its inverse in xinv
         const int next = k0 + nb, m = n - next, w2 = m < nb ? m : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
         float* block = L + (size_t)k0 * n + k0;
         const float* a21 = src + (size_t)nb * n;
         float* l21 = block + (size_t)nb * n;
-        if (!fused_panel)
-            err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
+        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
         if (err) break;
-        // A22 -= L21 L21^T on the lower tiles, block `next` (A22's first tile) factored in place, and the
-        // panel below it
+        // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
         const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
                                           nullptr, m, m, nb};
-        float* diag_block = l21 + nb;
-        const tiled::DiagBlock diag = {diag_block, diag_block, xinv, diag_max, w2, n, stride};
-        float* next_l21 = diag_block + (size_t)nb * n;
-        tf32x3::Product panel = panel_of(next_l21, next_l21, diag_block + nb, xinv, n, stride, m - nb, nb);
-        if (!fused_panel || m <= nb) panel.m = 0;
-        err = cholesky_lookahead_step(trailing, diag, panel, flags, flags_stride, k0 / nb + 1, batch);
+        const tiled::DiagBlock diag = {l21 + nb, l21 + nb, xinv, diag_max, w2, n, stride};
+        err = cholesky_lookahead_step(trailing, diag, batch);
     }
     return err;
 }
@@ -131,17 +117,15 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 
 // Factor `batch` n x n matrices: A (read only; its lower triangle) into L (written whole: the factor
 // and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
-// matrix (the pivot floor); flags: NULL, or batch x (1 + n / 128 rounded up) ints, zero (the look-ahead
-// forms each next panel in its update's launch with them); (tdim, ts): cholesky_tiled.cu's shape for the
-// diagonal blocks (tdim * ts >= nb). nb: a multiple of 32, at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when
+// matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
+// nb). nb: a multiple of 32, at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when
 // nb < outer < n); otherwise lookahead: take blocked_lookahead where it applies. portable: use
 // cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path). n * n <
 // 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L, so A is
 // never copied; the diagonal kernel writes zeros above its block's diagonal and the panel zeroes its
 // mirror, which together cover L's upper triangle.
-POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int* flags,
-                                   int batch, int n, int nb, int tdim, int ts, int lookahead, int outer,
-                                   int portable) {
+POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
+                                   int nb, int tdim, int ts, int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L ||
         !xinv || !diag_max)
@@ -151,7 +135,7 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const 
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
         return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
     if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
-        return blocked_lookahead(A, L, xinv, diag_max, flags, batch, n, nb);
+        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;

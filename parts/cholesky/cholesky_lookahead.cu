@@ -1,22 +1,14 @@
-// cholesky, one step of the blocked driver in one launch (sm_90a): the trailing update, the next
-// diagonal block's factorization and the next panel.
+// cholesky, one step's trailing update and the next diagonal block's factorization in one launch
+// (sm_90a).
 //
-// Step k factors block k, forms the panel L21 and updates A22 -= L21 L21^T; block k + 1 is A22's first
-// 128 x 128 tile, and panel k + 1 is A22's first block column below it times that block's inverse. One
-// launch runs, for each matrix:
-//   - one CTA per lower tile of A22: the update. The CTA of tile 0 then factors that tile in place
-//     (tiled_block.cuh's grouped steps, with the inverse, ~38 us at batch 1) while the others are still
-//     updating theirs, and posts a flag; the CTAs of tiles (ti, 0) post a flag each when written;
-//   - after them, one CTA per 128-row tile of panel k + 1: it waits for its rows' flag and the diagonal
-//     block's, then forms L21 = A21 X^T in place (the same product role, without the subtraction) and
-//     zeroes its mirror above the diagonal.
-// So the chain of diagonal blocks (the whole cost of a large single matrix at n = 4096) pays one launch
-// per step instead of three (panel, next column, the rest). A waiting CTA always has a higher block
-// index than the ones it waits for, and blocks start in index order, so those are already running: no
-// deadlock whatever the number of SMs. The tiles each role writes are disjoint (the panel's rows are
-// the update's tiles (ti, 0), read only by the CTA that waited for them).
-// Launch: grid (lower tiles + panel tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the
-// product role's; the diagonal role adds 8 KiB of static), one CTA per SM.
+// Step k of the blocked driver factors block k, forms the panel L21 and updates A22 -= L21 L21^T; block
+// k + 1 is A22's first 128 x 128 tile. Here one CTA per lower tile of A22 runs the update, and the CTA
+// of tile 0 then factors that tile in place (tiled_block.cuh's grouped steps, with the inverse, ~38 us
+// at batch 1), while the other CTAs are still updating theirs: the diagonal block runs under the rest
+// of the update instead of after it, and the step costs two launches (panel, this) instead of three.
+// The tile's own writes are visible to its CTA after a barrier; no other CTA reads or writes that tile.
+// Launch: grid (lower tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the product role's;
+// the diagonal role adds 8 KiB of static), one CTA per SM.
 // Product role, C = C_in - P Q^T on one 128 x 128 lower tile (tf32x3 as in cholesky_product_wgmma.cu,
 // model.tf32x3_product): two warpgroups of 64 rows each (wgmma m64n128k8). All of the tile's P and Q
 // rows (K <= 128) are copied into shared memory by cp.async at the start, one group per chunk of 32
@@ -96,14 +88,15 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
     }
 }
 
-// The product role on the tile at (row0, col0) of matrix blockIdx.y: C = C_in - P Q^T on and below the
-// diagonal (UPDATE), or C = P Q^T and zeros at the tile's mirror (the panel; P may be C: every row of P
-// is staged before any of C is written).
-template <int VEC, bool UPDATE>
-__device__ __forceinline__ void product_tile(const tf32x3::Product& op, int row0, int col0, float* smem) {
+// The product role: lower tile number x of C = C_in - P Q^T for matrix blockIdx.y.
+template <int VEC>
+__device__ __forceinline__ void update_tile(const tf32x3::Product& op, int x, float* smem) {
     float* raw_p = smem;
     float* raw_q = raw_p + kRawWords;
     float* planes = raw_q + kRawWords;
+    int ti, tj;
+    tf32x3::tile_of_block<true>(x, op.ncols, ti, tj);
+    const int row0 = ti * kTile, col0 = tj * kTile;
     const float* p = op.p + blockIdx.y * op.sp;
     const float* q = op.q + blockIdx.y * op.sq;
     const int chunks = op.K / kChunk;
@@ -145,59 +138,37 @@ __device__ __forceinline__ void product_tile(const tf32x3::Product& op, int row0
     asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
     pin(acc[0]);
     const long long offset = blockIdx.y * op.sc;
-    tf32x3::store_fragments<VEC, UPDATE, UPDATE>(acc, op.c_in + offset, op.c + offset, op.ldc,
-                                                 row0 + 16 * (threadIdx.x >> 5), col0, op.m, op.ncols);
-    if (!UPDATE)
-        tf32x3::zero_mirror<VEC, kLaThreads>(op.mirror + offset, op.ldc, row0, min(row0 + kTile, op.m), op.ncols);
+    tf32x3::store_fragments<VEC, true, true>(acc, op.c_in + offset, op.c + offset, op.ldc,
+                                             row0 + 16 * (threadIdx.x >> 5), col0, op.m, op.ncols);
 }
 #endif
 
-// grid.x: the update's lower tiles, then the next panel's row tiles; grid.y: the batch. flags: per
-// matrix 1 + row tiles ints (the diagonal block, then the update's tiles (ti, 0)), `epoch` this step's.
 template <int VEC>
 __global__ void __launch_bounds__(kLaThreads, 1)
-lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag, const tf32x3::Product panel,
-                 int* flags, int flags_stride, int epoch) {
+lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
-    float* smem = reinterpret_cast<float*>(smem4);
-    int* my_flags = flags + blockIdx.y * flags_stride;
-    const int update_tiles = tf32x3::tiles_of<true>(op.m, op.ncols);
-    if ((int)blockIdx.x < update_tiles) {
-        int ti, tj;
-        tf32x3::tile_of_block<true>(blockIdx.x, op.ncols, ti, tj);
-        product_tile<VEC, true>(op, ti * kTile, tj * kTile, smem);
-        if (blockIdx.x == 0) {                           // tile 0 is the next diagonal block of matrix blockIdx.y
-            __syncthreads();                             // its update is written (and visible to this CTA)
-            const size_t b = blockIdx.y;
-            const float* src = diag.src + b * diag.stride;
-            float* dst = diag.dst + b * diag.stride;
-            tiled::factor_block<16, 8, true, true>(src, dst, diag.xinv + b * diag.n * diag.n, diag.diag_max + b,
-                                                   diag.n, diag.ld);
-            if (panel.m > 0) popkit::post_flag(my_flags, epoch);
-        } else if (tj == 0 && panel.m > 0) {
-            popkit::post_flag(my_flags + ti, epoch);     // the next panel's input rows are updated
-        }
-        return;
+    update_tile<VEC>(op, blockIdx.x, reinterpret_cast<float*>(smem4));
+    if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
+        __syncthreads();                                 // its update is written (and visible to this CTA)
+        const size_t b = blockIdx.y;
+        const float* src = diag.src + b * diag.stride;
+        float* dst = diag.dst + b * diag.stride;
+        tiled::factor_block<16, 8, true, true>(src, dst, diag.xinv + b * diag.n * diag.n, diag.diag_max + b,
+                                               diag.n, diag.ld);
     }
-    const int r = blockIdx.x - update_tiles;             // the next panel's row tile r: the update's tile (r + 1, 0)
-    popkit::wait_flag(my_flags + r + 1, epoch);
-    popkit::wait_flag(my_flags, epoch);                  // L11 and its inverse
-    product_tile<VEC, false>(panel, r * kTile, 0, smem);
 #else
     __trap();                                            // launched only where the build targets sm_90a
 #endif
 }
 
 template <int VEC>
-int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, const tf32x3::Product& panel,
-                     int* flags, int flags_stride, int epoch, int batch) {
+int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, int batch) {
     static int granted = 0;
     const cudaError_t err = popkit::allow_dynamic_smem(lookahead_kernel<VEC>, kLaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    const int tiles = tf32x3::tiles_of<true>(op.m, op.ncols) + (panel.m + kTile - 1) / kTile;
-    lookahead_kernel<VEC><<<dim3(tiles, batch), kLaThreads, kLaSmemBytes>>>(op, diag, panel, flags, flags_stride,
-                                                                           epoch);
+    lookahead_kernel<VEC><<<dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch), kLaThreads, kLaSmemBytes>>>(op,
+                                                                                                     diag);
     return (int)cudaGetLastError();
 }
 
@@ -205,24 +176,15 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, co
 
 // One step for `batch` matrices: the trailing product op (C = C_in - P Q^T on the lower tiles of an
 // op.m x op.m matrix; K <= 128, a multiple of 32; rows 16-byte aligned: one instantiation keeps the cold
-// compile short), the factorization of its first tile, `diag` (diag.n = min(op.m, 128), factored by the
-// 16 x 16 tiled shape, in place: diag.src == diag.dst == op.c), always with its inverse (also for the
-// last block, where nothing reads it: one instantiation of the diagonal role keeps the compile short),
-// and the next step's panel (panel.m == 0: none; else L21 = A21 X^T in place below that block, panel.p ==
-// panel.c, Q = diag.xinv, K = ncols = 128 = diag.n, its mirror zeroed). flags: batch x flags_stride ints,
-// flags_stride > op.m / 128, zero before the driver's first step; epoch: this step's number, from 1.
+// compile short), then the factorization of its first tile, `diag` (diag.n = min(op.m, 128), factored
+// by the 16 x 16 tiled shape, in place: diag.src == diag.dst == op.c), always with its inverse (also for
+// the last block, where nothing reads it: one instantiation of the diagonal role keeps the compile short).
 // Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
 // traps).
-POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, tf32x3::Product panel,
-                                          int* flags, int flags_stride, int epoch, int batch) {
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch) {
     if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < kTile ? op.m : kTile) ||
         diag.src != op.c || diag.dst != op.c || !diag.xinv || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
-        op.K % kChunk != 0 || panel.m < 0 || epoch < 1)
+        op.K % kChunk != 0)
         return (int)cudaErrorInvalidValue;
-    if (panel.m > 0 && (!flags || flags_stride <= op.m / kTile || panel.K != kTile || panel.ncols != kTile ||
-                        diag.n != kTile || panel.q != diag.xinv || panel.p != panel.c || !panel.mirror ||
-                        !tf32x3::rows_aligned16(panel)))
-        return (int)cudaErrorInvalidValue;
-    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, panel, flags, flags_stride, epoch, batch)
-                                      : (int)cudaErrorInvalidValue;
+    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : (int)cudaErrorInvalidValue;
 }

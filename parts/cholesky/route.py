@@ -125,8 +125,7 @@ def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)                     # written whole: the factor and zeros above it
     inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
-    flags = torch.zeros(b * (1 + -(-n // 128)), dtype=torch.int32, device=A.device)   # the look-ahead's
-    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), flags, b, n, nb, *diag_shape(b, nb),
+    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb),
               by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
     return L
 

@@ -79,7 +79,7 @@ __device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int
 
 // Grid of a product launch: every tile of C, or the lower ones.
 template <bool LOWER>
-__host__ __device__ inline int tiles_of(int m, int ncols) {
+inline int tiles_of(int m, int ncols) {
     const int row_tiles = (m + kTile - 1) / kTile, col_tiles = (ncols + kTile - 1) / kTile;
     return LOWER ? row_tiles * (row_tiles + 1) / 2 : row_tiles * col_tiles;
 }

@@ -80,27 +80,4 @@ __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
     return {(beta - alpha) / beta, beta, 1.f / (alpha - beta)};
 }
 
-// Flags between the CTAs of one launch (a CTA that waits must have a higher block index than the one it
-// waits for: blocks start in index order, so the awaited block is already running). post_flag: after
-// every thread of the CTA has written its data, thread 0 makes the writes visible GPU-wide and stores
-// `epoch` with release semantics. wait_flag: thread 0 spins until the flag reaches `epoch` (acquire),
-// then the CTA may read the data (through L2: cp.async.cg or ld.global.cg, never a stale L1 line).
-__device__ __forceinline__ void post_flag(int* flag, int epoch) {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        __threadfence();
-        asm volatile("st.release.gpu.global.b32 [%0], %1;\n" ::"l"(flag), "r"(epoch) : "memory");
-    }
-}
-
-__device__ __forceinline__ void wait_flag(const int* flag, int epoch) {
-    if (threadIdx.x == 0) {
-        int seen;
-        do {
-            asm volatile("ld.acquire.gpu.global.b32 %0, [%1];\n" : "=r"(seen) : "l"(flag) : "memory");
-        } while (seen < epoch);
-    }
-    __syncthreads();
-}
-
 }  // namespace popkit
