@@ -284,8 +284,23 @@ def test_alternate_reverses_order_each_round():
         return lambda: order.append(name) or value
 
     samples = alternate({"A": measure("A", 1.0), "B": measure("B", 2.0)}, rounds=4)
-    assert order == ["A", "B", "B", "A", "A", "B", "B", "A"]
+    assert order == ["A", "B", "B", "A", "B", "A", "A", "B"]
     assert samples == {"A": [1.0] * 4, "B": [2.0] * 4}
+
+
+@pytest.mark.parametrize("count", (3, 4, 5))
+def test_alternate_puts_every_candidate_in_every_place_equally_often(count):
+    """Over 2 n rounds each of n candidates takes each place twice, so no candidate always runs right
+    after the same one (the bias a fixed order gave the candidate after torch's baseline)."""
+    names = [f"c{i}" for i in range(count)]
+    rounds = []
+    order = []
+    alternate({name: (lambda name=name: order.append(name) or 0.0) for name in names}, rounds=2 * count)
+    for start in range(0, len(order), count):
+        rounds.append(order[start:start + count])
+    for name in names:
+        places = sorted(r.index(name) for r in rounds)
+        assert places == sorted(list(range(count)) * 2), name
 
 
 def test_alternate_needs_three_rounds():
