@@ -7,9 +7,10 @@ VARIANTS.json maps a variant name to module globals to set on the built submissi
 Every variant runs on the same inputs (the problem's benchmark list unless --case is given) and is
 checked once against the native gates (the worst fraction of a limit shows a variant that spends the
 margin). Timing is the grader's timed region (checks/timing.py's clock: L2 flush, events), in K
-alternating rounds: each round times the baseline and every variant once, in reversed order every
-other round, so drift over the run (clocks, temperature) spreads evenly over the candidates; the
-table shows each candidate's median. This is exploration: a choice it suggests becomes evidence
+rounds: each round times the baseline and every variant once, in an order that rotates and reverses
+from round to round (checks.timing.alternate), so drift over the run and what ran just before spread
+evenly over the candidates; the table shows each candidate's median. Use K >= 2 x candidates for
+cases under a millisecond. This is exploration: a choice it suggests becomes evidence
 only through `popkit bench` / `popkit diff`.
 """
 from __future__ import annotations
