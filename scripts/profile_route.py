@@ -1,12 +1,16 @@
 """Where a route's time goes: torch profiler over one call of a built submission, per case.
 
 Usage (GPU machine):
-    python3 scripts/profile_route.py SUBMISSION PROBLEM 'batch: 640; n: 512; cond: 2; seed: 1' ['...' ...]
+    python3 scripts/profile_route.py [--timeline] SUBMISSION PROBLEM 'batch: 640; n: 512; cond: 2; seed: 1' ['...' ...]
 
 For each case it prints the wall time of one call (CUDA events, median of a few calls), the sum of
 the kernels' GPU time and the kernel count, then the kernels sorted by total GPU time. A wall time
 far above the GPU sum means the route waits on the host (launches, Python), not on the GPU.
+--timeline also lists every launch of the profiled call in start order: its offset, its duration and
+the idle gap before it (the GPU's own timestamps, caches as the run left them: unlike ncu, which
+flushes them and serializes launches), then the gaps' total.
 """
+import argparse
 import statistics
 import sys
 
@@ -37,7 +41,27 @@ def self_gpu_us(event) -> float:
     return event.self_cuda_time_total if value is None else value
 
 
-def profile_case(kernel, prob, spec_text: str) -> None:
+def timeline(kernels: list[tuple[str, float, float]]) -> list[str]:
+    """(name, start us, end us) per launch -> one line each in start order: offset from the first start,
+    duration, idle gap since the previous launch ended (0 when they overlap); then the gaps' total."""
+    lines, previous_end, idle = [], None, 0.0
+    ordered = sorted(kernels, key=lambda k: k[1])
+    for name, start, end in ordered:
+        gap = 0.0 if previous_end is None else max(0.0, start - previous_end)
+        idle += gap
+        previous_end = end if previous_end is None else max(previous_end, end)
+        lines.append(f"{start - ordered[0][1]:10.1f} us  {end - start:8.1f} us  gap {gap:6.1f} us  {name[:70]}")
+    lines.append(f"{len(ordered)} launches, idle gaps {idle:.1f} us in all")
+    return lines
+
+
+def kernel_spans(prof) -> list[tuple[str, float, float]]:
+    """The profiled kernels as (name, start us, end us), from the GPU's own timestamps."""
+    return [(e.name, e.time_range.start, e.time_range.end) for e in prof.events()
+            if e.device_type == torch.autograd.DeviceType.CUDA]
+
+
+def profile_case(kernel, prob, spec_text: str, show_timeline: bool = False) -> None:
     A = prob.native.generate(parse_spec(spec_text, prob), "cuda")
     for _ in range(2):
         kernel(A)
@@ -50,16 +74,22 @@ def profile_case(kernel, prob, spec_text: str) -> None:
     launches = sum(e.count for e in events if self_gpu_us(e) > 0)
     print(f"== {spec_text}: wall {wall:.3f} ms, GPU busy {gpu_us / 1000:.3f} ms in {launches} kernels")
     print(events.table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=60))
+    if show_timeline:
+        print("\n".join(timeline(kernel_spans(prof))))
 
 
-def main(path: str, problem: str, *specs: str) -> None:
-    if not specs:
-        raise SystemExit("usage: profile_route.py SUBMISSION PROBLEM 'spec' ['spec' ...]")
-    kernel = import_submission(path, "profiled").custom_kernel
-    prob = load_problem(problem)
-    for spec_text in specs:
-        profile_case(kernel, prob, spec_text)
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--timeline", action="store_true", help="list every launch of the profiled call")
+    parser.add_argument("submission")
+    parser.add_argument("problem")
+    parser.add_argument("specs", nargs="+", metavar="SPEC")
+    args = parser.parse_args()
+    kernel = import_submission(args.submission, "profiled").custom_kernel
+    prob = load_problem(args.problem)
+    for spec_text in args.specs:
+        profile_case(kernel, prob, spec_text, args.timeline)
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:])
+    main()
