@@ -32,6 +32,17 @@ POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock d
 
 namespace {
 
+// max_i a_ii of each matrix (the pivot floor's input): the driver's first launch, one CTA per matrix.
+// A NaN on the diagonal is skipped here; it still turns its own pivot into NaN.
+__global__ void diagonal_max_kernel(const float* A, float* diag_max, int n) {
+    __shared__ float scratch[32];
+    const float* a = A + blockIdx.x * (size_t)n * n;
+    float top = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) top = fmaxf(top, a[(size_t)i * (n + 1)]);
+    top = popkit::block_max(top, scratch);
+    if (threadIdx.x == 0) diag_max[blockIdx.x] = top;
+}
+
 // Whether the current GPU takes cholesky_product_wgmma.cu (compute capability 9.0; the loader builds for
 // the running GPU, so the sm_90a kernels are there).
 bool has_wgmma() {
@@ -116,20 +127,23 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 }  // namespace
 
 // Factor `batch` n x n matrices: A (read only; its lower triangle) into L (written whole: the factor
-// and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: max_i a_ii per
-// matrix (the pivot floor); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
+// and zeros above the diagonal). xinv: batch x nb x nb floats of workspace; diag_max: batch floats of
+// workspace, where the driver first writes max_i a_ii of each matrix (the pivot floor; torch's own
+// reduction before the call cost ~10 us of host time, as much as a small step's kernel); (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >=
 // nb). nb: a multiple of 32, at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when
 // nb < outer < n); otherwise lookahead: take blocked_lookahead where it applies. portable: use
 // cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path). n * n <
 // 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L, so A is
 // never copied; the diagonal kernel writes zeros above its block's diagonal and the panel zeroes its
 // mirror, which together cover L's upper triangle.
-POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n,
+POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* xinv, float* diag_max, int batch, int n,
                                    int nb, int tdim, int ts, int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L ||
         !xinv || !diag_max)
         return (int)cudaErrorInvalidValue;
+    diagonal_max_kernel<<<batch, 256>>>(A, diag_max, n);
+    if (const cudaError_t err = cudaGetLastError()) return (int)err;
     const bool wgmma = !portable && has_wgmma();
     const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only

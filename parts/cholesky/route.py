@@ -21,7 +21,7 @@ tunables below were measured on the H200 (docs/priors.md).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model, diagonal_max,  # popkit: inline
+from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model,  # popkit: inline
                                   factor_diag_model, l21_view, panel_model, right_looking_model,  # popkit: inline
                                   split_views)  # popkit: inline
 
@@ -124,8 +124,8 @@ def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model)."""
     b, n, _ = A.shape
     L = torch.empty_like(A)                     # written whole: the factor and zeros above it
-    inverses = torch.empty(b * nb * nb, dtype=A.dtype, device=A.device)
-    CUDA.call("cholesky_blocked", A, L, inverses, diagonal_max(A), b, n, nb, *diag_shape(b, nb),
+    work = torch.empty(b * nb * nb + b, dtype=A.dtype, device=A.device)   # the inverses, then max_i a_ii
+    CUDA.call("cholesky_blocked", A, L, work, work[b * nb * nb:], b, n, nb, *diag_shape(b, nb),
               by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
     return L
 
