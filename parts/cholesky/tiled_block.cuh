@@ -1,6 +1,8 @@
 // cholesky_tiled.cu's factorization of one block (n <= TDIM * TS) by the CTA's TDIM^2 threads, as a
-// device function, so that other kernels can run it as one of their roles (cholesky_lookahead.cu). The
-// algorithm, layout and costs are in cholesky_tiled.cu's outline.
+// device function, so that other kernels can run it as one of their roles (cholesky_lookahead.cu): the
+// shared load, pivot floor and store, and its two step loops (column steps: one column per step;
+// grouped steps: kStep columns per step). The algorithm, layout and costs are in cholesky_tiled.cu's
+// outline.
 #pragma once
 #include "device_utils.cuh"
 
@@ -30,8 +32,8 @@ __device__ __forceinline__ void store_lower_tile(const float (&t)[TS][TS], float
     }
 }
 
-// Columns factored per step (one barrier per step): every thread factors the Q x Q diagonal block
-// itself, so the chain of dependent steps is n / Q long instead of n.
+// Columns per grouped step (one barrier per step): every thread factors the kStep x kStep diagonal block
+// itself, so the chain of dependent steps is n / kStep long instead of n.
 constexpr int kStep = 4;
 
 // Select a[i][j] at a runtime (i, j) from compile-time indices (the arrays stay in registers).
