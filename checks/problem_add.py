@@ -68,7 +68,7 @@ def record_for(folder: task_folder.TaskFolder, leaderboard: str | None) -> dict:
         "gpu_on_leaderboard": folder.gpus[0],
         "gpus": folder.gpus,
         "timeouts_s": folder.timeouts_s(),
-        "ranking": str(folder.task.get("ranking_by", "geom")),
+        "ranking": str(folder.task.get("ranking_by", task_folder.DEFAULT_RANKING)),
         "harness": {"folder": folder.relative, "main": folder.main, "files": folder.files},
         "tests": [dict(case) for case in folder.task["tests"]],
         "benchmarks": [dict(case) for case in folder.task["benchmarks"]],

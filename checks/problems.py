@@ -44,6 +44,12 @@ class Problem:
     harness: dict = field(default_factory=dict)       # folder, main, files (from task.yml)
 
     @property
+    def ranked_benchmarks(self) -> list[dict]:
+        """The benchmark cases the leaderboard times: all, or only the last for a task ranked by its last
+        case (the runner then gives eval.py that one line, in benchmark mode too)."""
+        return self.benchmarks[-1:] if self.ranking == "last" else self.benchmarks
+
+    @property
     def native(self):
         """The problem's native checker module, or None for a harness problem."""
         from checks.native import native_checker    # native modules import this module

@@ -23,6 +23,7 @@ LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths o
 VENDOR_ROOT = PROJECT_ROOT / "vendor" / "reference-kernels"  # a conventional, git-ignored clone
 SUBMISSION_SOURCE = "@SUBMISSION@"
 DEFAULT_TIMEOUT_S = 180
+DEFAULT_RANKING = "last"          # the runner's rule for a task.yml without ranking_by
 NAME_COMMENT = re.compile(r"^#\s*name:\s*(\S+)", re.MULTILINE)
 
 

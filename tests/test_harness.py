@@ -292,6 +292,24 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
     assert outcome.record["incumbent_geomean_us"] < outcome.record["geomean_us"]
 
 
+def test_a_task_without_ranking_by_is_ranked_and_timed_by_its_last_benchmark(toy, tmp_path):
+    # The pmpp folders name no ranking_by; the runner then ranks by the last benchmark and gives eval.py only
+    # that case, in benchmark mode too. The record said geom, and bench and diff timed every case.
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('ranking_by: "geom"\n', ""))
+    prob = added(toy)
+    assert prob.ranking == "last" and prob.ranked_benchmarks == [{"size": 1000, "seed": 22}]
+    good = write(tmp_path / "s.py", GOOD)
+    bench = runner.bench("addone", good, device="cpu", log_path=None)
+    diff = runner.diff("addone", good, good, rounds=3, device="cpu", log_path=None)
+    for outcome in (bench, diff):
+        assert [c["spec"] for c in outcome.record["cases"]] == prob.ranked_benchmarks
+        assert any("ranked by its last benchmark case only" in note for note in outcome.notes)
+    chosen = runner.bench("addone", good, custom=["size: 100; seed: 21"], device="cpu", log_path=None)
+    assert [c["spec"] for c in chosen.record["cases"]] == [{"size": 100, "seed": 21}]
+    assert not any("ranked by" in note for note in chosen.notes)
+
+
 def test_a_file_for_another_leaderboard_is_named_without_a_wrong_article(toy, tmp_path):
     # It said "is a addone_v1 submission" and "pass --incumbent a addone file".
     added(toy)
