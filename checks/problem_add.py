@@ -19,7 +19,8 @@ from popcorn.evidence.files import write_atomic
 from checks.problems import ProblemError
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
-TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "timeouts_s", "ranking", "harness", "tests", "benchmarks")
+TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "multi_gpu", "timeouts_s", "ranking", "harness", "tests",
+             "benchmarks")
 
 ROUTE_TEMPLATE = '''"""{name} routes: which algorithm runs a case.
 
@@ -67,6 +68,7 @@ def record_for(folder: task_folder.TaskFolder, leaderboard: str | None) -> dict:
         "leaderboard": folder.leaderboard if leaderboard is None else leaderboard,
         "gpu_on_leaderboard": folder.gpus[0],
         "gpus": folder.gpus,
+        "multi_gpu": folder.task.get("multi_gpu") is True,
         "timeouts_s": folder.timeouts_s(),
         "ranking": str(folder.task.get("ranking_by", task_folder.DEFAULT_RANKING)),
         "harness": {"folder": folder.relative, "main": folder.main, "files": folder.files},

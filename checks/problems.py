@@ -42,6 +42,7 @@ class Problem:
     gpus: list[str] = field(default_factory=list)
     ranking: str = ""
     harness: dict = field(default_factory=dict)       # folder, main, files (from task.yml)
+    multi_gpu: bool = False                           # eval.py runs each case on world_size GPUs
 
     @property
     def ranked_benchmarks(self) -> list[dict]:
@@ -100,7 +101,8 @@ def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
         raise ProblemError(f"{path}: {board_error}")
     problem = Problem(name=name, leaderboard=str(raw.get("leaderboard", name)), gpu=gpus[0], gpus=gpus,
                       gates=raw.get("gates") or {}, timeouts_s=raw.get("timeouts_s") or {},
-                      ranking=str(raw.get("ranking") or ""), harness=raw.get("harness") or {})
+                      ranking=str(raw.get("ranking") or ""), harness=raw.get("harness") or {},
+                      multi_gpu=raw.get("multi_gpu") is True)
     try:
         tests = [normalize(problem, s) for s in raw["tests"]]
         benchmarks = [normalize(problem, s) for s in raw["benchmarks"]]
@@ -111,12 +113,14 @@ def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
 
 def record_shape_problem(raw: dict) -> str | None:
     """What in a record's facts is not of the kind the verbs read (None when all are): gpus a name or a list
-    of names, timeouts_s and gates mappings (timeouts in seconds), harness a mapping with a folder, a main
-    and a list of files {name, source}."""
+    of names, multi_gpu true or false, timeouts_s and gates mappings (timeouts in seconds), harness a mapping
+    with a folder, a main and a list of files {name, source}."""
     gpus = raw.get("gpus")
     if gpus is not None and not isinstance(gpus, str) and not (
             isinstance(gpus, list) and all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
         return f"gpus must be a list of GPU names, not {gpus!r}"
+    if not isinstance(raw.get("multi_gpu", False), bool):
+        return f"multi_gpu must be true or false, not {raw['multi_gpu']!r}"
     for key in ("timeouts_s", "gates", "harness"):
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             return f"{key} must be a mapping, not {raw[key]!r}"

@@ -292,6 +292,38 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
     assert outcome.record["incumbent_geomean_us"] < outcome.record["geomean_us"]
 
 
+RANKS_EVAL = """import os, sys
+out = os.fdopen(int(os.environ["POPCORN_FD"]), "w")
+cases = open(sys.argv[2]).read().splitlines()
+print(f"test-count: {len(cases)}", file=out)
+for i, spec in enumerate(cases):
+    print(f"test.{i}.spec: {spec}", file=out)
+    print(f"test.{i}.status: pass", file=out)
+    print(f"test.{i}.message: a pool of {os.environ.get('POPCORN_GPUS', 1)}", file=out)
+print("check: pass", file=out)
+"""
+
+
+def test_a_multi_gpu_task_gets_the_runners_gpu_count_and_too_few_gpus_are_refused(toy, tmp_path, monkeypatch):
+    # amd_distributed (multi_gpu: true): eval.py starts a pool of POPCORN_GPUS processes for a case's world_size
+    # ranks. popkit dropped the flag and never set POPCORN_GPUS, so the pool had one process and the ranks
+    # waited for each other until the 640 s timeout.
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('{"size": 3, "seed": 11}', '{"size": 3, "seed": 11, "world_size": 4}')
+          + "multi_gpu: true\n")
+    write(toy.parent / "eval.py", RANKS_EVAL)
+    assert added(toy).multi_gpu
+    good = write(tmp_path / "s.py", GOOD)
+    monkeypatch.setattr(harness, "visible_gpus", lambda device: 4)
+    outcome = runner.check("addone", good, device="cpu", log_path=None)
+    assert outcome.passed and {c["message"] for c in outcome.record["cases"]} == {"a pool of 4"}
+    monkeypatch.setattr(harness, "visible_gpus", lambda device: 2)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    with pytest.raises(ProblemError, match="addone runs each case on world_size GPUs: its cases need 4 and 2 are "
+                                           "visible here, so nothing ran"):
+        runner.check("addone", good, device="cpu", log_path=None)
+
+
 def test_a_task_without_ranking_by_is_ranked_and_timed_by_its_last_benchmark(toy, tmp_path):
     # The pmpp folders name no ranking_by; the runner then ranks by the last benchmark and gives eval.py only
     # that case, in benchmark mode too. The record said geom, and bench and diff timed every case.
@@ -443,6 +475,7 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
     ("harness: eval.py\n", "harness must be a mapping, not 'eval.py'"),
     ("harness: {folder: 5}\n", "harness: folder must be a path, not 5"),
     ("gpus: {B200: 1}\n", "gpus must be a list of GPU names, not {'B200': 1}"),
+    ("multi_gpu: 'yes'\n", "multi_gpu must be true or false, not 'yes'"),
     ("tests: [{size: 'a b'}]\n", "case spec {'size': 'a b'}: size = 'a b' is not a number, a word or a list"),
 ])
 def test_problem_show_and_list_name_an_odd_record_in_one_line(toy, change, why):
