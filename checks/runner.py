@@ -25,7 +25,7 @@ from typing import Callable
 from checks import harness as official
 from checks import baselines, timing, verdicts, worker
 from checks.preflight import leading_directives
-from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
+from checks.problems import ENTRY_POINT, Problem, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import Interrupted, PopkitError
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
@@ -73,6 +73,15 @@ def require_device_for(prob: Problem, device: str) -> None:
         raise PopkitError(f"{prob.name} is a harness problem, and harness problems run on the GPU only (the "
                           f"folder's eval.py makes its inputs on the leaderboard's GPU, {'/'.join(prob.gpus)}): "
                           "nothing ran on the CPU; run it on a GPU host")
+
+
+def require_reference_kernel(prob: Problem) -> None:
+    """The folder's ref_kernel stands in for a submission (bench --baseline, diff --incumbent reference) only
+    where eval.py calls custom_kernel."""
+    if prob.entry_points != [ENTRY_POINT]:
+        raise PopkitError(f"{prob.name}'s eval.py calls {', '.join(prob.entry_points)}, not {ENTRY_POINT}, so the "
+                          "folder's reference.ref_kernel cannot stand in for a submission: nothing to time it "
+                          "against but a file of your own (diff --incumbent FILE)")
 
 
 def resolve_backend(prob: Problem, harness: str | None, mode: str) -> str:
@@ -474,6 +483,8 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
     fresh_baseline; only the rest are timed."""
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench", log_path)
     _refuse_cpu_timing(prob, backend, device, custom, "bench")
+    if baseline and backend == "official":
+        require_reference_kernel(prob)
     notes = [] if device.startswith("cuda") else ["no GPU: CPU timings say nothing about GPU speed"]
     specs, more = select_specs(prob, "ranked_benchmarks", custom, 0, device, False, backend)
     name = (official.BASELINE_NAME if backend == "official" else prob.native.BASELINE_NAME) if baseline else None
@@ -548,6 +559,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:
+        require_reference_kernel(load_problem(problem))
         with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
                         log_path, "official" if harness is None else harness)

@@ -8,6 +8,7 @@ copies the competition's code into the project: it records the facts of task.yml
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -16,7 +17,7 @@ from pathlib import Path
 
 import yaml
 
-from checks.problems import Problem, ProblemError
+from checks.problems import ENTRY_POINT, Problem, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths on this machine
@@ -25,6 +26,7 @@ SUBMISSION_SOURCE = "@SUBMISSION@"
 DEFAULT_TIMEOUT_S = 180
 DEFAULT_RANKING = "last"          # the runner's rule for a task.yml without ranking_by
 NAME_COMMENT = re.compile(r"^#\s*name:\s*(\S+)", re.MULTILINE)
+TEMPLATE_NAMES = ("submission.py", "template.py")   # a folder's own template, where task.yml names none
 
 
 @dataclass(frozen=True)
@@ -42,6 +44,23 @@ class TaskFolder:
     @property
     def main(self) -> str:
         return str((self.task.get("config") or {}).get("main", "eval.py"))
+
+    @property
+    def entry_points(self) -> list[str]:
+        """What eval.py calls in a submission: custom_kernel, unless the folder's Python template defines no
+        custom_kernel but other public functions (princeton's cross_entropy_forward and _backward). A template
+        that is missing or not Python (helion's has `def kernel(...) -> ...`) leaves custom_kernel."""
+        templates = self.task.get("templates")
+        named = templates.get("Python") if isinstance(templates, dict) else None
+        for template in [self.path / str(named)] if named else [self.path / name for name in TEMPLATE_NAMES]:
+            try:
+                tree = ast.parse(template.read_bytes())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            functions = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and not node.name.startswith("_")]
+            return functions if functions and ENTRY_POINT not in functions else [ENTRY_POINT]
+        return [ENTRY_POINT]
 
     def timeouts_s(self) -> dict:
         return {key: int(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))

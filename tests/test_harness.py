@@ -20,7 +20,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from checks import harness, problem_add, problems, runner, task_folder
+import build
+from checks import harness, preflight, problem_add, problems, runner, task_folder
 from checks.problems import ProblemError
 from popcorn.cli import main
 from popcorn.evidence import logs
@@ -324,6 +325,62 @@ def test_a_multi_gpu_task_gets_the_runners_gpu_count_and_too_few_gpus_are_refuse
         runner.check("addone", good, device="cpu", log_path=None)
 
 
+PAIR = "def forward(data):\n    return [x + 1 for x in data]\n\n\ndef backward(data):\n    return data\n"
+
+
+def test_a_task_whose_eval_calls_other_functions_is_scaffolded_checked_and_preflighted_by_them(toy, tmp_path,
+                                                                                               monkeypatch):
+    # princeton/cross_entropy_py: eval.py calls cross_entropy_forward and _backward (the functions of its template,
+    # submission.py), and reference.py has no ref_kernel. The scaffold imported ref_kernel, so the first build
+    # failed at import on every case, and the preflight refused every file without custom_kernel.
+    write(toy / "submission.py", PAIR + "\n\ndef _shared(data):\n    return data\n")
+    write(toy / "reference.py", (toy / "reference.py").read_text().replace("def ref_kernel", "def reference_forward"))
+    evaluator = toy.parent / "eval.py"
+    write(evaluator, evaluator.read_text().replace("from submission import custom_kernel",
+                                                   "from submission import backward, forward as custom_kernel"))
+    added_cli = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)])
+    assert added_cli.exit_code == 0, added_cli.output
+    assert "note: its eval.py calls forward, backward, not custom_kernel" in added_cli.output
+    prob = problems.load_problem("addone")
+    assert prob.entry_points == ["forward", "backward"]
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    scaffolded = build.build("addone", tmp_path / "scaffolded.py")
+    assert scaffolded.preflight.ok, scaffolded.preflight.errors
+    outcome = runner.check("addone", tmp_path / "scaffolded.py", device="cpu", log_path=None)
+    assert not outcome.passed and "forward is not written yet" in outcome.record["cases"][0]["error"]
+
+    header = "#!POPCORN leaderboard addone_v1\n#!POPCORN gpu CPU\n"
+    mine = write(tmp_path / "mine.py", header + PAIR)
+    assert preflight.preflight_file(mine, kernelguard=False).ok
+    assert runner.check("addone", mine, device="cpu", log_path=None).passed
+    usual = preflight.preflight_file(write(tmp_path / "usual.py", header + GOOD), kernelguard=False)
+    assert usual.errors == ["usual.py: defines no forward, backward at its top level (the grader runs "
+                            "`from submission import forward, backward`)"]
+    refusal = ("addone's eval.py calls forward, backward, not custom_kernel, so the folder's reference.ref_kernel "
+               "cannot stand in for a submission")
+    with pytest.raises(runner.PopkitError, match=re.escape(refusal)):
+        runner.bench("addone", mine, baseline=True, device="cpu", log_path=None)
+    with pytest.raises(runner.PopkitError, match=re.escape(refusal)):
+        runner.diff("addone", mine, "reference", device="cpu", log_path=None)
+
+
+@pytest.mark.parametrize("path, template, called", [
+    (None, None, ["custom_kernel"]),
+    ("submission.py", "def custom_kernel(data):\n    return data\n\n\ndef quantize(x):\n    return x\n",
+     ["custom_kernel"]),                                                                       # mixed-mla's helpers
+    ("../template.py", "def kernel(...) -> ...:\n    ...\n", ["custom_kernel"]),             # helion's, not Python
+    ("../template.py", PAIR, ["forward", "backward"]),
+    ("template.py", PAIR, ["forward", "backward"]),
+])
+def test_the_functions_eval_calls_come_from_the_folders_template(toy, path, template, called):
+    if path is not None:
+        write(toy / path, template)
+    if path == "../template.py":         # a template outside the folder is found only where task.yml names it
+        write(toy / "task.yml", (toy / "task.yml").read_text() + f"templates:\n  Python: {path!r}\n")
+    assert task_folder.read_task_folder(toy).entry_points == called
+
+
 def test_a_task_without_ranking_by_is_ranked_and_timed_by_its_last_benchmark(toy, tmp_path):
     # The pmpp folders name no ranking_by; the runner then ranks by the last benchmark and gives eval.py only
     # that case, in benchmark mode too. The record said geom, and bench and diff timed every case.
@@ -476,6 +533,7 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
     ("harness: {folder: 5}\n", "harness: folder must be a path, not 5"),
     ("gpus: {B200: 1}\n", "gpus must be a list of GPU names, not {'B200': 1}"),
     ("multi_gpu: 'yes'\n", "multi_gpu must be true or false, not 'yes'"),
+    ("entry_points: [custom-kernel]\n", "entry_points must be a list of function names, not ['custom-kernel']"),
     ("tests: [{size: 'a b'}]\n", "case spec {'size': 'a b'}: size = 'a b' is not a number, a word or a list"),
 ])
 def test_problem_show_and_list_name_an_odd_record_in_one_line(toy, change, why):
