@@ -25,7 +25,6 @@ VENDOR_ROOT = PROJECT_ROOT / "vendor" / "reference-kernels"  # a conventional, g
 SUBMISSION_SOURCE = "@SUBMISSION@"
 DEFAULT_TIMEOUT_S = 180
 DEFAULT_RANKING = "last"          # the runner's rule for a task.yml without ranking_by
-NAME_COMMENT = re.compile(r"^#\s*name:\s*(\S+)", re.MULTILINE)
 TEMPLATE_NAMES = ("submission.py", "template.py")   # a folder's own template, where task.yml names none
 
 
@@ -33,7 +32,7 @@ TEMPLATE_NAMES = ("submission.py", "template.py")   # a folder's own template, w
 class TaskFolder:
     path: Path
     task: dict                  # task.yml as read
-    leaderboard: str            # from the collection's index (problems/*.yaml), else task.yml's '# name:'
+    leaderboard: str | None     # from the collection's index (problems/*.yaml); None where none names the folder
     gpus: list[str]
     relative: str | None        # the folder's path relative to its reference-kernels root, when it has one
 
@@ -77,8 +76,7 @@ def read_task_folder(path: Path | str) -> TaskFolder:
         raise ProblemError(f"{path}: not a problem folder (no task.yml; expected a reference-kernels "
                            "folder such as problems/linalg/cholesky_py)")
     try:
-        text = task_yml.read_text(encoding="utf-8")
-        task = yaml.safe_load(text)
+        task = yaml.safe_load(task_yml.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ProblemError(f"{task_yml}: unreadable ({str(exc).splitlines()[0]})") from None
     if not isinstance(task, dict):
@@ -86,13 +84,11 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     _validate(task, path, task_yml)
     path = path.resolve()
     root = reference_root(path)
+    # No guess from task.yml's '# name:' comment or the folder's name: they name the board in few folders
+    # ('3_moe' is amd-mixture-of-experts, '"identity"' amd-identity, 'single node all2all' amd-all2all).
     board, gpus = collection_entry(path, root)
-    if board is None:
-        named = NAME_COMMENT.search(text)
-        board = named.group(1) if named else None
     gpus = gpus or [str(g) for g in task.get("gpus") or []] or ["B200"]
-    return TaskFolder(path, task, board or path.name, gpus,
-                      path.relative_to(root).as_posix() if root else None)
+    return TaskFolder(path, task, board, gpus, path.relative_to(root).as_posix() if root else None)
 
 
 def _validate(task: dict, path: Path, task_yml: Path) -> None:

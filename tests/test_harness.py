@@ -132,6 +132,22 @@ def test_add_rejects_a_leaderboard_no_submission_could_name_and_writes_nothing(t
     assert not (tmp_path / ".popkit").exists()
 
 
+@pytest.mark.parametrize("comment", ['# name: "identity"\n', "# name: single node all2all\n", ""])
+def test_a_folder_no_index_names_needs_its_leaderboard_given(toy, tmp_path, comment):
+    # A folder outside a reference-kernels clone (or missing from its index) was recorded for the board its
+    # task.yml's '# name:' comment or its folder named: '"identity"' with the quotes, 'single' (of 'single node
+    # all2all'), 'addone_py'. Those comments name the real board in 5 of the 31 folders that have one.
+    alone = tmp_path / "alone" / "addone_py"
+    shutil.copytree(toy, alone)
+    shutil.copy(toy.parent / "eval.py", alone.parent / "eval.py")
+    write(alone / "task.yml", comment + (alone / "task.yml").read_text().split("\n", 1)[1])
+    with pytest.raises(ProblemError, match=r"no collection index \(problems/\*\.yaml\) names the leaderboard of "
+                                           r".*: pass --leaderboard NAME") as info:
+        problem_add.add_problem("addone", alone)
+    assert "\n" not in str(info.value) and not (tmp_path / "cases").exists()
+    assert problem_add.add_problem("addone", alone, leaderboard="amd-identity").leaderboard == "amd-identity"
+
+
 def test_a_record_with_a_leaderboard_no_submission_could_name_is_refused(toy):
     problem_add.add_problem("addone", toy)
     path = problems.record_path("addone")
