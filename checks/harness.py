@@ -3,9 +3,10 @@
 For each run: a fresh folder assembled from task.yml's `files` (checks/task_folder.py), the pre-run
 `python submission.py` (120 s, so a compile at import is cached; it also reports the GPU and torch it
 saw), then `python eval.py MODE cases.txt` in a new process with POPCORN_FD (and POPCORN_SEED when
-given) under the task's timeout for that mode. What eval.py writes to the pipe (docs/problems.md: the
-`key: value` protocol) becomes popkit's per-case results: status and message per test; runs, mean,
-err, best, worst per benchmark (ns per call in the protocol, us in popkit's records).
+given, POPCORN_GPUS for a multi-GPU task) under the task's timeout for that mode. What eval.py writes to
+the pipe (docs/problems.md: the `key: value` protocol) becomes popkit's per-case results: status and
+message per test; runs, mean, err, best, worst per benchmark (ns per call in the protocol, us in popkit's
+records).
 """
 from __future__ import annotations
 
@@ -130,6 +131,8 @@ def run_eval(problem: Problem, submission: Path, mode: str, specs: list[dict], d
     env.pop("POPCORN_SEED", None)
     if device == "cpu":
         env["CUDA_VISIBLE_DEVICES"] = ""
+    if problem.multi_gpu:
+        env["POPCORN_GPUS"] = str(gpus_for(problem, specs, device))
     with tempfile.TemporaryDirectory(prefix=f"popkit-{problem.name}-") as tmp:
         workdir = Path(tmp)
         task_folder.assemble_run_folder(problem.harness["files"], folder, Path(submission), workdir)
@@ -142,6 +145,26 @@ def run_eval(problem: Problem, submission: Path, mode: str, specs: list[dict], d
         lines, exit_code, stderr = _run_main(workdir, problem.harness.get("main", "eval.py"), mode, timeout_s,
                                              run_env, progress)
     return EvalRun(mode, specs, lines, exit_code, stderr, timeout_s, prerun_error, info, seed)
+
+
+def visible_gpus(device: str) -> int:
+    """The GPUs torch sees here (none for --device cpu, whose runs hide them)."""
+    if device == "cpu":
+        return 0
+    import torch
+    return torch.cuda.device_count()
+
+
+def gpus_for(problem: Problem, specs: list[dict], device: str) -> int:
+    """A multi-GPU task's POPCORN_GPUS, as the runner sets it: the GPUs visible here, the size of eval.py's pool
+    of rank processes. Fewer than a case's world_size would leave its ranks waiting for each other until the
+    timeout, so that is refused before anything runs."""
+    gpus = visible_gpus(device)
+    ranks = max((s["world_size"] for s in specs if isinstance(s.get("world_size"), int)), default=1)
+    if ranks > gpus:
+        raise ProblemError(f"{problem.name} runs each case on world_size GPUs: its cases need {ranks} and {gpus} "
+                           "are visible here, so nothing ran; run it on a host with that many")
+    return gpus
 
 
 def prerun(workdir: Path, env: dict) -> tuple[str | None, dict]:

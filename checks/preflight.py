@@ -2,10 +2,11 @@
 
 Rules (../shared/docs/platform-rules.md): no 'stream' in any case, 1..1,000,000
 bytes, UTF-8, an accepted file suffix, the #!POPCORN directives in the leading
-comment block; a .py file must compile and define custom_kernel (else the grader
-fails at import, after the upload); and KernelGuard (PyPI 'kernelguard'), whose
-'should_filter' verdict the server would mark as hacked. Without kernelguard
-installed the other rules still run and the report says KernelGuard was skipped.
+comment block; a .py file must compile and define custom_kernel, or the functions
+its board's record names (else the grader fails at import, after the upload); and
+KernelGuard (PyPI 'kernelguard'), whose 'should_filter' verdict the server would
+mark as hacked. Without kernelguard installed the other rules still run and the
+report says KernelGuard was skipped.
 """
 from __future__ import annotations
 
@@ -19,11 +20,12 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checks.problems import ENTRY_POINT, entry_points_of
+
 MAX_BYTES = 1_000_000
 PYTHON_SUFFIX = ".py"
 SUFFIXES = (PYTHON_SUFFIX, ".cu", ".cuh", ".cpp")
 BANNED = re.compile(b"stream", re.IGNORECASE)
-ENTRY_POINT = "custom_kernel"
 DIRECTIVE = re.compile(r"^\s*(?:#|//)!POPCORN\s+(\w+)\s+(\S+)")
 
 
@@ -91,12 +93,14 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -
     except UnicodeDecodeError as exc:
         report.errors.append(f"{name}: not UTF-8 (byte {exc.start})")
         return report
+    report.directives = leading_directives(text)
     if is_python_name(name):
         tree = check_syntax(report, text, name)
-        if tree is not None and not defines(tree, ENTRY_POINT):
-            report.errors.append(f"{name}: defines no {ENTRY_POINT} at its top level (the grader runs "
-                                 f"`from submission import {ENTRY_POINT}`)")
-    report.directives = leading_directives(text)
+        called = entry_points_of(report.directives.get("leaderboard"))
+        missing = [entry for entry in called if tree is not None and not defines(tree, entry)]
+        if missing:
+            report.errors.append(f"{name}: defines no {', '.join(missing)} at its top level (the grader runs "
+                                 f"`from submission import {', '.join(called)}`)")
     for key in ("leaderboard", "gpu"):
         if key not in report.directives:
             report.errors.append(f"{name}: missing '#!POPCORN {key} ...' in the leading comment block")

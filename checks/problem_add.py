@@ -1,8 +1,9 @@
 """`popkit problem add NAME --from DIR`: record a competition problem and scaffold its parts.
 
 Writes checks/cases/NAME.yml from DIR/task.yml (case lists, leaderboard, GPUs, timeouts, ranking, the
-runner's files list) and, where missing, parts/NAME/ with a route whose custom_kernel calls the folder's
-own reference (correct from the first build; the user replaces it). The folder's path on this machine
+runner's files list, the functions eval.py calls) and, where missing, parts/NAME/ with a route whose
+custom_kernel calls the folder's own reference (correct from the first build; the user replaces it), or
+stubs for a task whose eval.py calls other functions. The folder's path on this machine
 goes to .popkit/harness.yml, outside git. Everything is validated and rendered before the first write,
 and a failed write removes what this call created, so nothing is left half-written.
 """
@@ -19,7 +20,8 @@ from popcorn.evidence.files import write_atomic
 from checks.problems import ProblemError
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
-TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "timeouts_s", "ranking", "harness", "tests", "benchmarks")
+TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "multi_gpu", "entry_points", "timeouts_s", "ranking",
+             "harness", "tests", "benchmarks")
 
 ROUTE_TEMPLATE = '''"""{name} routes: which algorithm runs a case.
 
@@ -32,6 +34,17 @@ from reference import ref_kernel as _reference
 
 def custom_kernel(data):
     return _reference(data)
+'''
+STUB_ROUTE_TEMPLATE = '''"""{name} routes: the functions the folder's eval.py calls ({entry_list}).
+
+The folder's reference has no ref_kernel to start from, so each one fails until you write it (the
+folder's template shows its arguments); put a torch model of each route in model.py.
+"""
+'''
+STUB = '''
+
+def {entry}(*args):
+    raise NotImplementedError("{entry} is not written yet: parts/{name}/route.py")
 '''
 MODEL_TEMPLATE = '''"""{name}: torch models of the routes (the executable specification CPU tests check).
 
@@ -56,6 +69,7 @@ class AddResult:
     leaderboard: str
     tests: int
     benchmarks: int
+    entry_points: list[str]
     created: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)
     replaced: bool = False
@@ -67,8 +81,10 @@ def record_for(folder: task_folder.TaskFolder, leaderboard: str | None) -> dict:
         "leaderboard": folder.leaderboard if leaderboard is None else leaderboard,
         "gpu_on_leaderboard": folder.gpus[0],
         "gpus": folder.gpus,
+        "multi_gpu": folder.task.get("multi_gpu") is True,
+        "entry_points": folder.entry_points,
         "timeouts_s": folder.timeouts_s(),
-        "ranking": str(folder.task.get("ranking_by", "geom")),
+        "ranking": str(folder.task.get("ranking_by", task_folder.DEFAULT_RANKING)),
         "harness": {"folder": folder.relative, "main": folder.main, "files": folder.files},
         "tests": [dict(case) for case in folder.task["tests"]],
         "benchmarks": [dict(case) for case in folder.task["benchmarks"]],
@@ -100,13 +116,18 @@ def _flow(case: dict) -> str:
     return yaml.safe_dump(case, default_flow_style=True, sort_keys=False, width=10_000).strip()
 
 
-def scaffold_files(name: str, leaderboard: str, source: str, parts_dir: Path | None = None) -> dict[Path, str]:
+def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[str],
+                   parts_dir: Path | None = None) -> dict[Path, str]:
+    """parts/NAME/: a route that calls the folder's reference.ref_kernel, or stubs where eval.py calls other
+    functions than custom_kernel (the reference then has nothing to stand in for them)."""
     folder = (parts_dir or PARTS_DIR) / name
-    values = {"name": name, "leaderboard": leaderboard, "source": source}
+    values = {"name": name, "leaderboard": leaderboard, "source": source, "entry_list": ", ".join(entry_points)}
+    route = (ROUTE_TEMPLATE.format(**values) if entry_points == [problems.ENTRY_POINT] else
+             STUB_ROUTE_TEMPLATE.format(**values) + "".join(STUB.format(entry=e, **values) for e in entry_points))
     return {folder / "__init__.py": "",
             folder / "manifest.yml": MANIFEST_TEMPLATE.format(**values),
             folder / "model.py": MODEL_TEMPLATE.format(**values),
-            folder / "route.py": ROUTE_TEMPLATE.format(**values)}
+            folder / "route.py": route}
 
 
 def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None,
@@ -121,6 +142,10 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
     if exists and not force:
         raise ProblemError(f"problem {name!r} exists ({record_path}); pass --force to refresh its record "
                            "from the folder (its parts are kept)")
+    if leaderboard is None and folder.leaderboard is None:
+        raise ProblemError(f"problem {name}: no collection index (problems/*.yaml) names the leaderboard of "
+                           f"{folder.path}: pass --leaderboard NAME (as `popkit leaderboards` lists it); "
+                           "nothing was added")
     record = record_for(folder, leaderboard)
     board_error = problems.leaderboard_error(record["leaderboard"])
     if board_error:
@@ -131,10 +156,11 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
             problems.generic_spec(case)
     previous = record_path.read_text(encoding="utf-8") if exists else None
     text = render_record(name, record, previous, record_path)
-    scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), parts_dir)
+    scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"],
+                              parts_dir)
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
-                       kept=sorted(p for p in scaffold if p.exists()), replaced=exists)
+                       record["entry_points"], kept=sorted(p for p in scaffold if p.exists()), replaced=exists)
     try:
         for path, body in planned.items():
             write_atomic(path, body)

@@ -24,6 +24,7 @@ NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")    # a file name: at most 6
 SPEC_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INTEGER = r"[+-]?[0-9]+"
 INTEGER_LIST = re.compile(rf"\[\s*{INTEGER}(\s*,\s*{INTEGER})*\s*\]")
+ENTRY_POINT = "custom_kernel"     # what the grader calls in a submission, unless the task's template says otherwise
 
 
 class ProblemError(ValueError):
@@ -42,6 +43,14 @@ class Problem:
     gpus: list[str] = field(default_factory=list)
     ranking: str = ""
     harness: dict = field(default_factory=dict)       # folder, main, files (from task.yml)
+    multi_gpu: bool = False                           # eval.py runs each case on world_size GPUs
+    entry_points: list[str] = field(default_factory=lambda: [ENTRY_POINT])   # what eval.py calls in a submission
+
+    @property
+    def ranked_benchmarks(self) -> list[dict]:
+        """The benchmark cases the leaderboard times: all, or only the last for a task ranked by its last
+        case (the runner then gives eval.py that one line, in benchmark mode too)."""
+        return self.benchmarks[-1:] if self.ranking == "last" else self.benchmarks
 
     @property
     def native(self):
@@ -94,7 +103,9 @@ def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
         raise ProblemError(f"{path}: {board_error}")
     problem = Problem(name=name, leaderboard=str(raw.get("leaderboard", name)), gpu=gpus[0], gpus=gpus,
                       gates=raw.get("gates") or {}, timeouts_s=raw.get("timeouts_s") or {},
-                      ranking=str(raw.get("ranking") or ""), harness=raw.get("harness") or {})
+                      ranking=str(raw.get("ranking") or ""), harness=raw.get("harness") or {},
+                      multi_gpu=raw.get("multi_gpu") is True,
+                      entry_points=raw.get("entry_points") or [ENTRY_POINT])
     try:
         tests = [normalize(problem, s) for s in raw["tests"]]
         benchmarks = [normalize(problem, s) for s in raw["benchmarks"]]
@@ -105,12 +116,16 @@ def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
 
 def record_shape_problem(raw: dict) -> str | None:
     """What in a record's facts is not of the kind the verbs read (None when all are): gpus a name or a list
-    of names, timeouts_s and gates mappings (timeouts in seconds), harness a mapping with a folder, a main
-    and a list of files {name, source}."""
+    of names, multi_gpu true or false, entry_points a list of function names, timeouts_s and gates mappings
+    (timeouts in seconds), harness a mapping with a folder, a main and a list of files {name, source}."""
     gpus = raw.get("gpus")
     if gpus is not None and not isinstance(gpus, str) and not (
             isinstance(gpus, list) and all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
         return f"gpus must be a list of GPU names, not {gpus!r}"
+    if not isinstance(raw.get("multi_gpu", False), bool):
+        return f"multi_gpu must be true or false, not {raw['multi_gpu']!r}"
+    if not _is_name_list(raw.get("entry_points", [ENTRY_POINT])):
+        return f"entry_points must be a list of function names, not {raw['entry_points']!r}"
     for key in ("timeouts_s", "gates", "harness"):
         if raw.get(key) is not None and not isinstance(raw[key], dict):
             return f"{key} must be a mapping, not {raw[key]!r}"
@@ -126,6 +141,23 @@ def record_shape_problem(raw: dict) -> str | None:
             isinstance(f, dict) and isinstance(f.get("name"), str) and isinstance(f.get("source"), str) for f in files)):
         return "harness: files must be a list of {name, source} entries"
     return None
+
+
+def _is_name_list(value) -> bool:
+    return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.isidentifier() for v in value)
+
+
+def entry_points_of(board: str | None, cases_dir: Path | None = None) -> list[str]:
+    """What a file for leaderboard BOARD must define: the entry points of the record that names the board,
+    else custom_kernel. Records are read as plain YAML (an unreadable one is skipped: the verbs name it)."""
+    for path in sorted((cases_dir or CASES_DIR).glob("*.yml")):
+        try:
+            raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            continue
+        if isinstance(raw, dict) and raw.get("leaderboard") == board and _is_name_list(raw.get("entry_points")):
+            return raw["entry_points"]
+    return [ENTRY_POINT]
 
 
 def normalize(problem: Problem | str, spec: dict) -> dict:

@@ -25,7 +25,7 @@ from typing import Callable
 from checks import harness as official
 from checks import baselines, timing, verdicts, worker
 from checks.preflight import leading_directives
-from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
+from checks.problems import ENTRY_POINT, Problem, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import Interrupted, PopkitError
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
@@ -75,6 +75,15 @@ def require_device_for(prob: Problem, device: str) -> None:
                           "nothing ran on the CPU; run it on a GPU host")
 
 
+def require_reference_kernel(prob: Problem) -> None:
+    """The folder's ref_kernel stands in for a submission (bench --baseline, diff --incumbent reference) only
+    where eval.py calls custom_kernel."""
+    if prob.entry_points != [ENTRY_POINT]:
+        raise PopkitError(f"{prob.name}'s eval.py calls {', '.join(prob.entry_points)}, not {ENTRY_POINT}, so the "
+                          "folder's reference.ref_kernel cannot stand in for a submission: nothing to time it "
+                          "against but a file of your own (diff --incumbent FILE)")
+
+
 def resolve_backend(prob: Problem, harness: str | None, mode: str) -> str:
     if harness is None:
         return "native" if prob.native is not None else "official"
@@ -90,17 +99,20 @@ def resolve_backend(prob: Problem, harness: str | None, mode: str) -> str:
 
 def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int = 0, device: str = "cuda",
                  robust: bool = False, backend: str = "native") -> tuple[list[dict], list[str]]:
-    """The cases to run: official tests or benchmarks (or custom specs), plus the robustness suite when
-    asked; for the native backend also K extra seeds each and the CPU size limit."""
+    """The cases to run: official tests or the benchmarks the leaderboard times (or custom specs), plus the
+    robustness suite when asked; for the native backend also K extra seeds each and the CPU size limit."""
     if seeds < 0:
         raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
     specs = [checked_spec(prob, text) for text in custom] if custom else list(getattr(prob, which))
+    notes = []
+    if which == "ranked_benchmarks" and not custom and len(specs) < len(prob.benchmarks):
+        notes.append(f"{prob.name} is ranked by its last benchmark case only (ranking: last): the leaderboard "
+                     "times that case alone, and so does this run (--case SPEC times others)")
     if robust:
         if prob.native is None:
             raise PopkitError(f"--robust needs a native checker (checks/native/{prob.name}.py); "
                               f"{prob.name} is a harness problem")
         specs += [normalize(prob, s) for s in prob.native.robustness_specs()]
-    notes = []
     if backend != "official" and device == "cpu":
         small = [s for s in specs if s.get("batch", 1) * s.get("n", 1) ** 3 <= CPU_WORK_LIMIT]
         if len(small) < len(specs):
@@ -471,8 +483,10 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
     fresh_baseline; only the rest are timed."""
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench", log_path)
     _refuse_cpu_timing(prob, backend, device, custom, "bench")
+    if baseline and backend == "official":
+        require_reference_kernel(prob)
     notes = [] if device.startswith("cuda") else ["no GPU: CPU timings say nothing about GPU speed"]
-    specs, more = select_specs(prob, "benchmarks", custom, 0, device, False, backend)
+    specs, more = select_specs(prob, "ranked_benchmarks", custom, 0, device, False, backend)
     name = (official.BASELINE_NAME if backend == "official" else prob.native.BASELINE_NAME) if baseline else None
     logged = baselines.logged(_baseline_logs(log_path), prob.name, name) if baseline and not fresh_baseline else []
     if backend == "official":
@@ -545,13 +559,14 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:
+        require_reference_kernel(load_problem(problem))
         with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
                         log_path, "official" if harness is None else harness)
     submissions = {"candidate": submission, "incumbent": incumbent}
     prob, device, backend = _start(problem, submissions, device, harness, "diff", log_path)
     _refuse_cpu_timing(prob, backend, device, custom, "diff")
-    specs, notes = select_specs(prob, "benchmarks", custom, 0, device, False, backend)
+    specs, notes = select_specs(prob, "ranked_benchmarks", custom, 0, device, False, backend)
     if backend == "official":
         results, runs = _official_diff(prob, submissions, specs, device, rounds, progress)
         outcome = make_outcome("diff", prob, submissions, results, runs[0].env, device, backend,

@@ -8,6 +8,7 @@ copies the competition's code into the project: it records the facts of task.yml
 """
 from __future__ import annotations
 
+import ast
 import os
 import re
 import shutil
@@ -16,21 +17,22 @@ from pathlib import Path
 
 import yaml
 
-from checks.problems import Problem, ProblemError
+from checks.problems import ENTRY_POINT, Problem, ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths on this machine
 VENDOR_ROOT = PROJECT_ROOT / "vendor" / "reference-kernels"  # a conventional, git-ignored clone
 SUBMISSION_SOURCE = "@SUBMISSION@"
 DEFAULT_TIMEOUT_S = 180
-NAME_COMMENT = re.compile(r"^#\s*name:\s*(\S+)", re.MULTILINE)
+DEFAULT_RANKING = "last"          # the runner's rule for a task.yml without ranking_by
+TEMPLATE_NAMES = ("submission.py", "template.py")   # a folder's own template, where task.yml names none
 
 
 @dataclass(frozen=True)
 class TaskFolder:
     path: Path
     task: dict                  # task.yml as read
-    leaderboard: str            # from the collection's index (problems/*.yaml), else task.yml's '# name:'
+    leaderboard: str | None     # from the collection's index (problems/*.yaml); None where none names the folder
     gpus: list[str]
     relative: str | None        # the folder's path relative to its reference-kernels root, when it has one
 
@@ -41,6 +43,23 @@ class TaskFolder:
     @property
     def main(self) -> str:
         return str((self.task.get("config") or {}).get("main", "eval.py"))
+
+    @property
+    def entry_points(self) -> list[str]:
+        """What eval.py calls in a submission: custom_kernel, unless the folder's Python template defines no
+        custom_kernel but other public functions (princeton's cross_entropy_forward and _backward). A template
+        that is missing or not Python (helion's has `def kernel(...) -> ...`) leaves custom_kernel."""
+        templates = self.task.get("templates")
+        named = templates.get("Python") if isinstance(templates, dict) else None
+        for template in [self.path / str(named)] if named else [self.path / name for name in TEMPLATE_NAMES]:
+            try:
+                tree = ast.parse(template.read_bytes())
+            except (OSError, SyntaxError, ValueError):
+                continue
+            functions = [node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+                         and not node.name.startswith("_")]
+            return functions if functions and ENTRY_POINT not in functions else [ENTRY_POINT]
+        return [ENTRY_POINT]
 
     def timeouts_s(self) -> dict:
         return {key: int(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))
@@ -57,8 +76,7 @@ def read_task_folder(path: Path | str) -> TaskFolder:
         raise ProblemError(f"{path}: not a problem folder (no task.yml; expected a reference-kernels "
                            "folder such as problems/linalg/cholesky_py)")
     try:
-        text = task_yml.read_text(encoding="utf-8")
-        task = yaml.safe_load(text)
+        task = yaml.safe_load(task_yml.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
         raise ProblemError(f"{task_yml}: unreadable ({str(exc).splitlines()[0]})") from None
     if not isinstance(task, dict):
@@ -66,13 +84,11 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     _validate(task, path, task_yml)
     path = path.resolve()
     root = reference_root(path)
+    # No guess from task.yml's '# name:' comment or the folder's name: they name the board in few folders
+    # ('3_moe' is amd-mixture-of-experts, '"identity"' amd-identity, 'single node all2all' amd-all2all).
     board, gpus = collection_entry(path, root)
-    if board is None:
-        named = NAME_COMMENT.search(text)
-        board = named.group(1) if named else None
     gpus = gpus or [str(g) for g in task.get("gpus") or []] or ["B200"]
-    return TaskFolder(path, task, board or path.name, gpus,
-                      path.relative_to(root).as_posix() if root else None)
+    return TaskFolder(path, task, board, gpus, path.relative_to(root).as_posix() if root else None)
 
 
 def _validate(task: dict, path: Path, task_yml: Path) -> None:

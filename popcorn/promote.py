@@ -6,9 +6,9 @@ logs/incumbents/archive/, and records in history.jsonl which runs justified
 it, so nothing earlier is lost.
 
 The evidence must be about the very file (its sha256), made on a GPU, over the
-problem's full official list: a passing diff of every benchmark case to replace
-an incumbent; a passing check of every test and a passing bench of every
-benchmark case for the first one. --force skips the evidence, never the
+problem's full official list: a passing diff of every benchmark case the
+leaderboard times (Problem.ranked_benchmarks) to replace an incumbent; a passing
+check of every test and a passing bench of those cases for the first one. --force skips the evidence, never the
 problem and leaderboard checks.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ from popcorn.errors import PopkitError
 from popcorn.evidence import logs
 
 INCUMBENTS = logs.ROOT / "logs" / "incumbents"
-FULL_LIST = {"check": "tests", "bench": "benchmarks", "diff": "benchmarks"}
+FULL_LIST = {"check": "tests", "bench": "ranked_benchmarks", "diff": "ranked_benchmarks"}
 
 
 def incumbent_path(problem: str, root: Path | None = None) -> Path:

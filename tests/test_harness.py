@@ -20,7 +20,8 @@ import pytest
 import yaml
 from click.testing import CliRunner
 
-from checks import harness, problem_add, problems, runner, task_folder
+import build
+from checks import harness, preflight, problem_add, problems, runner, task_folder
 from checks.problems import ProblemError
 from popcorn.cli import main
 from popcorn.evidence import logs
@@ -129,6 +130,22 @@ def test_add_rejects_a_leaderboard_no_submission_could_name_and_writes_nothing(t
     assert "\n" not in str(info.value)
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
     assert not (tmp_path / ".popkit").exists()
+
+
+@pytest.mark.parametrize("comment", ['# name: "identity"\n', "# name: single node all2all\n", ""])
+def test_a_folder_no_index_names_needs_its_leaderboard_given(toy, tmp_path, comment):
+    # A folder outside a reference-kernels clone (or missing from its index) was recorded for the board its
+    # task.yml's '# name:' comment or its folder named: '"identity"' with the quotes, 'single' (of 'single node
+    # all2all'), 'addone_py'. Those comments name the real board in 5 of the 31 folders that have one.
+    alone = tmp_path / "alone" / "addone_py"
+    shutil.copytree(toy, alone)
+    shutil.copy(toy.parent / "eval.py", alone.parent / "eval.py")
+    write(alone / "task.yml", comment + (alone / "task.yml").read_text().split("\n", 1)[1])
+    with pytest.raises(ProblemError, match=r"no collection index \(problems/\*\.yaml\) names the leaderboard of "
+                                           r".*: pass --leaderboard NAME") as info:
+        problem_add.add_problem("addone", alone)
+    assert "\n" not in str(info.value) and not (tmp_path / "cases").exists()
+    assert problem_add.add_problem("addone", alone, leaderboard="amd-identity").leaderboard == "amd-identity"
 
 
 def test_a_record_with_a_leaderboard_no_submission_could_name_is_refused(toy):
@@ -292,6 +309,112 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
     assert outcome.record["incumbent_geomean_us"] < outcome.record["geomean_us"]
 
 
+RANKS_EVAL = """import os, sys
+out = os.fdopen(int(os.environ["POPCORN_FD"]), "w")
+cases = open(sys.argv[2]).read().splitlines()
+print(f"test-count: {len(cases)}", file=out)
+for i, spec in enumerate(cases):
+    print(f"test.{i}.spec: {spec}", file=out)
+    print(f"test.{i}.status: pass", file=out)
+    print(f"test.{i}.message: a pool of {os.environ.get('POPCORN_GPUS', 1)}", file=out)
+print("check: pass", file=out)
+"""
+
+
+def test_a_multi_gpu_task_gets_the_runners_gpu_count_and_too_few_gpus_are_refused(toy, tmp_path, monkeypatch):
+    # amd_distributed (multi_gpu: true): eval.py starts a pool of POPCORN_GPUS processes for a case's world_size
+    # ranks. popkit dropped the flag and never set POPCORN_GPUS, so the pool had one process and the ranks
+    # waited for each other until the 640 s timeout.
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('{"size": 3, "seed": 11}', '{"size": 3, "seed": 11, "world_size": 4}')
+          + "multi_gpu: true\n")
+    write(toy.parent / "eval.py", RANKS_EVAL)
+    assert added(toy).multi_gpu
+    good = write(tmp_path / "s.py", GOOD)
+    monkeypatch.setattr(harness, "visible_gpus", lambda device: 4)
+    outcome = runner.check("addone", good, device="cpu", log_path=None)
+    assert outcome.passed and {c["message"] for c in outcome.record["cases"]} == {"a pool of 4"}
+    monkeypatch.setattr(harness, "visible_gpus", lambda device: 2)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    with pytest.raises(ProblemError, match="addone runs each case on world_size GPUs: its cases need 4 and 2 are "
+                                           "visible here, so nothing ran"):
+        runner.check("addone", good, device="cpu", log_path=None)
+
+
+PAIR = "def forward(data):\n    return [x + 1 for x in data]\n\n\ndef backward(data):\n    return data\n"
+
+
+def test_a_task_whose_eval_calls_other_functions_is_scaffolded_checked_and_preflighted_by_them(toy, tmp_path,
+                                                                                               monkeypatch):
+    # princeton/cross_entropy_py: eval.py calls cross_entropy_forward and _backward (the functions of its template,
+    # submission.py), and reference.py has no ref_kernel. The scaffold imported ref_kernel, so the first build
+    # failed at import on every case, and the preflight refused every file without custom_kernel.
+    write(toy / "submission.py", PAIR + "\n\ndef _shared(data):\n    return data\n")
+    write(toy / "reference.py", (toy / "reference.py").read_text().replace("def ref_kernel", "def reference_forward"))
+    evaluator = toy.parent / "eval.py"
+    write(evaluator, evaluator.read_text().replace("from submission import custom_kernel",
+                                                   "from submission import backward, forward as custom_kernel"))
+    added_cli = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)])
+    assert added_cli.exit_code == 0, added_cli.output
+    assert "note: its eval.py calls forward, backward, not custom_kernel" in added_cli.output
+    prob = problems.load_problem("addone")
+    assert prob.entry_points == ["forward", "backward"]
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    scaffolded = build.build("addone", tmp_path / "scaffolded.py")
+    assert scaffolded.preflight.ok, scaffolded.preflight.errors
+    outcome = runner.check("addone", tmp_path / "scaffolded.py", device="cpu", log_path=None)
+    assert not outcome.passed and "forward is not written yet" in outcome.record["cases"][0]["error"]
+
+    header = "#!POPCORN leaderboard addone_v1\n#!POPCORN gpu CPU\n"
+    mine = write(tmp_path / "mine.py", header + PAIR)
+    assert preflight.preflight_file(mine, kernelguard=False).ok
+    assert runner.check("addone", mine, device="cpu", log_path=None).passed
+    usual = preflight.preflight_file(write(tmp_path / "usual.py", header + GOOD), kernelguard=False)
+    assert usual.errors == ["usual.py: defines no forward, backward at its top level (the grader runs "
+                            "`from submission import forward, backward`)"]
+    refusal = ("addone's eval.py calls forward, backward, not custom_kernel, so the folder's reference.ref_kernel "
+               "cannot stand in for a submission")
+    with pytest.raises(runner.PopkitError, match=re.escape(refusal)):
+        runner.bench("addone", mine, baseline=True, device="cpu", log_path=None)
+    with pytest.raises(runner.PopkitError, match=re.escape(refusal)):
+        runner.diff("addone", mine, "reference", device="cpu", log_path=None)
+
+
+@pytest.mark.parametrize("path, template, called", [
+    (None, None, ["custom_kernel"]),
+    ("submission.py", "def custom_kernel(data):\n    return data\n\n\ndef quantize(x):\n    return x\n",
+     ["custom_kernel"]),                                                                       # mixed-mla's helpers
+    ("../template.py", "def kernel(...) -> ...:\n    ...\n", ["custom_kernel"]),             # helion's, not Python
+    ("../template.py", PAIR, ["forward", "backward"]),
+    ("template.py", PAIR, ["forward", "backward"]),
+])
+def test_the_functions_eval_calls_come_from_the_folders_template(toy, path, template, called):
+    if path is not None:
+        write(toy / path, template)
+    if path == "../template.py":         # a template outside the folder is found only where task.yml names it
+        write(toy / "task.yml", (toy / "task.yml").read_text() + f"templates:\n  Python: {path!r}\n")
+    assert task_folder.read_task_folder(toy).entry_points == called
+
+
+def test_a_task_without_ranking_by_is_ranked_and_timed_by_its_last_benchmark(toy, tmp_path):
+    # The pmpp folders name no ranking_by; the runner then ranks by the last benchmark and gives eval.py only
+    # that case, in benchmark mode too. The record said geom, and bench and diff timed every case.
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('ranking_by: "geom"\n', ""))
+    prob = added(toy)
+    assert prob.ranking == "last" and prob.ranked_benchmarks == [{"size": 1000, "seed": 22}]
+    good = write(tmp_path / "s.py", GOOD)
+    bench = runner.bench("addone", good, device="cpu", log_path=None)
+    diff = runner.diff("addone", good, good, rounds=3, device="cpu", log_path=None)
+    for outcome in (bench, diff):
+        assert [c["spec"] for c in outcome.record["cases"]] == prob.ranked_benchmarks
+        assert any("ranked by its last benchmark case only" in note for note in outcome.notes)
+    chosen = runner.bench("addone", good, custom=["size: 100; seed: 21"], device="cpu", log_path=None)
+    assert [c["spec"] for c in chosen.record["cases"]] == [{"size": 100, "seed": 21}]
+    assert not any("ranked by" in note for note in chosen.notes)
+
+
 def test_a_file_for_another_leaderboard_is_named_without_a_wrong_article(toy, tmp_path):
     # It said "is a addone_v1 submission" and "pass --incumbent a addone file".
     added(toy)
@@ -425,6 +548,8 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
     ("harness: eval.py\n", "harness must be a mapping, not 'eval.py'"),
     ("harness: {folder: 5}\n", "harness: folder must be a path, not 5"),
     ("gpus: {B200: 1}\n", "gpus must be a list of GPU names, not {'B200': 1}"),
+    ("multi_gpu: 'yes'\n", "multi_gpu must be true or false, not 'yes'"),
+    ("entry_points: [custom-kernel]\n", "entry_points must be a list of function names, not ['custom-kernel']"),
     ("tests: [{size: 'a b'}]\n", "case spec {'size': 'a b'}: size = 'a b' is not a number, a word or a list"),
 ])
 def test_problem_show_and_list_name_an_odd_record_in_one_line(toy, change, why):

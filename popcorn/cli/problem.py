@@ -30,7 +30,7 @@ def register(main):
     def add_cmd(name, source, force, leaderboard):
         """Record problem NAME from its folder and scaffold parts/NAME/ so `popkit build NAME` works at once."""
         from checks.problem_add import add_problem
-        from checks.problems import load_problem
+        from checks.problems import ENTRY_POINT, load_problem
         result = add_problem(name, source, force=force, leaderboard=leaderboard)
         verb = "refreshed" if result.replaced else "added"
         click.echo(f"{verb} {name}: leaderboard {result.leaderboard}, {result.tests} tests, "
@@ -39,6 +39,9 @@ def register(main):
             click.echo(f"  created {path}")
         for path in result.kept:
             click.echo(f"  kept {path}")
+        if result.entry_points != [ENTRY_POINT]:
+            click.echo(f"note: its eval.py calls {', '.join(result.entry_points)}, not {ENTRY_POINT}: a scaffolded "
+                       "route has a stub for each, which fails until you write it")
         kind = _kind(load_problem(name))
         click.echo(f"kind: {kind} ({'our gates' if kind == 'native' else 'the folder' + chr(39) + 's eval.py'}); "
                    f"next: popkit build {name} && popkit check {name}")

@@ -333,12 +333,13 @@ def _labels(specs: list[dict]) -> list[str]:
 
 
 def _official_lists(name: str) -> dict[str, list[dict]]:
-    """The problem's official tests and benchmarks; empty for a problem popkit does not know."""
+    """The problem's official tests and the benchmarks its leaderboard times; empty for a problem popkit
+    does not know."""
     try:
         prob = load_problem(name)
     except ProblemError:
         return {"tests": [], "benchmarks": []}
-    return {"tests": prob.tests, "benchmarks": prob.benchmarks}
+    return {"tests": prob.tests, "benchmarks": prob.ranked_benchmarks}
 
 
 def _cases(record: dict) -> list[dict]:
