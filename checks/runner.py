@@ -26,7 +26,7 @@ from checks import harness as official
 from checks import baselines, timing, verdicts, worker
 from checks.preflight import leading_directives
 from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
-from popcorn.errors import Interrupted, PopkitError
+from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
 from popcorn.evidence.tables import fmt_us, render_table
@@ -351,23 +351,6 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
-@contextlib.contextmanager
-def _deferred_interrupt():
-    """Ctrl-C during the block takes effect when it ends: a record is appended whole, and the caller knows
-    whether it was (main thread only, as above)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda *args: caught.append(args))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-    if caught:
-        raise KeyboardInterrupt
-
-
 def interrupted(mode: str, problem: str, log_path: Path | None, logged: bool = False) -> Interrupted:
     """The one line for Ctrl-C during MODE: what stopped, and whether its record reached the log."""
     if logged:
@@ -395,7 +378,7 @@ def _finish(outcome: RunOutcome, log_path: Path | None) -> RunOutcome:
     if log_path is not None:
         written = False
         try:
-            with _deferred_interrupt():
+            with deferred_interrupt():
                 logs.append_record(outcome.record, log_path)
                 written = True
         except KeyboardInterrupt:

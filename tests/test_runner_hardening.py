@@ -5,6 +5,8 @@ import dataclasses
 import multiprocessing
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -238,6 +240,42 @@ def test_ctrl_c_while_the_record_is_written_waits_for_it_and_says_it_is_logged(b
     (line,) = log.read_text().splitlines()
     assert '"mode": "check"' in line
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+# torch's C initialisation imports numpy and swallows a KeyboardInterrupt raised there (found by sending
+# SIGINT while `import torch` runs). This stand-in does the same, then hands over to the real torch.
+SWALLOWING_TORCH = """
+import importlib, os, signal, sys
+try:
+    os.kill(os.getpid(), signal.SIGINT)        # Ctrl-C while torch imports numpy ...
+    sum(range(1000))                           # (the handler runs between bytecodes)
+except KeyboardInterrupt:
+    pass                                       # ... which swallows it
+sys.path.remove(os.path.dirname(os.path.dirname(__file__)))
+del sys.modules["torch"]
+sys.modules["torch"] = importlib.import_module("torch")
+"""
+
+
+def popkit_process(tmp_path, *args, pythonpath=()):
+    """`python -m popcorn ARGS` in a new process from another folder, with PYTHONPATH's folders first."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, pythonpath), str(root)])}
+    return subprocess.run([sys.executable, "-m", "popcorn", *map(str, args)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_ctrl_c_while_torch_is_imported_stops_the_verb(built, tmp_path):
+    # The check ran on to PASS, exit 0, and logged its record, as if Ctrl-C had not been pressed.
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(SWALLOWING_TORCH)
+    log = tmp_path / "perf.jsonl"
+    done = popkit_process(tmp_path, "check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC,
+                          "--device", "cpu", "--log", log, pythonpath=[fake])
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stdout == "" and done.stderr.split() == ["interrupted"]
+    assert not log.exists()
 
 
 def test_ctrl_c_outside_a_run_is_exit_130_not_aborted(monkeypatch):

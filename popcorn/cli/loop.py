@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from popcorn.cli.failures import fail_cleanly
+from popcorn.cli.failures import fail_cleanly, loads_torch
 from popcorn.errors import PopkitError
 from popcorn.evidence import logs
 
@@ -73,6 +73,7 @@ def register(main):
     @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path),
                   help="only run the preflight on FILE (any file), build nothing")
     @fail_cleanly
+    @loads_torch
     def build_cmd(problem, output, check_file):
         """Build PROBLEM's parts into one submission file (and preflight it)."""
         import build as builder
@@ -120,6 +121,7 @@ def register(main):
     @harness_opt
     @log_opt
     @fail_cleanly
+    @loads_torch
     def check_cmd(problem, submission, seeds, robust, cases, device, harness, log_path):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
@@ -145,6 +147,7 @@ def register(main):
     @harness_opt
     @log_opt
     @fail_cleanly
+    @loads_torch
     def bench_cmd(problem, submission, baseline, fresh_baseline, cases, device, harness, log_path):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
@@ -171,6 +174,7 @@ def register(main):
     @harness_opt
     @log_opt
     @fail_cleanly
+    @loads_torch
     def diff_cmd(problem, submission, incumbent, rounds, cases, device, harness, log_path):
         """Candidate against incumbent, case by case; fails on any regression."""
         from checks import runner
@@ -200,6 +204,7 @@ def register(main):
     @click.option("--log", "log_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                   help="the evidence log to read  [default: logs/performance.jsonl]")
     @fail_cleanly
+    @loads_torch
     def promote_cmd(problem, submission, force, log_path):
         """Make the candidate the incumbent that `diff` compares against."""
         from popcorn.promote import promote
