@@ -278,6 +278,16 @@ def test_ctrl_c_while_torch_is_imported_stops_the_verb(built, tmp_path):
     assert not log.exists()
 
 
+def test_ctrl_c_while_the_verbs_load_is_exit_130_without_a_traceback(tmp_path):
+    # A KeyboardInterrupt traceback through click's import, exit 130 from Python itself.
+    fake = tmp_path / "fake"
+    (fake / "click").mkdir(parents=True)
+    (fake / "click" / "__init__.py").write_text("raise KeyboardInterrupt  # Ctrl-C while click loads\n")
+    done = popkit_process(tmp_path, "problem", "list", pythonpath=[fake])
+    assert done.returncode == 130, done.stderr
+    assert done.stdout == "" and done.stderr.split() == ["interrupted"]
+
+
 def test_ctrl_c_outside_a_run_is_exit_130_not_aborted(monkeypatch):
     import build as builder
 
