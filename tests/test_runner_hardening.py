@@ -134,6 +134,34 @@ def test_a_log_that_cannot_be_written_is_refused_before_the_run(built, tmp_path,
                                           f"(Not a directory): nothing was run"]
 
 
+def test_a_log_the_system_will_not_create_is_refused_before_the_run(built, tmp_path, monkeypatch):
+    # As root os.access says yes to any folder, also on a read-only mount or in /sys: every case ran, then
+    # the record was lost in one 'Permission denied' line.
+    log = tmp_path / "perf.jsonl"
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):
+        if str(path) == str(log) and flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(os, "open", refusing_open)
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", "cpu", "--log", log)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: {log}: the evidence log cannot be written "
+                                          f"(Permission denied): nothing was run"]
+    assert not log.exists()
+
+
+def test_a_log_that_is_writable_is_left_as_it_was_by_the_test_before_the_run(tmp_path):
+    from popcorn.evidence import logs
+    logs.require_appendable(tmp_path / "new.jsonl")
+    assert not (tmp_path / "new.jsonl").exists()
+    (tmp_path / "old.jsonl").write_text('{"time": "x"}\n')
+    logs.require_appendable(tmp_path / "old.jsonl")
+    assert (tmp_path / "old.jsonl").read_text() == '{"time": "x"}\n'
+
+
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])
 @pytest.mark.parametrize("name, content, why", [
     ("submission.py", None, "its name ends in .py"),
