@@ -45,6 +45,7 @@ class RunOutcome:
     passed: bool
     notes: list[str]
     logged: bool = False      # the record is in the log (set by _finish)
+    log_error: str | None = None   # why the record is not in the log, when appending it failed
 
 
 def default_device() -> str:
@@ -374,7 +375,8 @@ def interruptible(mode: str, problem: str, log_path: Path | None, outcome: list 
 
 
 def _finish(outcome: RunOutcome, log_path: Path | None) -> RunOutcome:
-    """Log the record (Ctrl-C waits for the one write, then says the record is there) and return the outcome."""
+    """Log the record (Ctrl-C waits for the one write, then says the record is there) and return the outcome;
+    a write that fails (a full disk) leaves the outcome to be shown, with log_error saying why it is not logged."""
     if log_path is not None:
         written = False
         try:
@@ -383,6 +385,10 @@ def _finish(outcome: RunOutcome, log_path: Path | None) -> RunOutcome:
                 written = True
         except KeyboardInterrupt:
             raise interrupted(outcome.record["mode"], outcome.record["problem"], log_path, written) from None
+        except OSError as exc:
+            outcome.log_error = (f"{log_path}: the record could not be appended ({exc.strerror or exc}): "
+                                 "the run above is not logged")
+            return outcome
         outcome.logged = True
     return outcome
 

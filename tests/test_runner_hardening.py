@@ -162,6 +162,22 @@ def test_a_log_that_is_writable_is_left_as_it_was_by_the_test_before_the_run(tmp
     assert (tmp_path / "old.jsonl").read_text() == '{"time": "x"}\n'
 
 
+def test_a_record_that_cannot_be_appended_keeps_the_table_and_names_the_log(built, tmp_path, monkeypatch):
+    # A full disk (/dev/full as --log) ended the run in 'error: : No space left on device', without its table.
+    from popcorn.evidence import logs
+
+    def disk_full(record, path):
+        raise OSError(28, "No space left on device")      # os.write's error names no file
+    monkeypatch.setattr(logs, "append_record", disk_full)
+    log = tmp_path / "perf.jsonl"
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", "cpu", "--log", log)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert "PASS" in lines and lines.index("PASS") == len(lines) - 2
+    assert lines[-1] == (f"error: {log}: the record could not be appended (No space left on device): "
+                         "the run above is not logged")
+
+
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])
 @pytest.mark.parametrize("name, content, why", [
     ("submission.py", None, "its name ends in .py"),

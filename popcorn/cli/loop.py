@@ -36,6 +36,14 @@ def _print_outcome(outcome, label: str) -> None:
     click.echo("PASS" if outcome.passed else "FAIL")
 
 
+def _exit_with(outcome) -> None:
+    """The verb's end once its outcome is shown: exit 0 when it passed; a record that did not reach the log
+    is an error line, so that the run's table is not lost with it."""
+    if outcome.log_error:
+        raise PopkitError(outcome.log_error)
+    raise SystemExit(0 if outcome.passed else 1)
+
+
 def _submission_for(problem: str, given: Path | None) -> Path:
     """The given file; else submission.py when it is built for PROBLEM; else PROBLEM's parts, built now
     to a file outside the tree (so checking one problem right after building another just works)."""
@@ -133,7 +141,7 @@ def register(main):
             done.append(runner.check(problem, submission, list(cases), seeds, device, _progress, log_path,
                                      harness, robust))
             _print_outcome(done[0], f"check {problem}")
-        raise SystemExit(0 if done[0].passed else 1)
+        _exit_with(done[0])
 
     @main.command("bench")
     @click.argument("problem")
@@ -159,7 +167,7 @@ def register(main):
             done.append(runner.bench(problem, submission, baseline or fresh_baseline, list(cases), device,
                                      _progress, log_path, harness, fresh_baseline=fresh_baseline))
             _print_outcome(done[0], f"bench {problem}")
-        raise SystemExit(0 if done[0].passed else 1)
+        _exit_with(done[0])
 
     @main.command("diff")
     @click.argument("problem")
@@ -191,7 +199,7 @@ def register(main):
             click.echo("changed parts: " + ("unknown (the candidate or the incumbent has no popkit part hashes: "
                                             "the folder's reference, or a file popkit did not build)"
                                             if changed is None else ", ".join(changed) or "none"))
-        raise SystemExit(0 if done[0].passed else 1)
+        _exit_with(done[0])
 
     @main.command("promote")
     @click.argument("problem")
