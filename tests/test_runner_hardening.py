@@ -340,3 +340,14 @@ def test_ctrl_c_outside_a_run_is_exit_130_not_aborted(monkeypatch):
     monkeypatch.setattr(builder, "build", interrupted_build)
     result = run("build", "qr_v2", "-o", "x.py")
     assert result.exit_code == 130 and [line for line in result.output.splitlines() if line] == ["interrupted"]
+
+
+def test_an_os_error_that_names_no_file_is_one_line_without_an_empty_name(monkeypatch):
+    # 'error: : No space left on device'.
+    import build as builder
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(builder, "build", full_disk)
+    result = run("build", "qr_v2", "-o", "x.py")
+    assert result.exit_code == 1 and result.output.splitlines() == ["error: No space left on device"]

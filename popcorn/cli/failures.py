@@ -35,7 +35,8 @@ def fail_cleanly(func):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
         except OSError as exc:
-            click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+            where = f"{exc.filename}: " if exc.filename else ""     # os.write's errors name no file
+            click.echo(f"error: {where}{exc.strerror or exc}", err=True)
             sys.exit(1)
     return wrapper
 
