@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import multiprocessing
 import os
 import signal
@@ -117,6 +118,25 @@ def test_check_builds_the_problem_when_submission_py_is_another_problems(tmp_pat
     assert result.exit_code == 0, result.output
     assert "is not built for eigh: built parts/eigh to" in result.output
     assert (tmp_path / "popkit-builds" / "eigh.py").is_file()
+
+
+def test_check_says_when_submission_py_is_older_than_the_parts(tmp_path, monkeypatch):
+    # A part edited after `popkit build` was checked as the old build, without a word.
+    import build
+    from popcorn.cli import loop as cli_loop
+    built = tmp_path / "submission.py"
+    build.build("qr_v2", built)
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", built)
+    result = run("check", "qr_v2", "--case", SPEC, "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 0 and "older than" not in result.output, result.output
+    text = built.read_text()
+    part = "qr_v2/route.py"
+    old_hash = hashlib.sha256((build.PARTS / part).read_bytes()).hexdigest()
+    built.write_text(text.replace(f"# part {part} sha256 {old_hash}", f"# part {part} sha256 {'0' * 64}"))
+    result = run("check", "qr_v2", "--case", SPEC, "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 0, result.output
+    assert (f"warning: {built.name} is older than parts/qr_v2 (changed since its build: {part}): this run is "
+            "of the file as built; `popkit build qr_v2` brings the changes in") in result.output.splitlines()
 
 
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])
