@@ -25,7 +25,7 @@ from typing import Callable
 from checks import harness as official
 from checks import baselines, timing, verdicts, worker
 from checks.preflight import leading_directives
-from checks.problems import Problem, load_problem, normalize, parse_spec, short_spec
+from checks.problems import Problem, format_spec, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
@@ -121,7 +121,23 @@ def checked_spec(prob: Problem, text: str) -> dict:
     if prob.native is not None and "case" in spec and spec["case"] not in prob.native.families():
         raise PopkitError(f"--case {text!r}: unknown {prob.name} family {spec['case']!r} "
                           f"(known: {', '.join(prob.native.families())})")
+    if prob.native is None:
+        _require_task_keys(prob, text, spec)
     return spec
+
+
+def _require_task_keys(prob: Problem, text: str, spec: dict) -> None:
+    """A harness problem's spec uses the keys of its official cases, and every key they all have: eval.py
+    passes the keys to the task's generate_input, which otherwise crashes after the pre-run."""
+    official = prob.tests + prob.benchmarks
+    keys = list(dict.fromkeys(key for case in official for key in case))
+    unknown = [key for key in spec if key not in keys]
+    missing = [key for key in keys if all(key in case for case in official) and key not in spec]
+    if unknown or missing:
+        why = ", ".join(part for part in (unknown and f"unknown key {', '.join(unknown)}",
+                                          missing and f"missing {', '.join(missing)}") if part)
+        raise PopkitError(f"--case {text!r}: {why} ({prob.name}'s official cases have the keys "
+                          f"{', '.join(keys)}; e.g. {format_spec(prob.tests[0])!r})")
 
 
 def case_line(result: dict) -> str:
