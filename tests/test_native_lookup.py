@@ -59,6 +59,15 @@ def test_normalize_spec_fills_the_default_case_and_refuses_bad_specs(problem):
             module.normalize_spec(bad)
 
 
+@pytest.mark.parametrize("problem", NATIVE)
+def test_a_spec_lacking_keys_names_every_missing_key_and_the_keys_a_case_takes(problem):
+    # 'lacks 'cond'' alone: the user fixed one key at a time.
+    with pytest.raises(ProblemError) as info:
+        native_checker(problem).normalize_spec({"batch": 4, "n": 64})
+    assert str(info.value) == ("case spec {'batch': 4, 'n': 64} lacks 'cond', 'seed' (a case takes batch, n, cond "
+                               "and seed, and optionally case, e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
+
+
 def test_no_shared_file_names_a_problem():
     shared = sorted(ROOT.glob("checks/*.py")) + [ROOT / "checks" / "native" / f"{h}.py" for h in HELPERS]
     shared.append(ROOT / "checks" / "native" / "__init__.py")

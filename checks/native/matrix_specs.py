@@ -31,10 +31,12 @@ def normalize_spec(spec: dict, default_case: str) -> dict:
     unknown = set(spec) - set(SPEC_KEYS)
     if unknown:
         raise ProblemError(f"unknown key(s) {sorted(unknown)} in case spec {spec}")
+    missing = [key for key in SPEC_KEYS[:4] if key not in spec]
+    if missing:
+        raise ProblemError(f"case spec {spec} lacks {', '.join(map(repr, missing))} (a case takes batch, n, cond "
+                           "and seed, and optionally case, e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
     out = {}
-    for key in ("batch", "n", "cond", "seed"):
-        if key not in spec:
-            raise ProblemError(f"case spec {spec} lacks {key!r}")
+    for key in SPEC_KEYS[:4]:
         try:
             out[key] = int(spec[key])
         except (TypeError, ValueError):
