@@ -68,6 +68,19 @@ def test_a_spec_lacking_keys_names_every_missing_key_and_the_keys_a_case_takes(p
                                "and seed, and optionally case, e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
 
 
+def test_the_case_examples_of_the_help_and_the_readme_are_cases_of_every_native_problem():
+    # Both named the family 'mixed', which cholesky refuses.
+    from checks.runner import checked_spec
+    from popcorn.cli import main
+    (option,) = [p for p in main.commands["check"].params if p.name == "cases"]
+    examples = re.findall(r"'(batch: [^']*)'", option.help)
+    examples += re.findall(r"--case '(batch: [^']*)'", (ROOT / "README.md").read_text())
+    assert len(examples) == 2
+    for problem in NATIVE:
+        for example in examples:
+            checked_spec(load_problem(problem), example)
+
+
 def test_no_shared_file_names_a_problem():
     shared = sorted(ROOT.glob("checks/*.py")) + [ROOT / "checks" / "native" / f"{h}.py" for h in HELPERS]
     shared.append(ROOT / "checks" / "native" / "__init__.py")

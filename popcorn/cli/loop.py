@@ -121,7 +121,7 @@ def register(main):
                                        "else PROBLEM's parts built to a temporary file)")
     case_opt = click.option("--case", "cases", multiple=True,
                             help="a case spec instead of the official list, in the task's keys, "
-                                 "e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: mixed' or 'size: 1024; seed: 5'")
+                                 "e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: dense' or 'size: 1024; seed: 5'")
     device_opt = click.option("--device", help="cuda, cuda:N or cpu (default: cuda when available)")
     harness_opt = click.option("--harness", type=click.Choice(["native", "official", "both"]),
                                help="native: our generators and gates (default where checks/native/PROBLEM.py "
