@@ -546,7 +546,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     An incumbent given as text is read by incumbent_of ("reference": the competition folder's own ref_kernel,
     through its eval.py); a Path is always a file."""
     if rounds < 3:
-        raise PopkitError("diff needs at least 3 rounds")
+        raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:
