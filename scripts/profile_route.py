@@ -9,10 +9,11 @@ far above the GPU sum means the route waits on the host (launches, Python), not 
 """
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import load_problem, parse_spec  # noqa: E402
 from checks.worker import import_submission  # noqa: E402
 
@@ -52,14 +53,26 @@ def profile_case(kernel, prob, spec_text: str) -> None:
     print(events.table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=60))
 
 
+def built_file(path: str) -> str:
+    """PATH when it is a file; else one line and exit 2 (importlib's traceback said less)."""
+    if not Path(path).is_file():
+        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
 def main(path: str, problem: str, *specs: str) -> None:
-    if not specs:
-        raise SystemExit("usage: profile_route.py SUBMISSION PROBLEM 'spec' ['spec' ...]")
-    kernel = import_submission(path, "profiled").custom_kernel
+    kernel = import_submission(built_file(path), "profiled").custom_kernel
     prob = load_problem(problem)
     for spec_text in specs:
         profile_case(kernel, prob, spec_text)
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+        raise SystemExit(0)
+    if len(sys.argv) < 4:
+        print("usage: profile_route.py SUBMISSION PROBLEM 'spec' ['spec' ...] (--help says more)", file=sys.stderr)
+        raise SystemExit(2)
     main(*sys.argv[1:])
