@@ -68,6 +68,15 @@ def test_a_spec_lacking_keys_names_every_missing_key_and_the_keys_a_case_takes(p
                                "and seed, and optionally case, e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
 
 
+def test_a_spec_with_an_unknown_key_says_what_a_case_takes():
+    # 'unknown key(s) ['Batch'] in case spec {...}' did not say which keys there are.
+    with pytest.raises(ProblemError) as info:
+        native_checker("qr_v2").normalize_spec({"Batch": 4, "n": 64, "cond": 1, "seed": 7})
+    assert str(info.value) == ("unknown key(s) ['Batch'] in case spec {'Batch': 4, 'n': 64, 'cond': 1, 'seed': 7} "
+                               "(a case takes batch, n, cond and seed, and optionally case, e.g. "
+                               "'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
+
+
 def test_the_case_examples_of_the_help_and_the_readme_are_cases_of_every_native_problem():
     # Both named the family 'mixed', which cholesky refuses.
     from checks.runner import checked_spec
