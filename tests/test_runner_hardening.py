@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import multiprocessing
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -137,6 +138,22 @@ def test_check_says_when_submission_py_is_older_than_the_parts(tmp_path, monkeyp
     assert result.exit_code == 0, result.output
     assert (f"warning: {built.name} is older than parts/qr_v2 (changed since its build: {part}): this run is "
             "of the file as built; `popkit build qr_v2` brings the changes in") in result.output.splitlines()
+
+
+def test_check_of_a_built_submission_py_runs_while_the_manifest_is_broken(tmp_path, monkeypatch):
+    import build
+    from popcorn.cli import loop as cli_loop
+    built = tmp_path / "submission.py"
+    build.build("qr_v2", built)
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", built)
+    parts = tmp_path / "parts"
+    shutil.copytree(build.PARTS, parts)
+    (parts / "qr_v2" / "manifest.yml").write_text("cuda: [\n")
+    monkeypatch.setattr(build, "PARTS", parts)
+    result = run("check", "qr_v2", "--case", SPEC, "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("warning: parts/qr_v2 cannot be read now (")
+    assert result.output.splitlines()[0].endswith("): this run is of submission.py as built")
 
 
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])

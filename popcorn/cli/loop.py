@@ -51,22 +51,29 @@ def _submission_for(problem: str, given: Path | None) -> Path:
         return given
     from checks.problems import load_problem
     from checks.preflight import leading_directives
-    import build as builder
     board = load_problem(problem).leaderboard
     if DEFAULT_SUBMISSION.is_file():
         text = DEFAULT_SUBMISSION.read_text(encoding="utf-8", errors="replace")
         if leading_directives(text).get("leaderboard") == board:
-            _warn_if_older_than_parts(problem, builder.part_hashes(problem))
+            _warn_if_older_than_parts(problem)
             return DEFAULT_SUBMISSION
+    import build as builder
     target = Path(tempfile.gettempdir()) / "popkit-builds" / f"{problem}.py"
     builder.build(problem, target)
     click.echo(f"note: {DEFAULT_SUBMISSION.name} is not built for {problem}: built parts/{problem} to {target}")
     return target
 
 
-def _warn_if_older_than_parts(problem: str, current: dict[str, str]) -> None:
+def _warn_if_older_than_parts(problem: str) -> None:
     """A part edited since `popkit build` would otherwise be checked, timed or diffed as the old build."""
+    import build as builder
     from popcorn.evidence.provenance import part_hashes
+    try:
+        current = builder.part_hashes(problem)
+    except PopkitError as exc:      # a manifest mid-edit: the built file still runs
+        click.echo(f"warning: parts/{problem} cannot be read now ({exc}): this run is of "
+                   f"{DEFAULT_SUBMISSION.name} as built")
+        return
     built = part_hashes(DEFAULT_SUBMISSION)
     changed = sorted(p for p in set(built) | set(current) if built.get(p) != current.get(p))
     if built and changed:
