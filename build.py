@@ -110,6 +110,19 @@ def _string_list(value, key: str, path: Path) -> list[str]:
     return value
 
 
+def part_hashes(problem: str) -> dict[str, str]:
+    """{part path: sha256} of the parts PROBLEM's manifest lists now, as a built file's header names them
+    (popcorn.evidence.provenance.part_hashes); a part that cannot be read is left out."""
+    manifest = load_manifest(problem)
+    hashes = {}
+    for rel in manifest["cuda"] + manifest["python"]:
+        try:
+            hashes[rel] = hashlib.sha256((PARTS / rel).read_bytes()).hexdigest()
+        except OSError:
+            continue
+    return hashes
+
+
 def header_facts(problem: str) -> tuple[str, str, set[str] | None]:
     """(leaderboard, gpu, modules the runner places beside submission.py) from the problem's record;
     without a record: the problem's name, B200 and None (unknown, so not checked)."""

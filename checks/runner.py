@@ -25,8 +25,8 @@ from typing import Callable
 from checks import harness as official
 from checks import baselines, timing, verdicts, worker
 from checks.preflight import leading_directives
-from checks.problems import ENTRY_POINT, Problem, load_problem, normalize, parse_spec, short_spec
-from popcorn.errors import Interrupted, PopkitError
+from checks.problems import ENTRY_POINT, Problem, format_spec, load_problem, normalize, parse_spec, short_spec
+from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
 from popcorn.evidence.tables import fmt_us, render_table
@@ -45,6 +45,7 @@ class RunOutcome:
     passed: bool
     notes: list[str]
     logged: bool = False      # the record is in the log (set by _finish)
+    log_error: str | None = None   # why the record is not in the log, when appending it failed
 
 
 def default_device() -> str:
@@ -132,7 +133,23 @@ def checked_spec(prob: Problem, text: str) -> dict:
     if prob.native is not None and "case" in spec and spec["case"] not in prob.native.families():
         raise PopkitError(f"--case {text!r}: unknown {prob.name} family {spec['case']!r} "
                           f"(known: {', '.join(prob.native.families())})")
+    if prob.native is None:
+        _require_task_keys(prob, text, spec)
     return spec
+
+
+def _require_task_keys(prob: Problem, text: str, spec: dict) -> None:
+    """A harness problem's spec uses the keys of its official cases, and every key they all have: eval.py
+    passes the keys to the task's generate_input, which otherwise crashes after the pre-run."""
+    official = prob.tests + prob.benchmarks
+    keys = list(dict.fromkeys(key for case in official for key in case))
+    unknown = [key for key in spec if key not in keys]
+    missing = [key for key in keys if all(key in case for case in official) and key not in spec]
+    if unknown or missing:
+        why = ", ".join(part for part in (unknown and f"unknown key {', '.join(unknown)}",
+                                          missing and f"missing {', '.join(missing)}") if part)
+        raise PopkitError(f"--case {text!r}: {why} ({prob.name}'s official cases have the keys "
+                          f"{', '.join(keys)}; e.g. {format_spec(prob.tests[0])!r})")
 
 
 def case_line(result: dict) -> str:
@@ -363,23 +380,6 @@ def _sigint_ignored():
         signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
 
 
-@contextlib.contextmanager
-def _deferred_interrupt():
-    """Ctrl-C during the block takes effect when it ends: a record is appended whole, and the caller knows
-    whether it was (main thread only, as above)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught = []
-    previous = signal.signal(signal.SIGINT, lambda *args: caught.append(args))
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, previous if previous is not None else signal.default_int_handler)
-    if caught:
-        raise KeyboardInterrupt
-
-
 def interrupted(mode: str, problem: str, log_path: Path | None, logged: bool = False) -> Interrupted:
     """The one line for Ctrl-C during MODE: what stopped, and whether its record reached the log."""
     if logged:
@@ -403,15 +403,20 @@ def interruptible(mode: str, problem: str, log_path: Path | None, outcome: list 
 
 
 def _finish(outcome: RunOutcome, log_path: Path | None) -> RunOutcome:
-    """Log the record (Ctrl-C waits for the one write, then says the record is there) and return the outcome."""
+    """Log the record (Ctrl-C waits for the one write, then says the record is there) and return the outcome;
+    a write that fails (a full disk) leaves the outcome to be shown, with log_error saying why it is not logged."""
     if log_path is not None:
         written = False
         try:
-            with _deferred_interrupt():
+            with deferred_interrupt():
                 logs.append_record(outcome.record, log_path)
                 written = True
         except KeyboardInterrupt:
             raise interrupted(outcome.record["mode"], outcome.record["problem"], log_path, written) from None
+        except OSError as exc:
+            outcome.log_error = (f"{log_path}: the record could not be appended ({exc.strerror or exc}): "
+                                 "the run above is not logged")
+            return outcome
         outcome.logged = True
     return outcome
 
@@ -555,7 +560,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     An incumbent given as text is read by incumbent_of ("reference": the competition folder's own ref_kernel,
     through its eval.py); a Path is always a file."""
     if rounds < 3:
-        raise PopkitError("diff needs at least 3 rounds")
+        raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:

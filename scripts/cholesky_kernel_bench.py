@@ -10,10 +10,11 @@ checked (max |L L^T - A| / max |A|) so that a fast wrong variant shows. Prints m
 launch (CUDA events over 50 launches after a warm-up), so kernel variants compare in one run.
 """
 import sys
+from pathlib import Path
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.worker import import_submission  # noqa: E402
 
 
@@ -38,6 +39,14 @@ def residual(A: torch.Tensor, L: torch.Tensor) -> float:
     """max |L L^T - A| / max |A| over the batch (lower triangle of L only)."""
     L = L.tril()
     return ((L @ L.mT - A).abs().amax() / A.abs().amax()).item()
+
+
+def built_file(path: str) -> str:
+    """PATH when it is a file; else one line and exit 2 (importlib's traceback said less)."""
+    if not Path(path).is_file():
+        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
+        raise SystemExit(2)
+    return path
 
 
 def bench(path: str, tag: str) -> None:
@@ -83,5 +92,13 @@ def bench(path: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(__doc__)
+        raise SystemExit(0)
+    if len(sys.argv) < 2:
+        print("usage: cholesky_kernel_bench.py BUILT.py [BUILT.py ...] (--help says more)", file=sys.stderr)
+        raise SystemExit(2)
+    for built in sys.argv[1:]:          # every file before the first run: a typo in the last one costs nothing
+        built_file(built)
     for i, built in enumerate(sys.argv[1:]):
         bench(built, f"v{i}:{built.rsplit('/', 1)[-1]}")

@@ -15,6 +15,10 @@
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
 
+# The verbs run as `python -m popcorn` from here: elsewhere they fail, or run another copy's popcorn.
+root=$(cd "$(dirname "$0")/.." && pwd -P)
+[ "$(pwd -P)" = "$root" ] || { echo "error: run scripts/gpu_session.sh from the repository root: cd $root" >&2; exit 2; }
+
 out="${TMPDIR:-/tmp}/popkit-run-$(date -u +%Y%m%dT%H%M%SZ)"
 if [ "${1:-}" = "-o" ]; then
   [ $# -ge 2 ] || { echo "error: -o needs a folder" >&2; exit 2; }

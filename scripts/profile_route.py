@@ -13,10 +13,11 @@ flushes them and serializes launches), then the gaps' total.
 import argparse
 import statistics
 import sys
+from pathlib import Path
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import load_problem, parse_spec  # noqa: E402
 from checks.worker import import_submission  # noqa: E402
 
@@ -78,6 +79,14 @@ def profile_case(kernel, prob, spec_text: str, show_timeline: bool = False) -> N
         print("\n".join(timeline(kernel_spans(prof))))
 
 
+def built_file(path: str) -> str:
+    """PATH when it is a file; else one line and exit 2 (importlib's traceback said less)."""
+    if not Path(path).is_file():
+        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeline", action="store_true", help="list every launch of the profiled call")
@@ -85,7 +94,7 @@ def main() -> None:
     parser.add_argument("problem")
     parser.add_argument("specs", nargs="+", metavar="SPEC")
     args = parser.parse_args()
-    kernel = import_submission(args.submission, "profiled").custom_kernel
+    kernel = import_submission(built_file(args.submission), "profiled").custom_kernel
     prob = load_problem(args.problem)
     for spec_text in args.specs:
         profile_case(kernel, prob, spec_text, args.timeline)

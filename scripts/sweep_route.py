@@ -19,11 +19,12 @@ import argparse
 import json
 import statistics
 import sys
+from pathlib import Path
 from typing import Callable
 
 import torch
 
-sys.path.insert(0, ".")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import load_problem, parse_spec, short_spec  # noqa: E402
 from checks.timing import MIN_REPEATS, Clock, CudaEventClock, PerfCounterClock, alternate  # noqa: E402
 from checks.worker import import_submission  # noqa: E402
@@ -79,6 +80,14 @@ def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: in
     return rows
 
 
+def built_file(path: str) -> str:
+    """PATH when it is a file; else one line and exit 2 (importlib's traceback said less)."""
+    if not Path(path).is_file():
+        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("submission")
@@ -88,10 +97,13 @@ def main() -> None:
     parser.add_argument("--reps", type=int, default=5, help="alternating rounds per case (at least 3)")
     parser.add_argument("--json")
     args = parser.parse_args()
-    module = import_submission(args.submission, "swept")
+    try:
+        variants = json.loads(Path(args.variants).read_text())
+    except (OSError, ValueError) as exc:
+        print(f"error: {args.variants}: not a readable JSON file of variants ({exc})", file=sys.stderr)
+        raise SystemExit(2)
+    module = import_submission(built_file(args.submission), "swept")
     prob = load_problem(args.problem)
-    with open(args.variants) as handle:
-        variants = json.load(handle)
     specs = [parse_spec(text, prob) for text in args.case] or prob.benchmarks
     gpu = torch.cuda.is_available()
 

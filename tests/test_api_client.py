@@ -322,6 +322,30 @@ def test_submit_that_never_connected_says_nothing_was_uploaded(tmp_path, sleeps)
     assert sleeps == []
 
 
+def test_profile_that_never_connected_says_nothing_was_uploaded(tmp_path, sleeps):
+    # It said 'Connection refused' alone, where submit says that nothing was uploaded.
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    with pytest.raises(api.NetworkError) as info:
+        api.Client("http://127.0.0.1:9", CLI_ID).submit_profile("qr_v2", "B200", source)
+    assert str(info.value) == ("cannot reach http://127.0.0.1:9 (POST /qr_v2/B200/profile): Connection refused; "
+                               "nothing was uploaded")
+
+
+def test_profile_cut_off_after_sending_says_the_run_may_go_on(httpserver, tmp_path, sleeps):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+
+    def slow(request):
+        time.sleep(0.5)
+        return Response("", status=200, content_type="text/event-stream")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(slow)
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.1).submit_profile("qr_v2", "B200", source)
+    assert str(info.value).endswith("; the profile run may still go on at the server, and cannot be followed again "
+                                    "(a profile run has no submission id)")
+
+
 def test_without_an_id_a_401_says_none_is_configured(httpserver):
     httpserver.expect_request("/gpus/closed_board").respond_with_json(
         {"detail": "Invalid or unauthorized auth header"}, status=401)

@@ -281,9 +281,11 @@ def test_diff_of_two_copies(steady, tmp_path):
 
 
 def test_diff_needs_three_rounds(steady, tmp_path):
+    # 'diff needs at least 3 rounds' did not name the option that sets them.
     result = run("diff", "qr_v2", "--submission", steady, "--incumbent", steady, "--rounds", 2, "--case", TINY,
                  "--device", "cpu", "--log", tmp_path / "l")
-    assert result.exit_code == 1 and result.output.splitlines() == ["error: diff needs at least 3 rounds"]
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        "error: --rounds 2: diff needs at least 3 alternating rounds per case (the default is 3)"]
 
 
 def test_diff_without_an_incumbent_says_how_to_get_one(steady, tmp_path):

@@ -438,6 +438,20 @@ def test_case_accepts_the_tasks_own_keys(toy, tmp_path):
 
 
 @pytest.mark.parametrize("text,why", [
+    ("size: 5", "missing seed"),                                 # was: a crash in eval.py, after a pre-run
+    ("sise: 5; seed: 1", "unknown key sise, missing size"),      # was: a crash in eval.py, after a pre-run
+])
+def test_a_case_without_the_tasks_keys_is_refused_before_anything_runs(toy, tmp_path, monkeypatch, text, why):
+    added(toy)
+    monkeypatch.setattr(harness, "run_eval", lambda *args, **kwargs: pytest.fail("eval.py ran"))
+    with pytest.raises(runner.PopkitError) as info:
+        runner.check("addone", write(tmp_path / "s.py", GOOD), [text], device="cpu", log_path=tmp_path / "l")
+    assert str(info.value) == (f"--case {text!r}: {why} (addone's official cases have the keys size, seed, "
+                               "mode; e.g. 'size: 3; seed: 11')")
+    assert not (tmp_path / "l").exists()
+
+
+@pytest.mark.parametrize("text,why", [
     ("size: 5; size: 6; seed: 1", "size is given twice"),          # was: size 6, silently
     ("size: ; seed: 1", "got 'size:'"),                           # was: eval.py's "bad case file", after a pre-run
     ("size: 5 6; seed: 1", "is not a number, a word or a list of integers"),

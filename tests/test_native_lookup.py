@@ -59,6 +59,37 @@ def test_normalize_spec_fills_the_default_case_and_refuses_bad_specs(problem):
             module.normalize_spec(bad)
 
 
+@pytest.mark.parametrize("problem", NATIVE)
+def test_a_spec_lacking_keys_names_every_missing_key_and_the_keys_a_case_takes(problem):
+    # 'lacks 'cond'' alone: the user fixed one key at a time.
+    with pytest.raises(ProblemError) as info:
+        native_checker(problem).normalize_spec({"batch": 4, "n": 64})
+    assert str(info.value) == ("case spec {'batch': 4, 'n': 64} lacks 'cond', 'seed' (a case takes batch, n, cond "
+                               "and seed, and optionally case, e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
+
+
+def test_a_spec_with_an_unknown_key_says_what_a_case_takes():
+    # 'unknown key(s) ['Batch'] in case spec {...}' did not say which keys there are.
+    with pytest.raises(ProblemError) as info:
+        native_checker("qr_v2").normalize_spec({"Batch": 4, "n": 64, "cond": 1, "seed": 7})
+    assert str(info.value) == ("unknown key(s) ['Batch'] in case spec {'Batch': 4, 'n': 64, 'cond': 1, 'seed': 7} "
+                               "(a case takes batch, n, cond and seed, and optionally case, e.g. "
+                               "'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
+
+
+def test_the_case_examples_of_the_help_and_the_readme_are_cases_of_every_native_problem():
+    # Both named the family 'mixed', which cholesky refuses.
+    from checks.runner import checked_spec
+    from popcorn.cli import main
+    (option,) = [p for p in main.commands["check"].params if p.name == "cases"]
+    examples = re.findall(r"'(batch: [^']*)'", option.help)
+    examples += re.findall(r"--case '(batch: [^']*)'", (ROOT / "README.md").read_text())
+    assert len(examples) == 2
+    for problem in NATIVE:
+        for example in examples:
+            checked_spec(load_problem(problem), example)
+
+
 def test_no_shared_file_names_a_problem():
     shared = sorted(ROOT.glob("checks/*.py")) + [ROOT / "checks" / "native" / f"{h}.py" for h in HELPERS]
     shared.append(ROOT / "checks" / "native" / "__init__.py")

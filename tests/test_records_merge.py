@@ -197,6 +197,18 @@ def test_merging_into_a_file_that_is_not_a_log_is_refused(tmp_path):
     assert submission.read_text() == "def custom_kernel(data):\n    return data\n"
 
 
+def test_a_log_whose_folder_takes_no_new_file_is_named_itself(tmp_path, target, monkeypatch):
+    # 'error: /sys/.x.jsonl.chmittnp: Permission denied': the temporary file the replace goes through.
+    import tempfile
+
+    def refused(prefix, dir):
+        raise PermissionError(13, "Permission denied", f"{dir}/{prefix}chmittnp")
+    monkeypatch.setattr(tempfile, "mkstemp", refused)
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z", "bench")])
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(target)])
+    assert result.exit_code == 1 and result.output.splitlines() == [f"error: {target}: Permission denied"]
+
+
 def test_records_made_here_pass_the_merge_validation():
     made = logs.new_record("qr_v2", "bench", submission_sha256="ab" * 32, device="cpu",
                            cases=[{"spec": SPEC, "status": "pass"}])

@@ -386,6 +386,17 @@ def test_cpu_and_chosen_case_runs_are_left_out_by_default(tmp_path):
     assert ev.hidden_line() in summary(report)
 
 
+def test_a_section_whose_runs_were_all_left_out_says_so_instead_of_asking_for_a_run(tmp_path):
+    # 'No bench records for qr_v2 yet: run `popkit bench qr_v2`', right after that bench ran on the CPU.
+    records = [{**_bench("2026-12-02T10:00:00Z", 0.01, gpu="cpu"), "device": "cpu"}, _check()]
+    log = tmp_path / "performance.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    [ev] = build_report(log, tmp_path / "out", "qr_v2").evidence.problems
+    assert ev.notes()["cases"] == ("No bench run of qr_v2 counts here yet (1 left out, see above): "
+                                   "run `popkit bench qr_v2` on a GPU over the official list.")
+    assert ev.notes()["diff"] == "No diff records for qr_v2 yet: run `popkit diff qr_v2`."
+
+
 def test_cpu_and_chosen_case_runs_when_asked(tmp_path):
     log = _mixed_log(tmp_path)
     [ev] = build_report(log, tmp_path / "a", "qr_v2", all_cases=True).evidence.problems

@@ -2,9 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import multiprocessing
 import os
+import shutil
 import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -117,6 +121,41 @@ def test_check_builds_the_problem_when_submission_py_is_another_problems(tmp_pat
     assert (tmp_path / "popkit-builds" / "eigh.py").is_file()
 
 
+def test_check_says_when_submission_py_is_older_than_the_parts(tmp_path, monkeypatch):
+    # A part edited after `popkit build` was checked as the old build, without a word.
+    import build
+    from popcorn.cli import loop as cli_loop
+    built = tmp_path / "submission.py"
+    build.build("qr_v2", built)
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", built)
+    result = run("check", "qr_v2", "--case", SPEC, "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 0 and "older than" not in result.output, result.output
+    text = built.read_text()
+    part = "qr_v2/route.py"
+    old_hash = hashlib.sha256((build.PARTS / part).read_bytes()).hexdigest()
+    built.write_text(text.replace(f"# part {part} sha256 {old_hash}", f"# part {part} sha256 {'0' * 64}"))
+    result = run("check", "qr_v2", "--case", SPEC, "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 0, result.output
+    assert (f"warning: {built.name} is older than parts/qr_v2 (changed since its build: {part}): this run is "
+            "of the file as built; `popkit build qr_v2` brings the changes in") in result.output.splitlines()
+
+
+def test_check_of_a_built_submission_py_runs_while_the_manifest_is_broken(tmp_path, monkeypatch):
+    import build
+    from popcorn.cli import loop as cli_loop
+    built = tmp_path / "submission.py"
+    build.build("qr_v2", built)
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", built)
+    parts = tmp_path / "parts"
+    shutil.copytree(build.PARTS, parts)
+    (parts / "qr_v2" / "manifest.yml").write_text("cuda: [\n")
+    monkeypatch.setattr(build, "PARTS", parts)
+    result = run("check", "qr_v2", "--case", SPEC, "--device", "cpu", "--log", tmp_path / "l")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("warning: parts/qr_v2 cannot be read now (")
+    assert result.output.splitlines()[0].endswith("): this run is of submission.py as built")
+
+
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])
 def test_a_log_that_cannot_be_written_is_refused_before_the_run(built, tmp_path, monkeypatch, verb):
     # It ran every case, then lost the record and the table to one 'No such file or directory' line.
@@ -130,6 +169,50 @@ def test_a_log_that_cannot_be_written_is_refused_before_the_run(built, tmp_path,
     assert result.exit_code == 1, result.output
     assert result.output.splitlines() == [f"error: {log}: the evidence log cannot be written "
                                           f"(Not a directory): nothing was run"]
+
+
+def test_a_log_the_system_will_not_create_is_refused_before_the_run(built, tmp_path, monkeypatch):
+    # As root os.access says yes to any folder, also on a read-only mount or in /sys: every case ran, then
+    # the record was lost in one 'Permission denied' line.
+    log = tmp_path / "perf.jsonl"
+    real_open = os.open
+
+    def refusing_open(path, flags, *args):
+        if str(path) == str(log) and flags & os.O_CREAT:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+    monkeypatch.setattr(os, "open", refusing_open)
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", "cpu", "--log", log)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: {log}: the evidence log cannot be written "
+                                          f"(Permission denied): nothing was run"]
+    assert not log.exists()
+
+
+def test_a_log_that_is_writable_is_left_as_it_was_by_the_test_before_the_run(tmp_path):
+    from popcorn.evidence import logs
+    logs.require_appendable(tmp_path / "new.jsonl")
+    assert not (tmp_path / "new.jsonl").exists()
+    (tmp_path / "old.jsonl").write_text('{"time": "x"}\n')
+    logs.require_appendable(tmp_path / "old.jsonl")
+    assert (tmp_path / "old.jsonl").read_text() == '{"time": "x"}\n'
+
+
+def test_a_record_that_cannot_be_appended_keeps_the_table_and_names_the_log(built, tmp_path, monkeypatch):
+    # A full disk (/dev/full as --log) ended the run in 'error: : No space left on device', without its table.
+    from popcorn.evidence import logs
+
+    def disk_full(record, path):
+        raise OSError(28, "No space left on device")      # os.write's error names no file
+    monkeypatch.setattr(logs, "append_record", disk_full)
+    log = tmp_path / "perf.jsonl"
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", "cpu", "--log", log)
+    assert result.exit_code == 1, result.output
+    lines = result.output.splitlines()
+    assert "PASS" in lines and lines.index("PASS") == len(lines) - 2
+    assert lines[-1] == (f"error: {log}: the record could not be appended (No space left on device): "
+                         "the run above is not logged")
 
 
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])
@@ -240,6 +323,52 @@ def test_ctrl_c_while_the_record_is_written_waits_for_it_and_says_it_is_logged(b
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
 
 
+# torch's C initialisation imports numpy and swallows a KeyboardInterrupt raised there (found by sending
+# SIGINT while `import torch` runs). This stand-in does the same, then hands over to the real torch.
+SWALLOWING_TORCH = """
+import importlib, os, signal, sys
+try:
+    os.kill(os.getpid(), signal.SIGINT)        # Ctrl-C while torch imports numpy ...
+    sum(range(1000))                           # (the handler runs between bytecodes)
+except KeyboardInterrupt:
+    pass                                       # ... which swallows it
+sys.path.remove(os.path.dirname(os.path.dirname(__file__)))
+del sys.modules["torch"]
+sys.modules["torch"] = importlib.import_module("torch")
+"""
+
+
+def popkit_process(tmp_path, *args, pythonpath=()):
+    """`python -m popcorn ARGS` in a new process from another folder, with PYTHONPATH's folders first."""
+    root = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*map(str, pythonpath), str(root)])}
+    return subprocess.run([sys.executable, "-m", "popcorn", *map(str, args)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=240)
+
+
+def test_ctrl_c_while_torch_is_imported_stops_the_verb(built, tmp_path):
+    # The check ran on to PASS, exit 0, and logged its record, as if Ctrl-C had not been pressed.
+    fake = tmp_path / "fake"
+    (fake / "torch").mkdir(parents=True)
+    (fake / "torch" / "__init__.py").write_text(SWALLOWING_TORCH)
+    log = tmp_path / "perf.jsonl"
+    done = popkit_process(tmp_path, "check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC,
+                          "--device", "cpu", "--log", log, pythonpath=[fake])
+    assert done.returncode == 130, done.stdout + done.stderr
+    assert done.stdout == "" and done.stderr.split() == ["interrupted"]
+    assert not log.exists()
+
+
+def test_ctrl_c_while_the_verbs_load_is_exit_130_without_a_traceback(tmp_path):
+    # A KeyboardInterrupt traceback through click's import, exit 130 from Python itself.
+    fake = tmp_path / "fake"
+    (fake / "click").mkdir(parents=True)
+    (fake / "click" / "__init__.py").write_text("raise KeyboardInterrupt  # Ctrl-C while click loads\n")
+    done = popkit_process(tmp_path, "problem", "list", pythonpath=[fake])
+    assert done.returncode == 130, done.stderr
+    assert done.stdout == "" and done.stderr.split() == ["interrupted"]
+
+
 def test_ctrl_c_outside_a_run_is_exit_130_not_aborted(monkeypatch):
     import build as builder
 
@@ -248,3 +377,14 @@ def test_ctrl_c_outside_a_run_is_exit_130_not_aborted(monkeypatch):
     monkeypatch.setattr(builder, "build", interrupted_build)
     result = run("build", "qr_v2", "-o", "x.py")
     assert result.exit_code == 130 and [line for line in result.output.splitlines() if line] == ["interrupted"]
+
+
+def test_an_os_error_that_names_no_file_is_one_line_without_an_empty_name(monkeypatch):
+    # 'error: : No space left on device'.
+    import build as builder
+
+    def full_disk(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(builder, "build", full_disk)
+    result = run("build", "qr_v2", "-o", "x.py")
+    assert result.exit_code == 1 and result.output.splitlines() == ["error: No space left on device"]

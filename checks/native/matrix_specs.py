@@ -14,6 +14,8 @@ from checks.native.draw import F32, Draw
 from checks.problems import ProblemError
 
 SPEC_KEYS = ("batch", "n", "cond", "seed", "case")   # in the order the official cases file writes them
+WHAT_A_CASE_TAKES = ("(a case takes batch, n, cond and seed, and optionally case, e.g. "
+                     "'batch: 4; n: 64; cond: 1; seed: 7; case: dense')")
 BENCH_BYTES = 256 * 2 ** 20                          # the grader's benchmark input budget
 MAX_BENCH_INPUTS = 50
 
@@ -30,11 +32,12 @@ def normalize_spec(spec: dict, default_case: str) -> dict:
         raise ProblemError(f"a case spec is a mapping, got {spec!r}")
     unknown = set(spec) - set(SPEC_KEYS)
     if unknown:
-        raise ProblemError(f"unknown key(s) {sorted(unknown)} in case spec {spec}")
+        raise ProblemError(f"unknown key(s) {sorted(unknown)} in case spec {spec} {WHAT_A_CASE_TAKES}")
+    missing = [key for key in SPEC_KEYS[:4] if key not in spec]
+    if missing:
+        raise ProblemError(f"case spec {spec} lacks {', '.join(map(repr, missing))} {WHAT_A_CASE_TAKES}")
     out = {}
-    for key in ("batch", "n", "cond", "seed"):
-        if key not in spec:
-            raise ProblemError(f"case spec {spec} lacks {key!r}")
+    for key in SPEC_KEYS[:4]:
         try:
             out[key] = int(spec[key])
         except (TypeError, ValueError):

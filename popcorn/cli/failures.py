@@ -1,4 +1,5 @@
-"""fail_cleanly: the one place where known errors become one line on stderr and exit 1 (Ctrl-C: exit 130).
+"""fail_cleanly: the one place where known errors become one line on stderr and exit 1 (Ctrl-C: exit 130);
+loads_torch: torch imported before a verb that needs it, so that Ctrl-C during that import counts.
 
 Its own module so that the verb modules import it without importing the group that registers them."""
 from __future__ import annotations
@@ -10,7 +11,7 @@ import sys
 import click
 
 from checks.problems import ProblemError
-from popcorn.errors import Interrupted, PopkitError
+from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
 
 
 def fail_cleanly(func):
@@ -34,6 +35,19 @@ def fail_cleanly(func):
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             sys.exit(1)
         except OSError as exc:
-            click.echo(f"error: {exc.filename or ''}: {exc.strerror or exc}", err=True)
+            where = f"{exc.filename}: " if exc.filename else ""     # os.write's errors name no file
+            click.echo(f"error: {where}{exc.strerror or exc}", err=True)
             sys.exit(1)
+    return wrapper
+
+
+def loads_torch(func):
+    """For a verb that imports torch: import it first, with Ctrl-C held until the import ends. torch's C
+    initialisation imports numpy and swallows a KeyboardInterrupt raised there, so the verb ran on as if
+    Ctrl-C had not been pressed; held, it takes effect right after the import (fail_cleanly's exit 130)."""
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        with deferred_interrupt():
+            import torch  # noqa: F401
+        return func(*args, **kwargs)
     return wrapper

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from popcorn.cli.failures import fail_cleanly
+from popcorn.cli.failures import fail_cleanly, loads_torch
 from popcorn.errors import PopkitError
 from popcorn.evidence import logs
 
@@ -36,6 +36,14 @@ def _print_outcome(outcome, label: str) -> None:
     click.echo("PASS" if outcome.passed else "FAIL")
 
 
+def _exit_with(outcome) -> None:
+    """The verb's end once its outcome is shown: exit 0 when it passed; a record that did not reach the log
+    is an error line, so that the run's table is not lost with it."""
+    if outcome.log_error:
+        raise PopkitError(outcome.log_error)
+    raise SystemExit(0 if outcome.passed else 1)
+
+
 def _submission_for(problem: str, given: Path | None) -> Path:
     """The given file; else submission.py when it is built for PROBLEM; else PROBLEM's parts, built now
     to a file outside the tree (so checking one problem right after building another just works)."""
@@ -47,12 +55,31 @@ def _submission_for(problem: str, given: Path | None) -> Path:
     if DEFAULT_SUBMISSION.is_file():
         text = DEFAULT_SUBMISSION.read_text(encoding="utf-8", errors="replace")
         if leading_directives(text).get("leaderboard") == board:
+            _warn_if_older_than_parts(problem)
             return DEFAULT_SUBMISSION
     import build as builder
     target = Path(tempfile.gettempdir()) / "popkit-builds" / f"{problem}.py"
     builder.build(problem, target)
     click.echo(f"note: {DEFAULT_SUBMISSION.name} is not built for {problem}: built parts/{problem} to {target}")
     return target
+
+
+def _warn_if_older_than_parts(problem: str) -> None:
+    """A part edited since `popkit build` would otherwise be checked, timed or diffed as the old build."""
+    import build as builder
+    from popcorn.evidence.provenance import part_hashes
+    try:
+        current = builder.part_hashes(problem)
+    except PopkitError as exc:      # a manifest mid-edit: the built file still runs
+        click.echo(f"warning: parts/{problem} cannot be read now ({exc}): this run is of "
+                   f"{DEFAULT_SUBMISSION.name} as built")
+        return
+    built = part_hashes(DEFAULT_SUBMISSION)
+    changed = sorted(p for p in set(built) | set(current) if built.get(p) != current.get(p))
+    if built and changed:
+        click.echo(f"warning: {DEFAULT_SUBMISSION.name} is older than parts/{problem} (changed since its build: "
+                   f"{', '.join(changed)}): this run is of the file as built; `popkit build {problem}` brings "
+                   "the changes in")
 
 
 def _require_device(problem: str, device: str | None) -> None:
@@ -73,6 +100,7 @@ def register(main):
     @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path),
                   help="only run the preflight on FILE (any file), build nothing")
     @fail_cleanly
+    @loads_torch
     def build_cmd(problem, output, check_file):
         """Build PROBLEM's parts into one submission file (and preflight it)."""
         import build as builder
@@ -100,7 +128,7 @@ def register(main):
                                        "else PROBLEM's parts built to a temporary file)")
     case_opt = click.option("--case", "cases", multiple=True,
                             help="a case spec instead of the official list, in the task's keys, "
-                                 "e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: mixed' or 'size: 1024; seed: 5'")
+                                 "e.g. 'batch: 4; n: 64; cond: 1; seed: 7; case: dense' or 'size: 1024; seed: 5'")
     device_opt = click.option("--device", help="cuda, cuda:N or cpu (default: cuda when available)")
     harness_opt = click.option("--harness", type=click.Choice(["native", "official", "both"]),
                                help="native: our generators and gates (default where checks/native/PROBLEM.py "
@@ -120,6 +148,7 @@ def register(main):
     @harness_opt
     @log_opt
     @fail_cleanly
+    @loads_torch
     def check_cmd(problem, submission, seeds, robust, cases, device, harness, log_path):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
@@ -131,7 +160,7 @@ def register(main):
             done.append(runner.check(problem, submission, list(cases), seeds, device, _progress, log_path,
                                      harness, robust))
             _print_outcome(done[0], f"check {problem}")
-        raise SystemExit(0 if done[0].passed else 1)
+        _exit_with(done[0])
 
     @main.command("bench")
     @click.argument("problem")
@@ -145,6 +174,7 @@ def register(main):
     @harness_opt
     @log_opt
     @fail_cleanly
+    @loads_torch
     def bench_cmd(problem, submission, baseline, fresh_baseline, cases, device, harness, log_path):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
@@ -156,7 +186,7 @@ def register(main):
             done.append(runner.bench(problem, submission, baseline or fresh_baseline, list(cases), device,
                                      _progress, log_path, harness, fresh_baseline=fresh_baseline))
             _print_outcome(done[0], f"bench {problem}")
-        raise SystemExit(0 if done[0].passed else 1)
+        _exit_with(done[0])
 
     @main.command("diff")
     @click.argument("problem")
@@ -171,6 +201,7 @@ def register(main):
     @harness_opt
     @log_opt
     @fail_cleanly
+    @loads_torch
     def diff_cmd(problem, submission, incumbent, rounds, cases, device, harness, log_path):
         """Candidate against incumbent, case by case; fails on any regression."""
         from checks import runner
@@ -187,7 +218,7 @@ def register(main):
             click.echo("changed parts: " + ("unknown (the candidate or the incumbent has no popkit part hashes: "
                                             "the folder's reference, or a file popkit did not build)"
                                             if changed is None else ", ".join(changed) or "none"))
-        raise SystemExit(0 if done[0].passed else 1)
+        _exit_with(done[0])
 
     @main.command("promote")
     @click.argument("problem")
@@ -200,6 +231,7 @@ def register(main):
     @click.option("--log", "log_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                   help="the evidence log to read  [default: logs/performance.jsonl]")
     @fail_cleanly
+    @loads_torch
     def promote_cmd(problem, submission, force, log_path):
         """Make the candidate the incumbent that `diff` compares against."""
         from popcorn.promote import promote

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from popcorn.cli.failures import fail_cleanly
+from popcorn.cli.failures import fail_cleanly, loads_torch
 from popcorn.evidence.tables import render_table
 
 
@@ -27,6 +27,7 @@ def register(main):
     @click.option("--force", is_flag=True, help="refresh an existing problem's record (its parts are kept)")
     @click.option("--leaderboard", help="the leaderboard name, when the folder's index does not give it")
     @fail_cleanly
+    @loads_torch
     def add_cmd(name, source, force, leaderboard):
         """Record problem NAME from its folder and scaffold parts/NAME/ so `popkit build NAME` works at once."""
         from checks.problem_add import add_problem
@@ -48,6 +49,7 @@ def register(main):
 
     @problem_group.command("list")
     @fail_cleanly
+    @loads_torch
     def list_cmd():
         """Every problem with its kind, leaderboard and case counts (an unreadable record is named, not fatal)."""
         from checks.problems import ProblemError, known_problems, load_problem
@@ -68,6 +70,7 @@ def register(main):
     @problem_group.command("show")
     @click.argument("name")
     @fail_cleanly
+    @loads_torch
     def show_cmd(name):
         """One problem: its facts, where its folder is on this machine, and its case lists."""
         from checks import task_folder

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import click
 
-from popcorn.cli.failures import fail_cleanly
+from popcorn.cli.failures import fail_cleanly, loads_torch
 from popcorn.errors import PopkitError
 from popcorn.evidence.logs import DEFAULT_LOG
 
@@ -25,6 +25,7 @@ def register(main):
     @click.option("--all-cases", is_flag=True, help="also count runs of chosen cases (--case), not only the "
                                                     "full official lists")
     @fail_cleanly
+    @loads_torch
     def report(problem, out_dir, log, include_cpu, all_cases):
         """Write a dashboard of the evidence log (all problems, or PROBLEM) and print its summary.
         By default only GPU runs of the full official lists count."""

@@ -510,7 +510,13 @@ class Client:
                        on_status: Callable[[dict], None] | None = None) -> str:
         """Profile over the event stream; the raw JSON text of its `result` event."""
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
-        response = self._send("POST", url_path, timeout=120, stream=True, files=self._file_part(path))
+        try:
+            response = self._send("POST", url_path, timeout=120, stream=True, files=self._file_part(path))
+        except NetworkError as exc:
+            if not exc.sent:
+                raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
+            raise NetworkError(f"{exc}; the profile run may still go on at the server, and cannot be followed "
+                               "again (a profile run has no submission id)") from None
         with response:
             kind = response.headers.get("Content-Type", "")
             if not kind.startswith("text/event-stream"):

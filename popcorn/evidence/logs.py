@@ -191,11 +191,18 @@ def require_appendable(path: Path | str) -> None:
     no run ends by losing its record or by writing it into another file."""
     path = Path(path)
     refuse_non_log(path, "nothing was run")
+    why = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        why = None if os.access(path if path.exists() else path.parent, os.W_OK) else "permission denied"
         if path.is_dir():
             why = "a folder"
+        else:
+            # Opened as the append will open it: os.access says yes to root on a read-only mount or in /sys.
+            # O_NONBLOCK: a FIFO without a reader is refused instead of waiting for one.
+            existed = path.exists()
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644))
+            if not existed:
+                path.unlink()         # the run creates it with its record
     except OSError as exc:
         why = exc.strerror or str(exc)
     if why:

@@ -118,6 +118,7 @@ class ProblemEvidence:
     name: str
     counts: Counter
     hidden: Counter          # why check/bench/diff records were left out -> how many
+    left_out: Counter        # mode -> how many of its check/bench/diff records were left out
     bench: Bench | None
     frontier: list[FrontierLine]
     diff: Diff | None
@@ -133,23 +134,30 @@ class ProblemEvidence:
         """Why a section has nothing to draw, keyed by section; absent sections are drawable."""
         name, notes = self.name, {}
         if self.bench is None:
-            notes["cases"] = f"No bench records for {name} yet: run `popkit bench {name}`."
+            notes["cases"] = self._none_yet("bench")
         elif not any(c.newest_us for c in self.bench.cases):
             notes["cases"] = f"The bench records for {name} hold no passing, timed case."
         if not self.frontier:
             notes["frontier"] = ("No geomean yet: it needs a bench run whose cases all pass, "
                                  "or a scored leaderboard run.")
         if self.diff is None:
-            notes["diff"] = f"No diff records for {name} yet: run `popkit diff {name}`."
+            notes["diff"] = self._none_yet("diff")
         elif not any(c.ratio for c in self.diff.cases):
             notes["diff"] = "The newest diff record holds no case ratios."
         if self.check is None:
-            notes["check"] = f"No check records for {name} yet: run `popkit check {name}`."
+            notes["check"] = self._none_yet("check")
         elif not self.check.gates:
             notes["check"] = "The newest check record holds no gate residuals."
         if not self.submissions:
             notes["submissions"] = f"No leaderboard submissions for {name} logged yet."
         return notes
+
+    def _none_yet(self, mode: str) -> str:
+        """A section without MODE's records; when its runs were all left out, asking for one more would mislead."""
+        if self.left_out[mode]:
+            return (f"No {mode} run of {self.name} counts here yet ({self.left_out[mode]} left out, see above): "
+                    f"run `popkit {mode} {self.name}` on a GPU over the official list.")
+        return f"No {mode} records for {self.name} yet: run `popkit {mode} {self.name}`."
 
 
 @dataclass
@@ -188,7 +196,7 @@ def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bo
                      all_cases: bool = False) -> ProblemEvidence:
     """Everything the report shows for one problem; raw_result paths resolve against root."""
     official = _official_lists(name)
-    hidden = Counter()
+    hidden, left_out = Counter(), Counter()
     modes = {"leaderboard": [r for r in records if r.get("mode") == "leaderboard"]}
     for mode, which in (("check", "tests"), ("bench", "benchmarks"), ("diff", "benchmarks")):
         modes[mode] = []
@@ -199,10 +207,13 @@ def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bo
                 hidden["chosen cases"] += 1
             else:
                 modes[mode].append(record)
+                continue
+            left_out[mode] += 1
     return ProblemEvidence(
         name=name,
         counts=Counter(str(r.get("mode")) for r in records),
         hidden=hidden,
+        left_out=left_out,
         bench=bench_cases(modes["bench"], official["benchmarks"]),
         frontier=frontier(modes["bench"] + modes["leaderboard"]),
         diff=newest_diff(modes["diff"]),

@@ -1,0 +1,65 @@
+"""scripts/: the refusals that come before anything is built or run, from any folder (sweep_route itself:
+test_sweep_route.py)."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPT = ROOT / "scripts" / "gpu_session.sh"
+
+
+def session(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHON": sys.executable}
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=cwd, env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_run_from_another_folder_says_where_to_run_it(tmp_path):
+    # It made DIR, warned of a missing git and nvidia-smi, then failed in 'No module named popcorn' (or ran
+    # whatever popcorn the interpreter found elsewhere).
+    done = session(tmp_path, "-o", str(tmp_path / "out"), "check qr_v2")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == [f"error: run scripts/gpu_session.sh from the repository root: cd {ROOT}"]
+    assert not (tmp_path / "out").exists()
+
+
+def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py"]
+
+
+@pytest.mark.parametrize("name", PY_SCRIPTS)
+def test_help_from_another_folder_prints_the_usage(tmp_path, name):
+    # profile_route: a TypeError traceback; cholesky_kernel_bench: FileNotFoundError: '--help'; from another
+    # folder each imported `checks` from wherever the interpreter found one, or failed to.
+    done = script(tmp_path, name, "--help")
+    assert done.returncode == 0 and done.stderr == "" and "usage" in done.stdout.lower(), done.stderr
+
+
+@pytest.mark.parametrize("name, args", [
+    ("profile_route.py", ["missing.py", "cholesky", "batch: 1; n: 8; cond: 1; seed: 1"]),
+    ("sweep_route.py", ["missing.py", "cholesky", "variants.json"]),
+    ("cholesky_kernel_bench.py", ["missing.py"]),
+])
+def test_a_missing_submission_is_one_line(tmp_path, name, args):
+    # A FileNotFoundError traceback from importlib.
+    (tmp_path / "variants.json").write_text('{"default": {}}')
+    done = script(tmp_path, name, *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: missing.py: no such file (build one: popkit build PROBLEM -o FILE.py)"]
+
+
+@pytest.mark.parametrize("name", ["profile_route.py", "cholesky_kernel_bench.py"])
+def test_without_arguments_the_usage_is_the_error(tmp_path, name):
+    # profile_route: a TypeError traceback; cholesky_kernel_bench: nothing at all, exit 0.
+    done = script(tmp_path, name)
+    assert done.returncode == 2 and done.stderr.startswith("usage: ") and "Traceback" not in done.stderr
