@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import os
 import sys
 import time
 import traceback
@@ -27,6 +28,15 @@ def checker(problem: str):
     if module is None:
         raise ProblemError(f"{problem} has no native checker (checks/native/{problem}.py)")
     return module
+
+
+def built_file(path: str) -> str:
+    """PATH when it is a file; else one line and exit 2, for the scripts that import a built submission
+    (importlib's traceback said less)."""
+    if not os.path.isfile(path):
+        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
+        raise SystemExit(2)
+    return path
 
 
 def import_submission(path: str, module_name: str):

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks.worker import import_submission  # noqa: E402
+from checks.worker import built_file, import_submission  # noqa: E402
 
 
 def per_launch_us(launch, repeats: int = 50) -> float:
@@ -39,14 +39,6 @@ def residual(A: torch.Tensor, L: torch.Tensor) -> float:
     """max |L L^T - A| / max |A| over the batch (lower triangle of L only)."""
     L = L.tril()
     return ((L @ L.mT - A).abs().amax() / A.abs().amax()).item()
-
-
-def built_file(path: str) -> str:
-    """PATH when it is a file; else one line and exit 2 (importlib's traceback said less)."""
-    if not Path(path).is_file():
-        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
-        raise SystemExit(2)
-    return path
 
 
 def bench(path: str, tag: str) -> None:

@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import load_problem, parse_spec  # noqa: E402
-from checks.worker import import_submission  # noqa: E402
+from checks.worker import built_file, import_submission  # noqa: E402
 
 
 def wall_ms(kernel, A, repeats: int = 5) -> float:
@@ -77,14 +77,6 @@ def profile_case(kernel, prob, spec_text: str, show_timeline: bool = False) -> N
     print(events.table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=60))
     if show_timeline:
         print("\n".join(timeline(kernel_spans(prof))))
-
-
-def built_file(path: str) -> str:
-    """PATH when it is a file; else one line and exit 2 (importlib's traceback said less)."""
-    if not Path(path).is_file():
-        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
-        raise SystemExit(2)
-    return path
 
 
 def main() -> None:

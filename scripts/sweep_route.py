@@ -27,7 +27,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import load_problem, parse_spec, short_spec  # noqa: E402
 from checks.timing import MIN_REPEATS, Clock, CudaEventClock, PerfCounterClock, alternate  # noqa: E402
-from checks.worker import import_submission  # noqa: E402
+from checks.worker import built_file, import_submission  # noqa: E402
 
 
 def worst_fraction(report) -> float:
@@ -78,14 +78,6 @@ def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: in
     finally:
         use({})
     return rows
-
-
-def built_file(path: str) -> str:
-    """PATH when it is a file; else one line and exit 2 (importlib's traceback said less)."""
-    if not Path(path).is_file():
-        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
-        raise SystemExit(2)
-    return path
 
 
 def main() -> None:

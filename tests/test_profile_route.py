@@ -1,6 +1,5 @@
 """scripts/profile_route.py's launch timeline: start order, durations and the idle gaps between launches
 (the part that runs without a GPU)."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -9,11 +8,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "profile_route.py"
 
 
 @pytest.fixture(scope="module")
-def profile_script():
-    spec = importlib.util.spec_from_file_location("profile_route", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def profile_script(import_module):
+    return import_module(SCRIPT, "profile_route")
 
 
 def test_timeline_orders_launches_and_adds_up_the_idle_gaps(profile_script):

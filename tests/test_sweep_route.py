@@ -1,6 +1,5 @@
 """scripts/sweep_route.py: every variant is checked and timed on the same input, in alternating rounds,
 and the route's tables are put back afterwards, also when a variant fails (CPU, the cholesky route)."""
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -13,11 +12,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "sweep_route.py"
 
 
 @pytest.fixture(scope="module")
-def sweep_script():
-    spec = importlib.util.spec_from_file_location("sweep_route", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def sweep_script(import_module):
+    return import_module(SCRIPT, "sweep_route")
 
 
 def test_every_variant_is_checked_and_timed_and_the_tables_come_back(sweep_script):
