@@ -73,6 +73,11 @@ OUTER_PANEL = ((8192, 0), (1 << 30, 1024))
 # "auto": wgmma products on the H200, mma.sync elsewhere; "portable": mma.sync everywhere (the path the
 # B200 and other non-Hopper GPUs take, checked and timed on the H200 with a sweep variant).
 PRODUCTS = "auto"
+# Whether the tf32x3 driver launches each kernel after its first as a dependent of the one before
+# (programmatic dependent launch, sm_90+; device_utils.cuh): the next kernel's CTAs are scheduled while
+# the previous kernel finishes and wait on the GPU, hiding the launch gap between the driver's ~2 n / nb
+# dependent kernels.
+DEPENDENT_LAUNCH = True
 
 
 def first_row(table, *keys: int):
@@ -103,7 +108,7 @@ def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)
     tdim, ts = by_n(TILED_SHAPE, n)
-    CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts)
+    CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts, 0)
     return L
 
 
@@ -117,7 +122,7 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
     """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(b, w))
+    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(b, w), 0)
 
 
 def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
@@ -125,8 +130,8 @@ def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
     b, n, _ = A.shape
     L = torch.empty_like(A)                     # written whole: the factor and zeros above it
     work = torch.empty(b * nb * nb + b, dtype=A.dtype, device=A.device)   # the inverses, then max_i a_ii
-    CUDA.call("cholesky_blocked", A, L, work, work[b * nb * nb:], b, n, nb, *diag_shape(b, nb),
-              by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
+    CUDA.call("cholesky_blocked", A, L, work, b, n, nb, *diag_shape(b, nb), by_n(LOOKAHEAD, n),
+              by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"), int(DEPENDENT_LAUNCH))
     return L
 
 
