@@ -52,7 +52,7 @@ def bench(path: str, tag: str) -> None:
             launch = lambda: cuda.call(entry, A, L, batch, n, *args)  # noqa: E731
         else:
             tdim, ts = (8, 8) if n == 64 else (16, 8)
-            launch = lambda: cuda.call(entry, A, L, *args, batch, n, n, n * n, tdim, ts, 0)  # noqa: E731
+            launch = lambda: cuda.call(entry, A, L, *args, batch, n, n, n * n, tdim, ts)  # noqa: E731
         t = per_launch_us(launch)
         print(f"{tag}: {entry} {batch}x{n}: {t:8.1f} us, residual {residual(A, L):.1e}")
     for batch in (1, 264):
@@ -64,9 +64,9 @@ def bench(path: str, tag: str) -> None:
             if tdim * ts < 128:
                 continue
             plain = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, None, top, batch, 128, 128, 128 * 128,
-                                                    tdim, ts, 0))
+                                                    tdim, ts))
             inverse = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, X, top, batch, 128, 128, 128 * 128,
-                                                      tdim, ts, 0))
+                                                      tdim, ts))
             print(f"{tag}: tiled {tdim}x{ts} n=128 batch={batch}: factor {plain:8.1f} us, "
                   f"with inverse {inverse:8.1f} us, residual {residual(A, L):.1e}, "
                   f"inverse error {(X.tril() @ L.tril() - torch.eye(128, device='cuda')).abs().amax().item():.1e}")

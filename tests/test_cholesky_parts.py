@@ -177,6 +177,27 @@ def test_route_rejects_bad_input(data, message):
         route.custom_kernel(data)
 
 
+def test_route_rejects_bad_input_on_every_call():
+    with pytest.raises(ValueError):
+        route.custom_kernel(torch.zeros(2, 3, 3, dtype=torch.float64))
+    with pytest.raises(ValueError):                     # no plan was kept for the bad input
+        route.custom_kernel(torch.zeros(2, 3, 3, dtype=torch.float64))
+
+
+def test_a_plan_is_made_once_per_shape_and_again_when_a_table_changes(monkeypatch):
+    made = []
+    real_plan = route.plan
+    monkeypatch.setattr(route, "plan", lambda data: made.append(tuple(data.shape)) or real_plan(data))
+    monkeypatch.setattr(route, "PLANS", {})
+    A, B = spd("dense", 200, 3), spd("dense", 40, 2)
+    first = route.custom_kernel(A)
+    route.custom_kernel(B)
+    assert torch.equal(route.custom_kernel(A), first) and made == [(3, 200, 200), (2, 40, 40)]
+    monkeypatch.setattr(route, "BLOCK_NB", ((1 << 30, 64),))          # as scripts/sweep_route.py does
+    assert_cholesky(A, route.custom_kernel(A))
+    assert made == [(3, 200, 200), (2, 40, 40), (3, 200, 200)]
+
+
 def test_route_reads_only_the_lower_triangle_and_accepts_non_contiguous_input():
     A = spd("dense", 50, 2)
     junk = A + torch.triu(torch.full_like(A, 7.0), 1)

@@ -25,17 +25,16 @@
 
 // The other parts' entry points (the same translation unit in the built file).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
-                                 int ld, int stride, int tdim, int ts, int dependent);
-POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode, int dependent);
-POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode, int dependent);
-POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch, int dependent);
+                                 int ld, int stride, int tdim, int ts);
+POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
+POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch);
 
 namespace {
 
 // max_i a_ii of each matrix (the pivot floor's input): the driver's first launch, one CTA per matrix.
 // A NaN on the diagonal is skipped here; it still turns its own pivot into NaN.
 __global__ void diagonal_max_kernel(const float* A, float* diag_max, int n) {
-    popkit::allow_next_grid();                           // the first diagonal block may be scheduled
     __shared__ float scratch[32];
     const float* a = A + blockIdx.x * (size_t)n * n;
     float top = 0.f;
@@ -44,13 +43,12 @@ __global__ void diagonal_max_kernel(const float* A, float* diag_max, int n) {
     if (threadIdx.x == 0) diag_max[blockIdx.x] = top;
 }
 
-// The current GPU's compute capability major (0 if it cannot be read): 9 takes cholesky_product_wgmma.cu
-// (the loader builds for the running GPU, so the sm_90a kernels are there), 9 and up take dependent
-// launches (device_utils.cuh).
-int gpu_major() {
+// Whether the current GPU takes cholesky_product_wgmma.cu (compute capability 9.0; the loader builds for
+// the running GPU, so the sm_90a kernels are there).
+bool has_wgmma() {
     int device = 0, major = 0;
-    if (cudaGetDevice(&device) != cudaSuccess) return 0;
-    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess ? major : 0;
+    if (cudaGetDevice(&device) != cudaSuccess) return false;
+    return cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major == 9;
 }
 
 // The panel product of a w-column block: L21 = A21 X^T (X = inv(L11) in xinv, w x w), and zeros at
@@ -64,25 +62,23 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
 // first tile factors that tile, the next diagonal block, while the others update the rest. Same
 // arguments, result and order of operations as cholesky_blocked (model.blocked_tf32x3_model).
-int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb,
-                      bool dependent) {
+int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
-    int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8, dependent);
+    int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
     for (int k0 = 0; !err && k0 + nb < n; k0 += nb) {    // block k0 is factored, its inverse in xinv
         const int next = k0 + nb, m = n - next, w2 = m < nb ? m : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
         float* block = L + (size_t)k0 * n + k0;
         const float* a21 = src + (size_t)nb * n;
         float* l21 = block + (size_t)nb * n;
-        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel,
-                                   dependent);
+        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
         if (err) break;
         // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
         const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
                                           nullptr, m, m, nb};
         const tiled::DiagBlock diag = {l21 + nb, l21 + nb, xinv, diag_max, w2, n, stride};
-        err = cholesky_lookahead_step(trailing, diag, batch, dependent);
+        err = cholesky_lookahead_step(trailing, diag, batch);
     }
     return err;
 }
@@ -94,7 +90,7 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
 // outer panel with K = outer. A step with K = nb reads and writes the whole trailing triangle, ~n^3 /
 // (3 nb) x 4 bytes over the run (~0.37 TB at n = 32768, nb = 128): outer = 512 cuts that 4x.
 int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb,
-                      int outer, int tdim, int ts, decltype(&tf32x3_product_mma) product, bool dependent) {
+                      int outer, int tdim, int ts, decltype(&tf32x3_product_mma) product) {
     const long long stride = (long long)n * n;
     for (int s0 = 0; s0 < n; s0 += outer) {
         const int s1 = n - s0 < outer ? n : s0 + outer;
@@ -102,20 +98,19 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
             const int w = n - k0 < nb ? n - k0 : nb;
             const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
             float* block = L + (size_t)k0 * n + k0;
-            if (k0 + w == n)
-                return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts, dependent);
-            int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts, dependent);
+            if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
+            int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
             if (err) return err;
             const int m = n - k0 - w, cols = s1 - k0 - w;
             const float* a21 = src + (size_t)w * n;
             float* l21 = block + (size_t)w * n;
-            err = product(panel_of(a21, l21, block + w, xinv, n, stride, m, w), batch, tf32x3::kPanel, dependent);
+            err = product(panel_of(a21, l21, block + w, xinv, n, stride, m, w), batch, tf32x3::kPanel);
             if (err) return err;
             if (cols == 0) continue;
             // the update inside the outer panel: every row below, the outer panel's remaining columns
             const tf32x3::Product inner = {l21, n, stride, l21, n, stride, a21 + w, l21 + w, n, stride,
                                            nullptr, m, cols, w};
-            err = product(inner, batch, tf32x3::kColumn, dependent);
+            err = product(inner, batch, tf32x3::kColumn);
             if (err) return err;
         }
         // the deferred update right of the outer panel, K = s1 - s0, on the lower tiles
@@ -123,7 +118,7 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
         const float* l21s = L + (size_t)s1 * n + s0;
         const tf32x3::Product rest = {l21s, n, stride, l21s, n, stride, c_in, L + (size_t)s1 * n + s1, n, stride,
                                       nullptr, n - s1, n - s1, s1 - s0};
-        const int err = product(rest, batch, tf32x3::kTrailing, dependent);
+        const int err = product(rest, batch, tf32x3::kTrailing);
         if (err) return err;
     }
     return (int)cudaSuccess;
@@ -138,13 +133,12 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >= nb). nb: a multiple of 32,
 // at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when nb < outer < n);
 // otherwise lookahead: take blocked_lookahead where it applies. portable: use cholesky_product_mma.cu
-// even on a wgmma GPU (to check and time the other GPUs' path). dependent: launch every kernel after
-// the first as a dependent of the one before (device_utils.cuh; taken on sm_90+ only). n * n < 2^31 (the
-// products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L, so A is never
+// even on a wgmma GPU (to check and time the other GPUs' path). n * n < 2^31 (the products' 32-bit row
+// offsets). Step 0 reads A and writes L, later steps work in L, so A is never
 // copied; the diagonal kernel writes zeros above its block's diagonal and the panel zeroes its mirror,
 // which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, int batch, int n, int nb, int tdim, int ts,
-                                   int lookahead, int outer, int portable, int dependent_launches) {
+                                   int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L || !work)
         return (int)cudaErrorInvalidValue;
@@ -152,31 +146,29 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, int ba
     float* diag_max = work + (size_t)batch * nb * nb;
     diagonal_max_kernel<<<batch, 256>>>(A, diag_max, n);
     if (const cudaError_t err = cudaGetLastError()) return (int)err;
-    const int major = gpu_major();
-    const bool wgmma = !portable && major == 9, dependent = dependent_launches && major >= 9;
+    const bool wgmma = !portable && has_wgmma();
     const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
-        return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product, dependent);
+        return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
     if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
-        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb, dependent);
+        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;     // this step's input: A, then L
         float* block = L + (size_t)k0 * n + k0;
-        if (k0 + w == n)
-            return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts, dependent);
-        int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts, dependent);
+        if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
+        int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
         if (err) return err;
         const int m = n - k0 - w;
         const float* a21 = src + (size_t)w * n;
         float* l21 = block + (size_t)w * n;
-        err = product(panel_of(a21, l21, block + w, xinv, n, stride, m, w), batch, tf32x3::kPanel, dependent);
+        err = product(panel_of(a21, l21, block + w, xinv, n, stride, m, w), batch, tf32x3::kPanel);
         if (err) return err;
         // A22 -= L21 L21^T on the lower tiles
         const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + w, l21 + w, n, stride,
                                           nullptr, m, m, w};
-        err = product(trailing, batch, tf32x3::kTrailing, dependent);
+        err = product(trailing, batch, tf32x3::kTrailing);
         if (err) return err;
     }
     return (int)cudaSuccess;

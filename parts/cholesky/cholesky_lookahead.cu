@@ -147,8 +147,6 @@ template <int VEC>
 __global__ void __launch_bounds__(kLaThreads, 1)
 lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    popkit::wait_for_prior_grid();
-    popkit::allow_next_grid();
     extern __shared__ float4 smem4[];
     update_tile<VEC>(op, blockIdx.x, reinterpret_cast<float*>(smem4));
     if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
@@ -165,12 +163,13 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
 }
 
 template <int VEC>
-int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, int batch, bool dependent) {
+int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, int batch) {
     static int granted = 0;
     const cudaError_t err = popkit::allow_dynamic_smem(lookahead_kernel<VEC>, kLaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    return (int)popkit::launch(dependent, lookahead_kernel<VEC>, dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch),
-                               kLaThreads, kLaSmemBytes, op, diag);
+    lookahead_kernel<VEC><<<dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch), kLaThreads, kLaSmemBytes>>>(op,
+                                                                                                     diag);
+    return (int)cudaGetLastError();
 }
 
 }  // namespace
@@ -181,11 +180,11 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, in
 // by the 16 x 16 tiled shape, in place: diag.src == diag.dst == op.c), always with its inverse (also for
 // the last block, where nothing reads it: one instantiation of the diagonal role keeps the compile short).
 // Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
-// traps). dependent: launch as a dependent of the kernel before it (device_utils.cuh).
-POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch, int dependent) {
+// traps).
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch) {
     if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < kTile ? op.m : kTile) ||
         diag.src != op.c || diag.dst != op.c || !diag.xinv || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
         op.K % kChunk != 0)
         return (int)cudaErrorInvalidValue;
-    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch, dependent) : (int)cudaErrorInvalidValue;
+    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : (int)cudaErrorInvalidValue;
 }

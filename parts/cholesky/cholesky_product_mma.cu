@@ -83,8 +83,6 @@ __device__ __forceinline__ void multiply_fragments(float (&acc)[4][4][4], const 
 template <int VEC, bool SUBTRACT, bool LOWER>
 __global__ void __launch_bounds__(kMmaThreads, 2)
 tf32x3_mma_kernel(const tf32x3::Product op) {
-    popkit::wait_for_prior_grid();
-    popkit::allow_next_grid();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     int ti, tj;
@@ -131,25 +129,24 @@ tf32x3_mma_kernel(const tf32x3::Product op) {
 }
 
 template <int VEC, bool SUBTRACT, bool LOWER>
-int launch_mma(const tf32x3::Product& op, int batch, bool dependent) {
+int launch_mma(const tf32x3::Product& op, int batch) {
     static int granted = 0;
-    const auto kernel = tf32x3_mma_kernel<VEC, SUBTRACT, LOWER>;
-    const cudaError_t err = popkit::allow_dynamic_smem(kernel, kMmaSmemBytes, granted);
+    const cudaError_t err = popkit::allow_dynamic_smem(tf32x3_mma_kernel<VEC, SUBTRACT, LOWER>, kMmaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    return (int)popkit::launch(dependent, kernel, dim3(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch), kMmaThreads,
-                               kMmaSmemBytes, op);
+    tf32x3_mma_kernel<VEC, SUBTRACT, LOWER>
+        <<<dim3(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch), kMmaThreads, kMmaSmemBytes>>>(op);
+    return (int)cudaGetLastError();
 }
 
 }  // namespace
 
 // The product `op` (tf32x3.cuh) for `batch` matrices; mode: tf32x3::kPanel or kTrailing (kColumn, the
-// look-ahead's, is wgmma-only: not instantiated here, to keep the cold compile short). dependent: launch
-// as a dependent of the kernel before it (device_utils.cuh; sm_90+ only).
-POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode, int dependent) {
+// look-ahead's, is wgmma-only: not instantiated here, to keep the cold compile short).
+POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode) {
     if (op.K < kChunk || op.K % kChunk != 0) return (int)cudaErrorInvalidValue;
     const bool vec = tf32x3::rows_aligned16(op);
     if (mode == tf32x3::kPanel)
-        return vec ? launch_mma<4, false, false>(op, batch, dependent) : launch_mma<1, false, false>(op, batch, dependent);
+        return vec ? launch_mma<4, false, false>(op, batch) : launch_mma<1, false, false>(op, batch);
     if (mode == tf32x3::kColumn) return (int)cudaErrorInvalidValue;
-    return vec ? launch_mma<4, true, true>(op, batch, dependent) : launch_mma<1, true, true>(op, batch, dependent);
+    return vec ? launch_mma<4, true, true>(op, batch) : launch_mma<1, true, true>(op, batch);
 }

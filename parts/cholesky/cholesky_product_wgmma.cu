@@ -102,8 +102,6 @@ template <int VEC, bool SUBTRACT, bool LOWER>
 __global__ void __launch_bounds__(kWgThreads, 3)
 tf32x3_wgmma_kernel(const tf32x3::Product op) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    popkit::wait_for_prior_grid();
-    popkit::allow_next_grid();
     extern __shared__ float4 smem4[];
     float* smem = reinterpret_cast<float*>(smem4);
     int ti, tj;
@@ -161,27 +159,26 @@ tf32x3_wgmma_kernel(const tf32x3::Product op) {
 }
 
 template <int VEC, bool SUBTRACT, bool LOWER>
-int launch_wgmma(const tf32x3::Product& op, int batch, bool dependent) {
+int launch_wgmma(const tf32x3::Product& op, int batch) {
     static int granted = 0;
-    const auto kernel = tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>;
-    const cudaError_t err = popkit::allow_dynamic_smem(kernel, kWgSmemBytes, granted);
+    const cudaError_t err =
+        popkit::allow_dynamic_smem(tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>, kWgSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    return (int)popkit::launch(dependent, kernel, dim3(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch, kTile / kWgRows),
-                               kWgThreads, kWgSmemBytes, op);
+    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>
+        <<<dim3(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch, kTile / kWgRows), kWgThreads, kWgSmemBytes>>>(op);
+    return (int)cudaGetLastError();
 }
 
 }  // namespace
 
 // As tf32x3_product_mma (cholesky_product_mma.cu), on wgmma: call it only on a GPU of compute
 // capability 9.0 with the build targeting sm_90a (elsewhere the kernel traps).
-POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode, int dependent) {
+POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode) {
     if (op.K < kChunk || op.K % kChunk != 0) return (int)cudaErrorInvalidValue;
     const bool vec = tf32x3::rows_aligned16(op);
     if (mode == tf32x3::kPanel)
-        return vec ? launch_wgmma<4, false, false>(op, batch, dependent)
-                   : launch_wgmma<1, false, false>(op, batch, dependent);
+        return vec ? launch_wgmma<4, false, false>(op, batch) : launch_wgmma<1, false, false>(op, batch);
     if (mode == tf32x3::kColumn)
-        return vec ? launch_wgmma<4, true, false>(op, batch, dependent)
-                   : launch_wgmma<1, true, false>(op, batch, dependent);
-    return vec ? launch_wgmma<4, true, true>(op, batch, dependent) : launch_wgmma<1, true, true>(op, batch, dependent);
+        return vec ? launch_wgmma<4, true, false>(op, batch) : launch_wgmma<1, true, false>(op, batch);
+    return vec ? launch_wgmma<4, true, true>(op, batch) : launch_wgmma<1, true, true>(op, batch);
 }

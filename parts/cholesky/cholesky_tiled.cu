@@ -71,8 +71,6 @@ template <int TDIM, int TS, bool INV>
 __global__ void __launch_bounds__(TDIM * TDIM)
 cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
                       int n, int ld, int stride) {
-    popkit::wait_for_prior_grid();
-    popkit::allow_next_grid();
     const size_t b = blockIdx.x;
     // 128-blocks with the inverse take the grouped steps (16x512 228 against 255 us, H200 at 40c270a);
     // 64-blocks keep the column steps (one grouped instantiation less in the cold compile)
@@ -82,10 +80,12 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
 }
 
 template <int TDIM, int TS>
-int launch(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n, int ld, int stride,
-           bool dependent) {
-    const auto kernel = xinv ? cholesky_tiled_kernel<TDIM, TS, true> : cholesky_tiled_kernel<TDIM, TS, false>;
-    return (int)popkit::launch(dependent, kernel, batch, TDIM * TDIM, 0, src, dst, xinv, diag_max, n, ld, stride);
+int launch(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n, int ld, int stride) {
+    if (xinv)
+        cholesky_tiled_kernel<TDIM, TS, true><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
+    else
+        cholesky_tiled_kernel<TDIM, TS, false><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
+    return (int)cudaGetLastError();
 }
 
 }  // namespace
@@ -94,11 +94,10 @@ int launch(const float* src, float* dst, float* xinv, const float* diag_max, int
 // equal dst). xinv: NULL or batch x n x n for inv(L). diag_max: NULL (the pivot floor comes from
 // this block's own diagonal) or max_i a_ii of each block's whole matrix. (tdim, ts): the thread
 // grid and tile, tdim * ts >= n: (8, 8) or (16, 8) (each instantiation costs ~1 s of the cold compile).
-// dependent: launch as a dependent of the kernel before it (device_utils.cuh; sm_90+ only).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
-                                 int ld, int stride, int tdim, int ts, int dependent) {
+                                 int ld, int stride, int tdim, int ts) {
     if (batch < 1 || n < 1 || n > tdim * ts || ld < n || stride < n) return (int)cudaErrorInvalidValue;
-    if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, diag_max, batch, n, ld, stride, dependent);
-    if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, diag_max, batch, n, ld, stride, dependent);
+    if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
     return (int)cudaErrorInvalidValue;
 }

@@ -18,6 +18,8 @@ Every route reads the lower triangle of A only. A pivot at or below eps * max_i 
 floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
 tunables below were measured on the H200 (docs/priors.md).
 """
+from typing import Callable
+
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
@@ -73,11 +75,6 @@ OUTER_PANEL = ((8192, 0), (1 << 30, 1024))
 # "auto": wgmma products on the H200, mma.sync elsewhere; "portable": mma.sync everywhere (the path the
 # B200 and other non-Hopper GPUs take, checked and timed on the H200 with a sweep variant).
 PRODUCTS = "auto"
-# Whether the tf32x3 driver launches each kernel after its first as a dependent of the one before
-# (programmatic dependent launch, sm_90+; device_utils.cuh): the next kernel's CTAs are scheduled while
-# the previous kernel finishes and wait on the GPU, hiding the launch gap between the driver's ~2 n / nb
-# dependent kernels.
-DEPENDENT_LAUNCH = True
 
 
 def first_row(table, *keys: int):
@@ -97,21 +94,6 @@ def by_n(table, n: int):
 NULL = None   # a missing optional pointer (ctypes passes 0)
 
 
-def cholesky_small_cuda(A: torch.Tensor) -> torch.Tensor:
-    b, n, _ = A.shape
-    L = torch.empty_like(A)
-    CUDA.call("cholesky_small", A, L, b, n, SMALL_WARPS_PER_CTA)
-    return L
-
-
-def cholesky_tiled_cuda(A: torch.Tensor) -> torch.Tensor:
-    b, n, _ = A.shape
-    L = torch.empty_like(A)
-    tdim, ts = by_n(TILED_SHAPE, n)
-    CUDA.call("cholesky_tiled", A, L, NULL, NULL, b, n, n, n * n, tdim, ts, 0)
-    return L
-
-
 def diag_shape(batch: int, w: int) -> tuple[int, int]:
     """(TDIM, TS) of cholesky_tiled.cu for diagonal blocks of width w in a batch of `batch` matrices: the
     whole-matrix shape of that width (cholesky_tiled.cu builds two shapes, to keep the cold compile short)."""
@@ -122,17 +104,7 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
     """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(b, w), 0)
-
-
-def blocked_tf32x3_cuda(A: torch.Tensor, nb: int) -> torch.Tensor:
-    """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model)."""
-    b, n, _ = A.shape
-    L = torch.empty_like(A)                     # written whole: the factor and zeros above it
-    work = torch.empty(b * nb * nb + b, dtype=A.dtype, device=A.device)   # the inverses, then max_i a_ii
-    CUDA.call("cholesky_blocked", A, L, work, b, n, nb, *diag_shape(b, nb), by_n(LOOKAHEAD, n),
-              by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"), int(DEPENDENT_LAUNCH))
-    return L
+    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(b, w))
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
@@ -149,24 +121,85 @@ def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bo
     return left, right
 
 
-def custom_kernel(data: torch.Tensor) -> torch.Tensor:
-    """Cholesky factor of a batch of SPD matrices: L lower triangular, positive diagonal, A = L L^T."""
+Run = Callable[[torch.Tensor], torch.Tensor]   # a plan: the contiguous batch in, L out
+
+
+def small_plan(b: int, n: int) -> Run:
+    """cholesky_small.cu, one warp per matrix."""
+    entry, warps = CUDA.function("cholesky_small", "ppiii"), SMALL_WARPS_PER_CTA
+
+    def run(A: torch.Tensor) -> torch.Tensor:
+        L = torch.empty_like(A)
+        entry(A.data_ptr(), L.data_ptr(), b, n, warps)
+        return L
+    return run
+
+
+def tiled_plan(b: int, n: int) -> Run:
+    """cholesky_tiled.cu on whole matrices, one CTA per matrix."""
+    entry, (tdim, ts) = CUDA.function("cholesky_tiled", "ppppiiiiii"), by_n(TILED_SHAPE, n)
+
+    def run(A: torch.Tensor) -> torch.Tensor:
+        L = torch.empty_like(A)
+        entry(A.data_ptr(), L.data_ptr(), NULL, NULL, b, n, n, n * n, tdim, ts)
+        return L
+    return run
+
+
+def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
+    """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model). Its
+    workspace (the diagonal blocks' inverses, then max_i a_ii) is the plan's, allocated once."""
+    entry = CUDA.function("cholesky_blocked", "pppiiiiiiii")
+    work = torch.empty(b * nb * nb + b, dtype=torch.float32, device=device)
+    settings = (b, n, nb, *diag_shape(b, nb), by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
+
+    def run(A: torch.Tensor) -> torch.Tensor:
+        L = torch.empty_like(A)                 # written whole: the factor and zeros above it
+        entry(A.data_ptr(), L.data_ptr(), work.data_ptr(), *settings)
+        return L
+    return run
+
+
+def plan(data: torch.Tensor) -> Run:
+    """The route for every batch of data's shape, dtype and device, with the tables read once: a function
+    of the contiguous batch. Raises ValueError for a batch that is not b x n x n float32."""
     if data.dim() != 3 or data.shape[-1] != data.shape[-2] or data.dtype != torch.float32:
         raise ValueError(f"cholesky: expected a batch x n x n float32 tensor, got {data.dtype} "
                          f"of shape {tuple(data.shape)}")
-    A = data.contiguous()
-    n = A.shape[-1]
-    if A.numel() == 0:
-        return torch.empty_like(A)
+    batch, n = data.shape[0], data.shape[-1]
+    if data.numel() == 0:
+        return torch.empty_like
     if n <= BLOCK_MAX_N:
-        if not A.is_cuda:
-            return right_looking_model(A)
-        return cholesky_small_cuda(A) if n <= SMALL_MAX_N else cholesky_tiled_cuda(A)
-    batch = A.shape[0]
+        if not data.is_cuda:
+            return right_looking_model
+        return small_plan(batch, n) if n <= SMALL_MAX_N else tiled_plan(batch, n)
     nb = by_n(BLOCK_NB, batch)
     if first_row(BLOCKED_DRIVER, n, batch * n) == "tf32x3":
-        return blocked_tf32x3_cuda(A, nb) if A.is_cuda else blocked_tf32x3_model(A, nb)
-    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if A.is_cuda else (factor_diag_model, panel_model)
+        if not data.is_cuda:
+            return lambda A: blocked_tf32x3_model(A, nb)
+        return blocked_tf32x3_plan(batch, n, nb, data.device)
+    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if data.is_cuda else (factor_diag_model, panel_model)
     split_tf32 = first_row(TRAILING_PRODUCT, n, batch * n) == "split_tf32"
     chunk_rows = first_row(TRAILING_CHUNK_ROWS, n, batch * n)
-    return blocked_cholesky(A, nb, chunk_rows, factor_diag, solve_panel, split_tf32)
+    return lambda A: blocked_cholesky(A, nb, chunk_rows, factor_diag, solve_panel, split_tf32)
+
+
+def tunables() -> tuple:
+    """Every table a plan reads (a plan made before one of them changed, as scripts/sweep_route.py
+    changes them between variants, is made again)."""
+    return (SMALL_WARPS_PER_CTA, TILED_SHAPE, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT, BLOCKED_DRIVER,
+            LOOKAHEAD, OUTER_PANEL, PRODUCTS)
+
+
+PLANS: dict = {}   # (shape, dtype, device) -> (tunables(), plan)
+
+
+def custom_kernel(data: torch.Tensor) -> torch.Tensor:
+    """Cholesky factor of a batch of SPD matrices: L lower triangular, positive diagonal, A = L L^T.
+    The route's choice, its entry point and workspace are made once per shape (plan): looking them up
+    and converting the arguments on every call cost 6-25 us of host time inside the timed call (H200)."""
+    key = (data.shape, data.dtype, data.device)
+    made, now = PLANS.get(key), tunables()
+    if made is None or made[0] != now:
+        made = PLANS[key] = (now, plan(data))
+    return made[1](data.contiguous())

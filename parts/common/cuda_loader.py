@@ -22,6 +22,11 @@ def target_arch() -> str:
     return f"{major}.{minor}" + ("a" if major >= 9 else "")
 
 
+def _raise_cuda_error(entry: str, code: int) -> None:
+    if code != 0:
+        raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
+
+
 class CudaLibrary:
     """The submission's compiled kernels; configured by the built file with its embedded source."""
 
@@ -68,13 +73,21 @@ class CudaLibrary:
             self._entries[name] = func
         return func
 
+    def function(self, entry: str, signature: str):
+        """The entry point as a typed ctypes function for hot paths: signature has one letter per argument,
+        'p' for a pointer (pass tensor.data_ptr() or None) and 'i' for an int; a non-zero return raises.
+        Arguments then go to C without `call`'s per-argument conversion (~0.4 us each)."""
+        func = self.load()[entry]                        # a new function object, apart from entry()'s
+        func.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int}[letter] for letter in signature]
+        func.restype = ctypes.c_int
+        func.errcheck = lambda code, _func, _args: _raise_cuda_error(entry, code)
+        return func
+
     def call(self, entry: str, *args) -> None:
         """Call an entry point; tensors go as device pointers, None as NULL, ints as C ints."""
         c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
                   else ctypes.c_void_p(None) if a is None else ctypes.c_int(a) for a in args]
-        code = self.entry(entry)(*c_args)
-        if code != 0:
-            raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
+        _raise_cuda_error(entry, self.entry(entry)(*c_args))
 
     def query(self, entry: str, *ints: int) -> int:
         """Call an entry point that returns a plain int (a size or a limit)."""

@@ -6,7 +6,6 @@
 // return cudaGetLastError() as an int so Python can raise a clear error.
 #pragma once
 #include <cuda_runtime.h>
-#include <cstring>
 
 #define POPKIT_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -21,53 +20,6 @@ cudaError_t allow_dynamic_smem(Kernel kernel, int bytes, int& granted) {
     const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
     if (err == cudaSuccess) granted = bytes;
     return err;
-}
-
-// Programmatic dependent launch (sm_90+): a kernel launched with `dependent` may be scheduled while the
-// kernel before it in the queue is still running; it must call wait_for_prior_grid() before it reads
-// anything that kernel (or any earlier one) wrote, and calls allow_next_grid() once every CTA may let
-// the next kernel be scheduled. Between two short dependent kernels this hides the launch and CTA
-// dispatch latency (the next kernel's CTAs sit resident at the wait). Launch attribute 6 of
-// cudaLaunchAttributeID (the runtime's name for it holds a word the leaderboard bans); its value is
-// the int flag at the start of the value union. All work stays in the default queue.
-inline cudaLaunchAttribute dependent_launch_attribute() {
-    cudaLaunchAttribute attribute;
-    memset(&attribute, 0, sizeof attribute);
-    attribute.id = static_cast<cudaLaunchAttributeID>(6);
-    const int allowed = 1;
-    memcpy(&attribute.val, &allowed, sizeof allowed);
-    return attribute;
-}
-
-// kernel<<<grid, block, smem>>>(args...), as a dependent launch (above) when `dependent`; returns the
-// launch's error.
-template <typename... Params, typename... Args>
-cudaError_t launch(bool dependent, void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, Args... args) {
-    if (!dependent) {
-        kernel<<<grid, block, smem>>>(args...);
-        return cudaGetLastError();
-    }
-    cudaLaunchAttribute attribute = dependent_launch_attribute();
-    cudaLaunchConfig_t config = {};
-    config.gridDim = grid;
-    config.blockDim = block;
-    config.dynamicSmemBytes = smem;
-    config.attrs = &attribute;
-    config.numAttrs = 1;
-    return cudaLaunchKernelEx(&config, kernel, static_cast<Params>(args)...);
-}
-
-// The device side of a dependent launch (no-ops in a kernel launched without it, and before sm_90).
-__device__ __forceinline__ void wait_for_prior_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.wait;\n" ::: "memory");
-#endif
-}
-
-__device__ __forceinline__ void allow_next_grid() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-#endif
 }
 
 __device__ __forceinline__ float warp_sum(float v) {
