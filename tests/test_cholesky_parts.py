@@ -194,9 +194,13 @@ def test_a_plan_is_made_once_per_shape_and_again_when_a_table_changes(monkeypatc
     first = route.custom_kernel(A)
     route.custom_kernel(B)
     assert torch.equal(route.custom_kernel(A), first) and made == [(3, 200, 200), (2, 40, 40)]
+    default_nb = route.BLOCK_NB
     monkeypatch.setattr(route, "BLOCK_NB", ((1 << 30, 64),))          # as scripts/sweep_route.py does
     assert_cholesky(A, route.custom_kernel(A))
     assert made == [(3, 200, 200), (2, 40, 40), (3, 200, 200)]
+    monkeypatch.setattr(route, "BLOCK_NB", tuple(tuple(row) for row in default_nb))   # equal, not the same object
+    assert torch.equal(route.custom_kernel(A), first)                  # the first plan, kept beside the second
+    assert len(made) == 3
 
 
 def test_route_reads_only_the_lower_triangle_and_accepts_non_contiguous_input():
