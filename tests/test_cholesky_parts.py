@@ -11,8 +11,7 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (DIAG, PANEL, TILED_STEP, UPDATE, blocked_cholesky, blocked_tf32x3_model,
-                                  dataflow_model, dataflow_tasks,
+from parts.cholesky.model import (TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
                                   blocked_two_level_model, inverse_model, matmul_precision, pivot_floor,
                                   right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
                                   trailing_update)
@@ -508,33 +507,3 @@ def test_two_level_model_rejects_an_outer_panel_that_is_not_a_multiple_of_the_bl
     with pytest.raises(ValueError, match="multiple of nb"):
         blocked_two_level_model(spd("dense", 8, 1), 32, 48)
 
-
-@pytest.mark.parametrize("batch, n", [(2, 300), (1, 524), (3, 256), (1, 129)])
-def test_dataflow_model_runs_its_queue_in_order_and_matches_the_blocked_model(batch, n):
-    A = spd("dense", n, batch)
-    L = dataflow_model(A)
-    assert_cholesky(A, L)
-    assert torch.allclose(L, blocked_tf32x3_model(A, 128), rtol=0, atol=1e-5 * L.abs().max().item())
-
-
-@pytest.mark.parametrize("batch, tiles", [(1, 1), (2, 2), (1, 5), (3, 7)])
-def test_dataflow_queue_holds_every_tile_operation_once(batch, tiles):
-    tasks = dataflow_tasks(batch, tiles)
-    expected = set()
-    for b in range(batch):
-        expected |= {(DIAG, b, i, i, i - 1) for i in range(tiles)}
-        expected |= {(PANEL, b, i, k, k) for k in range(tiles) for i in range(k + 2, tiles)}
-        expected |= {(UPDATE, b, i, j, k) for k in range(tiles) for j in range(k + 1, tiles) for i in range(j, tiles)
-                     if (i, j) != (k + 1, k + 1)}
-    assert len(tasks) == len(set(tasks)) and set(tasks) == expected
-
-
-def test_dataflow_model_rejects_a_queue_that_would_wait_on_a_later_task(monkeypatch):
-    from parts.cholesky import model
-    good = model.dataflow_tasks(1, 4)
-    swapped = list(good)
-    d2 = swapped.index((DIAG, 0, 2, 2, 1))
-    swapped[d2 - 1], swapped[d2] = swapped[d2], swapped[d2 - 1]     # DIAG 2 before an update it waits on
-    monkeypatch.setattr(model, "dataflow_tasks", lambda batch, tiles: swapped)
-    with pytest.raises(AssertionError, match="diag|panel"):
-        model.dataflow_model(spd("dense", 512, 1))

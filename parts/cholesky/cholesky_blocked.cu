@@ -33,8 +33,13 @@ POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock d
 namespace {
 
 // max_i a_ii of each matrix (the pivot floor's input): the driver's first launch, one CTA per matrix.
+// A NaN on the diagonal is skipped here; it still turns its own pivot into NaN.
 __global__ void diagonal_max_kernel(const float* A, float* diag_max, int n) {
-    const float top = tiled::diagonal_max(A + blockIdx.x * (size_t)n * n, n);
+    __shared__ float scratch[32];
+    const float* a = A + blockIdx.x * (size_t)n * n;
+    float top = 0.f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) top = fmaxf(top, a[(size_t)i * (n + 1)]);
+    top = popkit::block_max(top, scratch);
     if (threadIdx.x == 0) diag_max[blockIdx.x] = top;
 }
 

@@ -9,41 +9,166 @@
 // The tile's own writes are visible to its CTA after a barrier; no other CTA reads or writes that tile.
 // Launch: grid (lower tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the product role's;
 // the diagonal role adds 8 KiB of static), one CTA per SM.
-// Product role: C = C_in - P Q^T on one 128 x 128 lower tile, staged_product.cuh's tile product (its
-// 256 threads match the diagonal role's 16 x 16).
+// Product role, C = C_in - P Q^T on one 128 x 128 lower tile (tf32x3 as in cholesky_product_wgmma.cu,
+// model.tf32x3_product): two warpgroups of 64 rows each (wgmma m64n128k8). All of the tile's P and Q
+// rows (K <= 128) are copied into shared memory by cp.async at the start, one group per chunk of 32
+// columns, so every global load is in flight at once (rows padded to 144 floats: 16-byte reads by 8
+// lanes over two rows hit distinct banks); per chunk each thread splits its own A fragments into
+// registers and the CTA splits Q's chunk into hi/lo planes (wgmma_tf32.cuh), double-buffered so that
+// one chunk's split runs under the previous chunk's wgmmas. On its own, as a trailing-update kernel,
+// it matched cholesky_product_wgmma.cu (H200: 1x8192 7.55 against 7.51 ms), and its 256 threads match
+// the diagonal role's 16 x 16.
 #include "device_utils.cuh"
 #include "tf32x3.cuh"
-#include "staged_product.cuh"
 #include "tiled_block.cuh"
+#include "wgmma_tf32.cuh"
 
 namespace {
 
-__global__ void __launch_bounds__(staged::kThreads, 1)
+using tf32x3::kChunk;
+using tf32x3::kTile;
+using namespace hopper;
+
+constexpr int kLaThreads = 256;                              // 2 warpgroups; the diagonal role's 16 x 16
+constexpr int kMaxK = 128;                                   // the driver's block
+constexpr int kRawLd = kMaxK + 16;                           // padded raw row (floats)
+constexpr int kRawWords = kTile * kRawLd;                    // one operand's raw rows
+constexpr int kLaSmemBytes = (2 * kRawWords + 2 * kStageWords) * (int)sizeof(float);   // 208 KiB
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int kMaxChunks = kMaxK / kChunk;                   // cp.async groups, one per chunk
+
+// Split Q's chunk kc from the raw rows into the hi and lo planes of one stage: each warp covers 8 rows
+// x 4 of the 8 column quads per read, and component s of a quad goes to k8 step s.
+__device__ __forceinline__ void split_planes(float* stage, const float* raw_q, int kc) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    unsigned* hi = reinterpret_cast<unsigned*>(stage);
+    unsigned* lo = hi + kPlaneWords;
+    constexpr int kReads = kTile * kChunk / 4 / kLaThreads;
+#pragma unroll
+    for (int i = 0; i < kReads; ++i) {
+        const int combo = warp * kReads + i, group = combo >> 1, half = combo & 1;
+        const int row = group * 8 + (lane >> 2), quad = half * 4 + (lane & 3);
+        const float4 v = *reinterpret_cast<const float4*>(raw_q + row * kRawLd + kc * kChunk + 4 * quad);
+        const int base = half * (4 * kTile) + group * 32 + lane;
+#pragma unroll
+        for (int s = 0; s < 4; ++s) {
+            unsigned h, l;
+            tf32x3::split_tf32(component(v, s), h, l);
+            hi[s * kStepWords + base] = h;
+            lo[s * kStepWords + base] = l;
+        }
+    }
+}
+
+// This thread's A fragments of chunk kc, split: a0..a3 are rows g, g + 8 and quads t, t + 4 of its
+// warp's 16 rows; step s takes component s of each.
+__device__ __forceinline__ void split_fragments(const float* raw_p, int kc, unsigned (&ah)[4][4],
+                                                unsigned (&al)[4][4]) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    float4 v[4];
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+        v[e] = *reinterpret_cast<const float4*>(raw_p + (16 * warp + g + 8 * (e & 1)) * kRawLd + kc * kChunk +
+                                                4 * t + 16 * (e >> 1));
+#pragma unroll
+    for (int s = 0; s < 4; ++s)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) tf32x3::split_tf32(component(v[e], s), ah[s][e], al[s][e]);
+}
+
+// Wait until at most `pending` of this thread's cp.async groups are in flight (an immediate in PTX;
+// the unrolled caller's argument is a constant, so the switch folds away).
+__device__ __forceinline__ void cp_async_wait(int pending) {
+    switch (pending) {
+        case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+        case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+        case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+        default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    }
+}
+
+// The product role: lower tile number x of C = C_in - P Q^T for matrix blockIdx.y.
+template <int VEC>
+__device__ __forceinline__ void update_tile(const tf32x3::Product& op, int x, float* smem) {
+    float* raw_p = smem;
+    float* raw_q = raw_p + kRawWords;
+    float* planes = raw_q + kRawWords;
+    int ti, tj;
+    tf32x3::tile_of_block<true>(x, op.ncols, ti, tj);
+    const int row0 = ti * kTile, col0 = tj * kTile;
+    const float* p = op.p + blockIdx.y * op.sp;
+    const float* q = op.q + blockIdx.y * op.sq;
+    const int chunks = op.K / kChunk;
+
+#pragma unroll
+    for (int kc = 0; kc < kMaxChunks; ++kc) {            // every load in flight; one group per chunk
+        if (kc < chunks) {
+            tf32x3::stage_rows<VEC, kLaThreads, kRawLd>(raw_p + kc * kChunk, p, op.ldp, row0, op.m, kc * kChunk);
+            tf32x3::stage_rows<VEC, kLaThreads, kRawLd>(raw_q + kc * kChunk, q, op.ldq, col0, op.ncols, kc * kChunk);
+        }
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+    }
+
+    float acc[1][16][4] = {};
+    unsigned ah[2][4][4], al[2][4][4];                   // this chunk's A fragments and the next's
+    pin(acc[0]);                                         // the wgmmas chain on acc; touch it only outside
+#pragma unroll
+    for (int kc = 0; kc < kMaxChunks; ++kc) {
+        if (kc >= chunks) break;
+        cp_async_wait(kMaxChunks - 1 - kc);              // chunk kc has landed (groups complete in order)
+        __syncthreads();                                 // ... for every thread; chunk kc - 2's wgmmas are done
+        float* stage = planes + (kc & 1) * kStageWords;
+        split_planes(stage, raw_q, kc);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        split_fragments(raw_p, kc, ah[kc & 1], al[kc & 1]);
+        __syncthreads();                                 // the planes are complete
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int s = 0; s < kChunk / 8; ++s) {           // small terms first
+            const unsigned long long hi = plane_descriptor(stage + s * kStepWords);
+            const unsigned long long lo = plane_descriptor(stage + kPlaneWords + s * kStepWords);
+            wgmma_tf32(acc[0], al[kc & 1][s], hi);
+            wgmma_tf32(acc[0], ah[kc & 1][s], lo);
+            wgmma_tf32(acc[0], ah[kc & 1][s], hi);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");   // chunk kc - 1's are done
+    }
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    pin(acc[0]);
+    const long long offset = blockIdx.y * op.sc;
+    tf32x3::store_fragments<VEC, true, true>(acc, op.c_in + offset, op.c + offset, op.ldc,
+                                             row0 + 16 * (threadIdx.x >> 5), col0, op.m, op.ncols);
+}
+#endif
+
+template <int VEC>
+__global__ void __launch_bounds__(kLaThreads, 1)
 lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
-    int ti, tj;
-    tf32x3::tile_of_block<true>(blockIdx.x, op.ncols, ti, tj);
-    const size_t b = blockIdx.y;
-    staged::product_tile<true, true>(op.p + b * op.sp, op.ldp, op.q + b * op.sq, op.ldq, op.c_in + b * op.sc,
-                                     op.c + b * op.sc, op.ldc, ti * tf32x3::kTile, tj * tf32x3::kTile, op.m, op.ncols,
-                                     op.K, reinterpret_cast<float*>(smem4));
-    if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix b
+    update_tile<VEC>(op, blockIdx.x, reinterpret_cast<float*>(smem4));
+    if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
         __syncthreads();                                 // its update is written (and visible to this CTA)
-        tiled::factor_block<16, 8, true, true>(diag.src + b * diag.stride, diag.dst + b * diag.stride,
-                                               diag.xinv + b * diag.n * diag.n, diag.diag_max + b, diag.n, diag.ld);
+        const size_t b = blockIdx.y;
+        const float* src = diag.src + b * diag.stride;
+        float* dst = diag.dst + b * diag.stride;
+        tiled::factor_block<16, 8, true, true>(src, dst, diag.xinv + b * diag.n * diag.n, diag.diag_max + b,
+                                               diag.n, diag.ld);
     }
 #else
     __trap();                                            // launched only where the build targets sm_90a
 #endif
 }
 
+template <int VEC>
 int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, int batch) {
     static int granted = 0;
-    const cudaError_t err = popkit::allow_dynamic_smem(lookahead_kernel, staged::kSmemBytes, granted);
+    const cudaError_t err = popkit::allow_dynamic_smem(lookahead_kernel<VEC>, kLaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    lookahead_kernel<<<dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch), staged::kThreads, staged::kSmemBytes>>>(
-        op, diag);
+    lookahead_kernel<VEC><<<dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch), kLaThreads, kLaSmemBytes>>>(op,
+                                                                                                     diag);
     return (int)cudaGetLastError();
 }
 
@@ -57,9 +182,9 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, in
 // Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
 // traps).
 POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch) {
-    if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < tf32x3::kTile ? op.m : tf32x3::kTile) ||
-        diag.src != op.c || diag.dst != op.c || !diag.xinv || !diag.diag_max || op.K < tf32x3::kChunk || op.K > staged::kMaxK ||
-        op.K % tf32x3::kChunk != 0)
+    if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < kTile ? op.m : kTile) ||
+        diag.src != op.c || diag.dst != op.c || !diag.xinv || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
+        op.K % kChunk != 0)
         return (int)cudaErrorInvalidValue;
-    return tf32x3::rows_aligned16(op) ? launch_lookahead(op, diag, batch) : (int)cudaErrorInvalidValue;
+    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : (int)cudaErrorInvalidValue;
 }

@@ -21,10 +21,6 @@ submission runs them on CPU tensors.
   look-ahead, cholesky_lookahead.cu: the same operations, the next diagonal block factored inside
   the trailing update's launch); `blocked_two_level_model` its two-level order (outer panels with
   one K = outer update each).
-- `dataflow_tasks`: cholesky_dataflow.cu's queue of tile tasks (the same operations as
-  blocked_tf32x3_model with nb = 128, in one persistent launch); `dataflow_model` runs the queue in
-  order and checks that every task's inputs are ready when its turn comes (so the kernel's CTAs, which
-  take tasks in this order, never wait on a task nobody holds).
 """
 import contextlib
 
@@ -287,63 +283,4 @@ def blocked_two_level_model(A: torch.Tensor, nb: int, outer: int) -> torch.Tenso
         if s1 < n:
             left = L[:, s1:, s0:s1]
             L[:, s1:, s1:] -= tf32x3_product(left, left)
-    return L.tril_()
-
-
-DIAG, PANEL, UPDATE = 0, 1, 2     # cholesky_dataflow.cu's task kinds
-
-
-def dataflow_tasks(batch: int, tiles: int) -> list[tuple[int, int, int, int, int]]:
-    """cholesky_dataflow.cu's queue for `batch` matrices of tiles x tiles blocks: (kind, b, i, j, k) in the
-    order CTAs take them. Per matrix: DIAG 0 and DIAG 1, then for each step k the panels PANEL(i, k),
-    i >= k + 2, the two updates DIAG k + 2 waits on ((k+2, k+1) and (k+2, k+2)), DIAG k + 2 itself, and
-    the rest of the step's updates; the matrices' lists are interleaved group by group."""
-    groups: list[list[list[tuple]]] = []
-    for b in range(batch):
-        mine = [[(DIAG, b, 0, 0, -1)] + ([(DIAG, b, 1, 1, 0)] if tiles > 1 else [])]
-        for k in range(tiles - 1):
-            step = [(PANEL, b, i, k, k) for i in range(k + 2, tiles)]
-            if k + 2 < tiles:
-                step += [(UPDATE, b, k + 2, k + 1, k), (UPDATE, b, k + 2, k + 2, k), (DIAG, b, k + 2, k + 2, k + 1)]
-            step += [(UPDATE, b, i, j, k) for i in range(k + 3, tiles) for j in range(k + 1, i + 1)]
-            mine.append(step)
-        groups.append(mine)
-    return [task for g in range(len(groups[0])) for mine in groups for task in mine[g]]
-
-
-def dataflow_model(A: torch.Tensor, nb: int = 128) -> torch.Tensor:
-    """cholesky_dataflow.cu: run dataflow_tasks in queue order with the kernel's tile operations (tf32x3
-    products, factor_diag_model), asserting at each task the counters the kernel waits on."""
-    L = A.clone()
-    b, n, _ = L.shape
-    T = -(-n // nb)
-    top = diagonal_max(L)
-    X = torch.zeros(b, T, nb, nb, dtype=L.dtype)
-    x_ready = torch.zeros(b, T, dtype=torch.bool)
-    l_ready = torch.zeros(b, T, T, dtype=torch.bool)
-    updates = torch.zeros(b, T, T, dtype=torch.int64)
-
-    def tile(m: int, r: int, c: int) -> torch.Tensor:
-        return L[m, r * nb:(r + 1) * nb, c * nb:(c + 1) * nb]
-
-    def panel(m: int, i: int, k: int) -> None:
-        assert x_ready[m, k] and updates[m, i, k] == k, ("panel", m, i, k)
-        tile(m, i, k).copy_(tf32x3_product(tile(m, i, k), X[m, k]))
-        l_ready[m, i, k] = True
-
-    for kind, m, i, j, k in dataflow_tasks(b, T):
-        if kind == DIAG:
-            if i > 0:
-                panel(m, i, k)
-                assert updates[m, i, i] == k, ("diag", m, i)
-                tile(m, i, i).sub_(tf32x3_product(tile(m, i, k), tile(m, i, k)))
-            w = min(nb, n - i * nb)
-            factor_diag_model(L[m:m + 1], i * nb, w, top[m:m + 1], X[m:m + 1, i, :w, :w])
-            x_ready[m, i] = True
-        elif kind == PANEL:
-            panel(m, i, k)
-        else:
-            assert l_ready[m, i, k] and l_ready[m, j, k] and updates[m, i, j] == k, ("update", m, i, j, k)
-            tile(m, i, j).sub_(tf32x3_product(tile(m, i, k), tile(m, j, k)))
-            updates[m, i, j] = k + 1
     return L.tril_()

@@ -13,8 +13,6 @@
 |           | "library": blocked_cholesky with cholesky_tiled.cu per      | blocked_cholesky with    |
 |           | diagonal block, cuBLAS GEMMs for the panel and the trailing | factor_diag_model and    |
 |           | update; cholesky_split.cu writes split-TF32 operands        | panel_model              |
-|           | DATAFLOW: cholesky_dataflow.cu, the tf32x3 driver's         | dataflow_model           |
-|           | operations as tile tasks in one persistent launch           |                          |
 
 Every route reads the lower triangle of A only. A pivot at or below eps * max_i a_ii becomes that
 floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
@@ -25,7 +23,7 @@ from typing import Callable
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model, dataflow_tasks,  # popkit: inline
+from parts.cholesky.model import (blocked_cholesky, blocked_tf32x3_model,  # popkit: inline
                                   factor_diag_model, l21_view, panel_model, right_looking_model,  # popkit: inline
                                   split_views)  # popkit: inline
 
@@ -74,9 +72,6 @@ LOOKAHEAD = ((1024, 0), (1 << 30, 1))
 # 27.3, 1x32768 257.3 / 205.1 / 196.6 / 177.6; at 1x8192 one level with the look-ahead wins (6.33 /
 # 6.91 / 6.63 / 6.61).
 OUTER_PANEL = ((8192, 0), (1 << 30, 1024))
-# (max n, dataflow) of the tf32x3 driver on the H200: 1 takes cholesky_dataflow.cu (the whole factorization
-# in one persistent launch of tile tasks) where nb = 128 and n % 4 == 0, instead of the launch-per-step loop.
-DATAFLOW = ((1 << 30, 0),)
 # "auto": wgmma products on the H200, mma.sync elsewhere; "portable": mma.sync everywhere (the path the
 # B200 and other non-Hopper GPUs take, checked and timed on the H200 with a sweep variant).
 PRODUCTS = "auto"
@@ -165,32 +160,6 @@ def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
     return run
 
 
-def dataflow_plan(b: int, n: int, device: torch.device) -> Run:
-    """cholesky_dataflow.cu: the whole factorization in one persistent launch; the plan holds its task queue
-    (model.dataflow_tasks, as (kind + 4 b, i, j, k) rows), its counters and workspace (every X_i, then
-    max_i a_ii)."""
-    tiles = -(-n // 128)
-    queue = [(kind + 4 * m, i, j, k) for kind, m, i, j, k in dataflow_tasks(b, tiles)]
-    tasks = torch.tensor(queue, dtype=torch.int32).to(device)
-    counters = torch.empty(1 + b * (tiles + 2 * tiles * tiles), dtype=torch.int32, device=device)
-    work = torch.empty(b * tiles * 128 * 128 + b, dtype=torch.float32, device=device)
-    entry = CUDA.function("cholesky_dataflow", "pppppiii")
-
-    def run(A: torch.Tensor) -> torch.Tensor:
-        L = torch.empty_like(A)
-        entry(A.data_ptr(), L.data_ptr(), work.data_ptr(), counters.data_ptr(), tasks.data_ptr(), len(queue), b, n)
-        return L
-    return run
-
-
-def takes_dataflow(data: torch.Tensor, nb: int) -> bool:
-    """Whether cholesky_dataflow.cu factors this batch: DATAFLOW's choice, on a compute capability 9.0 GPU
-    (wgmma), with 128-blocks and rows 16-byte aligned."""
-    n = data.shape[-1]
-    return (by_n(DATAFLOW, n) == 1 and data.is_cuda and nb == 128 and n % 4 == 0 and PRODUCTS == "auto"
-            and torch.cuda.get_device_capability(data.device)[0] == 9)
-
-
 def plan(data: torch.Tensor) -> Run:
     """The route for every batch of data's shape, dtype and device, with the tables read once: a function
     of the contiguous batch. Raises ValueError for a batch that is not b x n x n float32."""
@@ -208,8 +177,6 @@ def plan(data: torch.Tensor) -> Run:
     if first_row(BLOCKED_DRIVER, n, batch * n) == "tf32x3":
         if not data.is_cuda:
             return lambda A: blocked_tf32x3_model(A, nb)
-        if takes_dataflow(data, nb):
-            return dataflow_plan(batch, n, data.device)
         return blocked_tf32x3_plan(batch, n, nb, data.device)
     factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if data.is_cuda else (factor_diag_model, panel_model)
     split_tf32 = first_row(TRAILING_PRODUCT, n, batch * n) == "split_tf32"
@@ -221,7 +188,7 @@ def tunables() -> tuple:
     """Every table a plan reads (a plan made before one of them changed, as scripts/sweep_route.py
     changes them between variants, is made again)."""
     return (SMALL_WARPS_PER_CTA, TILED_SHAPE, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT, BLOCKED_DRIVER,
-            LOOKAHEAD, OUTER_PANEL, DATAFLOW, PRODUCTS)
+            LOOKAHEAD, OUTER_PANEL, PRODUCTS)
 
 
 PLANS: dict = {}   # (shape, dtype, device) -> [(tunables(), plan), ...], the latest first

@@ -119,11 +119,11 @@ __device__ __forceinline__ void store_fragments(const float (&acc)[MI][NI][4], c
                 const float* src = c_in + (size_t)r * ldc + col;
                 old[half][ni] = make_float2(0.f, 0.f);
                 if (!SUBTRACT) continue;
-                if (mask.paired) {                      // L2 loads (.cg): C_in may come from another CTA
-                    old[half][ni] = __ldcg(reinterpret_cast<const float2*>(src));
+                if (mask.paired) {
+                    old[half][ni] = *reinterpret_cast<const float2*>(src);
                 } else {
-                    if (mask.first) old[half][ni].x = __ldcg(src);
-                    if (mask.second) old[half][ni].y = __ldcg(src + 1);
+                    if (mask.first) old[half][ni].x = src[0];
+                    if (mask.second) old[half][ni].y = src[1];
                 }
             }
         }

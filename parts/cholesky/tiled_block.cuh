@@ -32,15 +32,6 @@ __device__ __forceinline__ void store_lower_tile(const float (&t)[TS][TS], float
     }
 }
 
-// max_i a_ii of the n x n matrix at a (the pivot floor's input), by the whole CTA (every thread gets it).
-// A NaN on the diagonal is skipped here; it still turns its own pivot into NaN.
-__device__ __forceinline__ float diagonal_max(const float* a, int n) {
-    __shared__ float scratch[32];
-    float top = 0.f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) top = fmaxf(top, a[(size_t)i * (n + 1)]);
-    return popkit::block_max(top, scratch);
-}
-
 // Columns per grouped step (one barrier per step): every thread factors the kStep x kStep diagonal block
 // itself, so the chain of dependent steps is n / kStep long instead of n.
 constexpr int kStep = 4;
@@ -318,8 +309,7 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
 #pragma unroll
         for (int j = 0; j < TS; ++j) {
             const int c = tx + TDIM * j;
-            // an L2 load (.cg): in cholesky_dataflow.cu another CTA may have written the block
-            a[i][j] = (r < n && c <= r) ? __ldcg(A + (size_t)r * ld + c) : (r == c ? 1.f : 0.f);
+            a[i][j] = (r < n && c <= r) ? A[(size_t)r * ld + c] : (r == c ? 1.f : 0.f);
             if constexpr (INV) x[i][j] = (r == c) ? 1.f : 0.f;
         }
     }
