@@ -56,7 +56,7 @@ def test_each_cuda_part_compiles(rel, arch, tmp_path):
 def test_assembled_translation_unit_compiles(problem, arch, tmp_path):
     """The single TU the built file embeds, with no include path: it must be self-contained."""
     manifest = build.load_manifest(problem)
-    source = build.assemble_cuda([build.read_part(rel) for rel in manifest["cuda"]])
+    source = build.assemble_cuda([build.read_part(rel) for rel in manifest["cuda"]]).source()
     path = tmp_path / f"{problem}.cu"
     path.write_text(source)
     nvcc(path, arch, tmp_path / f"{problem}.o")
