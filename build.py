@@ -1,7 +1,8 @@
 """The builder: parts + template -> one self-contained submission file.
 
-build(problem) reads parts/PROBLEM/manifest.yml, inlines the CUDA parts into
-one translation unit and the Python parts into one module, renders
+build(problem) reads parts/PROBLEM/manifest.yml, embeds the CUDA parts (each
+part's text, and the translation units the loader compiles them as: see
+assemble_cuda), inlines the Python parts into one module, renders
 templates/submission.py.j2, checks the result (preflight rules, imports limited
 to torch, the standard library and the manifest's run_folder_imports) and
 writes it atomically. The header's leaderboard and GPU come from the problem's
@@ -139,10 +140,27 @@ def header_facts(problem: str) -> tuple[str, str, set[str] | None]:
                                             if str(f["name"]).endswith(".py") and f["source"] != SUBMISSION_SOURCE}
 
 
-def assemble_cuda(parts: list[Part]) -> str:
-    """One translation unit: parts in manifest order, their includes of each other dropped."""
+@dataclass(frozen=True)
+class CudaAssembly:
+    """The CUDA a built file embeds: each part's text in manifest order (local includes of other parts and
+    `#pragma once` dropped) and the translation units the loader may compile in parallel, one per .cu
+    part: every header part (.cuh; anything not .cu) in manifest order, then that .cu part. A unit's
+    anonymous-namespace and static helpers stay its own; an entry point one unit calls in another is
+    declared POPKIT_EXPORT where it is called and links. The loader compiles `units` on machines with
+    enough cores and the whole manifest as one unit (`source()`) elsewhere (parts/common/cuda_loader.py)."""
+    parts: dict[str, str]
+    units: list[tuple[str, ...]]
+
+    def source(self, unit: tuple[str, ...] | None = None) -> str:
+        """One translation unit's text: the named parts (default: every part, in manifest order), each under
+        a `// ---- part PATH ----` line; the loader joins them the same way (CudaLibrary.unit_source)."""
+        return "\n\n".join(f"// ---- part {path} ----\n{self.parts[path]}" for path in (unit or self.parts))
+
+
+def assemble_cuda(parts: list[Part]) -> CudaAssembly:
+    """The CUDA parts as the built file embeds them (CudaAssembly): the one place that knows the layout."""
     names = {Path(p.path).name for p in parts}
-    chunks = []
+    texts = {}
     for part in parts:
         lines = []
         for line in part.text.splitlines():
@@ -152,11 +170,11 @@ def assemble_cuda(parts: list[Part]) -> str:
             if line.strip() == "#pragma once":
                 continue
             lines.append(line)
-        chunks.append(f"// ---- part {part.path} ----\n" + "\n".join(lines).strip("\n"))
-    source = "\n\n".join(chunks)
-    if "'''" in source:
-        raise PopkitError("CUDA parts contain ''' which would end the embedded string")
-    return source
+        texts[part.path] = "\n".join(lines).strip("\n")
+        if "'''" in texts[part.path]:
+            raise PopkitError(f"{PARTS / part.path}: contains ''' which would end the embedded string")
+    headers = tuple(path for path in texts if not path.endswith(".cu"))
+    return CudaAssembly(texts, [headers + (path,) for path in texts if path.endswith(".cu")])
 
 
 def python_part_text(part: Part) -> str:
@@ -230,7 +248,7 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
         text = template.render(
             problem=problem, title=manifest["title"], leaderboard=leaderboard, gpu=gpu,
             commit=inputs_commit(), parts=cuda_parts + python_parts, has_cuda=bool(cuda_parts),
-            cuda_source=assemble_cuda(cuda_parts),
+            cuda=assemble_cuda(cuda_parts),
             python_parts=[{"path": p.path, "text": t} for p, t in zip(python_parts, python_texts)])
     except jinja2.TemplateError as exc:
         where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"

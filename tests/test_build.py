@@ -300,7 +300,7 @@ def test_an_unreadable_record_is_one_clear_error(toy, tmp_path):
 
 def test_pure_python_build_compiles_nothing_and_runs_in_the_run_folder(toy, tmp_path):
     text = build.build("toy", tmp_path / "toy.py").text
-    assert "EMBEDDED_CUDA" not in text and "CUDA." not in text
+    assert "CUDA_PARTS" not in text and "CUDA_UNITS" not in text and "CUDA." not in text
     prerun = run_in_folder(tmp_path / "toy.py", tmp_path, "submission.py")
     assert prerun.returncode == 0, prerun.stderr
     assert prerun.stdout.strip() == "toy: pure Python, nothing to compile"
@@ -399,12 +399,66 @@ def test_rules_size_and_syntax(problem, built):
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_embedded_cuda_is_the_assembled_translation_unit(problem, fresh, import_module):
+def test_embedded_cuda_is_the_assembly(problem, fresh, import_module):
     module = import_module(fresh(problem))
-    cuda = [build.read_part(rel) for rel in build.load_manifest(problem)["cuda"]]
-    assert module.EMBEDDED_CUDA.strip("\n") == build.assemble_cuda(cuda)
-    assert module.CUDA.source == module.EMBEDDED_CUDA
+    assembly = build.assemble_cuda([build.read_part(rel) for rel in build.load_manifest(problem)["cuda"]])
+    assert {path: text.strip("\n") for path, text in module.CUDA_PARTS.items()} == assembly.parts
+    assert list(module.CUDA_PARTS) == build.load_manifest(problem)["cuda"]        # manifest order
+    assert [tuple(unit) for unit in module.CUDA_UNITS] == assembly.units
     assert module.CUDA.name == f"popkit_{problem}"
+    assert module.CUDA.parts == assembly.parts and module.CUDA.units == assembly.units
+    # what the loader compiles, on a big machine and on a small one, is what the builder assembled
+    assert [module.CUDA.unit_source(u) for u in module.CUDA.plan(cpus=16)] == (
+        [assembly.source(u) for u in assembly.units] if len(assembly.units) > 1 else [assembly.source()])
+    assert [module.CUDA.unit_source(u) for u in module.CUDA.plan(cpus=2)] == [assembly.source()]
+
+
+# ---------------------------------------------------------------- the CUDA layout (build.assemble_cuda)
+
+def fake_part(path: str, text: str) -> build.Part:
+    return build.Part(path, text, hashlib.sha256(text.encode()).hexdigest())
+
+
+def test_each_cu_part_is_a_unit_after_every_header_part_in_manifest_order():
+    parts = [fake_part("common/u.cuh", "#pragma once\nint u();"),
+             fake_part("p/a.cu", '#include "u.cuh"\n#include <cstdio>\nint a() { return u(); }'),
+             fake_part("p/v.cuh", '#pragma once\n#include "u.cuh"\nint v();'),
+             fake_part("p/b.cu", '#include "v.cuh"\nint b();')]
+    assembly = build.assemble_cuda(parts)
+    assert assembly.parts == {"common/u.cuh": "int u();", "p/a.cu": "#include <cstdio>\nint a() { return u(); }",
+                              "p/v.cuh": "int v();", "p/b.cu": "int b();"}
+    # a .cu part listed before a header still gets it: every unit starts with all the headers
+    assert assembly.units == [("common/u.cuh", "p/v.cuh", "p/a.cu"), ("common/u.cuh", "p/v.cuh", "p/b.cu")]
+    assert assembly.source(assembly.units[0]) == ("// ---- part common/u.cuh ----\nint u();\n\n"
+                                                  "// ---- part p/v.cuh ----\nint v();\n\n"
+                                                  "// ---- part p/a.cu ----\n#include <cstdio>\nint a() { return u(); }")
+    # the one-unit layout (small machines) is every part in manifest order, as before the split
+    assert assembly.source() == "\n\n".join(f"// ---- part {p} ----\n{t}" for p, t in assembly.parts.items())
+    assert build.assemble_cuda(parts[:1]).units == []           # headers alone: no unit of their own
+    assert build.assemble_cuda([]).units == [] and build.assemble_cuda([]).source() == ""
+
+
+CUDA_PROBLEMS = sorted(p.parent.name for p in build.PARTS.glob("*/manifest.yml")
+                       if build.load_manifest(p.parent.name)["cuda"])
+
+
+def test_the_cuda_problems_are_found():
+    assert {"cholesky", "qr_v2", "eigh"} <= set(CUDA_PROBLEMS)
+
+
+@pytest.mark.parametrize("problem", CUDA_PROBLEMS)
+def test_every_cuda_problem_has_one_unit_per_cu_part(problem):
+    cuda = build.load_manifest(problem)["cuda"]
+    assembly = build.assemble_cuda([build.read_part(rel) for rel in cuda])
+    headers = tuple(rel for rel in cuda if rel.endswith(".cuh"))
+    assert assembly.units == [headers + (rel,) for rel in cuda if rel.endswith(".cu")]
+    if problem == "cholesky":
+        assert len(assembly.units) >= 2 and headers[0] == "common/device_utils.cuh"   # the parallel path
+
+
+def test_a_part_that_would_end_the_embedded_string_is_named(tmp_path):
+    with pytest.raises(PopkitError, match=r"p/a\.cu: contains \'\'\' which would end the embedded string"):
+        build.assemble_cuda([fake_part("p/a.cu", "int x; // \'\'\'")])
 
 
 @pytest.mark.parametrize("problem,n", [(p, n) for p in PROBLEMS for n in CPU_SIZES[p]])

@@ -1,19 +1,30 @@
 """Compile the embedded CUDA once and call its C entry points through ctypes.
 
 The CUDA sources include no torch headers, so the build is a plain shared
-object (load_inline with is_python_module=False, no_implicit_headers=True):
-about a second of nvcc instead of the ~45 s a torch-header extension costs.
-torch's extension cache keys the build by name, and the name carries a hash of
-the source and the target architecture, so a second process loads the cached
-library without compiling. Entry points take device pointers and ints and
-return a cudaError_t code; `call` raises on a non-zero code.
+object (is_python_module=False, no torch includes in the source): seconds of
+nvcc instead of the ~45 s a torch-header extension costs. The built file hands
+over its CUDA parts and translation units (build.assemble_cuda: every header
+part, then one .cu part). On a machine of PARALLEL_MIN_CPUS or more CPUs each
+unit is a source file of torch.utils.cpp_extension.load, whose ninja build
+compiles them in parallel and links them into one library (cold compile about
+the slowest unit instead of the sum); elsewhere every part, in manifest order,
+is one unit for load_inline. torch's extension cache keys the build by name,
+and the name carries a hash of the units' sources and the target architecture
+and the unit count, so a second process loads the cached library without
+compiling and a one-unit and an N-unit build never share a name. Entry points
+take device pointers and ints and return a cudaError_t code; `call` raises on a
+non-zero code.
 """
 import ctypes
 import hashlib
 import os
+import sys
 import time
 
 import torch
+
+PARALLEL_MIN_CPUS = 4                        # fewer CPUs: one unit (ninja's parallel jobs would not pay)
+CUDA_FLAGS = ["-O3", "-std=c++17"]
 
 
 def target_arch() -> str:
@@ -27,34 +38,97 @@ def _raise_cuda_error(entry: str, code: int) -> None:
         raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
 
 
+def extension_directory(name: str) -> str:
+    """The folder torch's load would build `name` in (TORCH_EXTENSIONS_DIR, else torch's per-user cache with
+    its pyXY_cuXYZ subfolder), created: the unit files are written there, as load_inline writes its one."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root is None:
+        from torch.utils.cpp_extension import get_default_build_root
+        cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+        root = os.path.join(get_default_build_root(), f"py{sys.version_info.major}{sys.version_info.minor}_{cuda}")
+    directory = os.path.join(root, name)
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def write_if_changed(path: str, text: str) -> None:
+    """Write text unless the file holds it already (ninja rebuilds what is newer), atomically: another process
+    importing the same file at the same time must never compile a half-written unit."""
+    try:
+        with open(path, encoding="utf-8") as existing:
+            if existing.read() == text:
+                return
+    except OSError:
+        pass
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(temporary, path)
+
+
 class CudaLibrary:
-    """The submission's compiled kernels; configured by the built file with its embedded source."""
+    """The submission's compiled kernels; configured by the built file with its embedded parts and units."""
 
     def __init__(self):
         self.name = None
-        self.source = None
+        self.parts = {}
+        self.units = []
+        self.build_name = None
         self.compile_s = None
         self._lib = None
         self._entries = {}
 
-    def configure(self, name: str, source: str) -> None:
-        self.name, self.source, self._lib, self._entries = name, source, None, {}
+    def configure(self, name: str, parts: dict, units: list) -> None:
+        """parts: {part path: text} in manifest order (the newlines around an embedded text are dropped);
+        units: the part paths of each translation unit."""
+        self.name, self.units = name, [tuple(unit) for unit in units]
+        self.parts = {path: text.strip("\n") for path, text in parts.items()}
+        self.build_name, self._lib, self._entries = None, None, {}
+
+    def plan(self, cpus=None) -> list:
+        """The units to compile: the per-part units on a machine of PARALLEL_MIN_CPUS or more CPUs (cpus:
+        os.cpu_count() when not given) if there are two or more, else one unit of every part in order."""
+        cpus = os.cpu_count() if cpus is None else cpus
+        if len(self.units) > 1 and (cpus or 1) >= PARALLEL_MIN_CPUS:
+            return list(self.units)
+        return [tuple(self.parts)]
+
+    def unit_source(self, unit) -> str:
+        """A unit's text: its parts in order, each under a `// ---- part PATH ----` line (as build.py joins them)."""
+        return "\n\n".join(f"// ---- part {path} ----\n{self.parts[path]}" for path in unit)
+
+    def name_for(self, arch: str, sources: list) -> str:
+        """The extension's name: a hash of the target architecture and every unit's source, and the unit count."""
+        digest = hashlib.sha256("\0".join([arch, *sources]).encode()).hexdigest()[:16]
+        return f"{self.name}_{digest}_{len(sources)}u"
 
     def load(self) -> ctypes.CDLL:
         if self._lib is not None:
             return self._lib
-        if self.source is None:
+        if not self.parts:
             raise RuntimeError("no CUDA source embedded: run the built submission, not the parts")
-        from torch.utils.cpp_extension import load_inline
+        from torch.utils.cpp_extension import load, load_inline
         arch = target_arch()
-        digest = hashlib.sha256((arch + self.source).encode()).hexdigest()[:16]
+        units = self.plan()
+        sources = [self.unit_source(unit) for unit in units]
+        self.build_name = self.name_for(arch, sources)
         previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
         start = time.perf_counter()
         try:
-            path = load_inline(name=f"{self.name}_{digest}", cpp_sources="", cuda_sources=self.source,
-                               is_python_module=False, no_implicit_headers=True,
-                               extra_cuda_cflags=["-O3", "-std=c++17"])
+            if len(sources) == 1:
+                path = load_inline(name=self.build_name, cpp_sources="", cuda_sources=sources[0],
+                                   is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=CUDA_FLAGS)
+            else:
+                directory = extension_directory(self.build_name)
+                files = []
+                for index, (unit, source) in enumerate(zip(units, sources)):
+                    # u0_cholesky_small.cu: the unit's .cu part names it (the index keeps the objects apart)
+                    stem = os.path.splitext(os.path.basename(unit[-1]))[0]
+                    files.append(os.path.join(directory, f"u{index}_{stem}.cu"))
+                    write_if_changed(files[-1], source)
+                path = load(name=self.build_name, sources=files, build_directory=directory,
+                            is_python_module=False, extra_cuda_cflags=CUDA_FLAGS)
         finally:
             if previous is None:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
