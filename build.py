@@ -38,6 +38,8 @@ CASES_DIR = problems.CASES_DIR
 DEFAULT_GPU = "B200"
 INLINE_MARK = "# popkit: inline"
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+BUILT_FROM = re.compile(r"^# Built by popkit from parts/([^/:\s]+):", re.MULTILINE)   # the template's third line
+COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
 ALLOWED_IMPORTS = {"torch"} | set(sys.stdlib_module_names)
 
 
@@ -257,3 +259,33 @@ def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -
     except OSError as exc:
         raise PopkitError(f"{output}: cannot write ({exc.strerror})") from None
     return result
+
+
+def stale_reason(path: Path | str = ROOT / "submission.py") -> str | None:
+    """None when PATH is what `popkit build PROBLEM` writes now, PROBLEM being the one its header names
+    ('# Built by popkit from parts/PROBLEM'); else why not, with the command that rebuilds it.
+
+    The same build means the same bytes but for the '# toolkit commit:' line: it names the last commit that
+    touched the builder's inputs, which a file committed together with its parts' change cannot name (the
+    commit does not exist yet when the file is built), and a copy without git says 'uncommitted'. The parts'
+    hashes, the header directives and every line of code must match."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})"
+    match = BUILT_FROM.search(text)
+    if match is None:
+        return f"{path}: not built by popkit (no '# Built by popkit from parts/PROBLEM' line in its header)"
+    problem = match.group(1)
+    command = f"popkit build {problem}" + ("" if path.resolve() == (ROOT / "submission.py") else f" -o {path}")
+    fresh = render(problem).text
+    old_lines, new_lines = COMMIT_LINE.sub("", text).splitlines(), COMMIT_LINE.sub("", fresh).splitlines()
+    if old_lines == new_lines and text.endswith("\n") == fresh.endswith("\n"):
+        return None
+    index = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
+                 min(len(old_lines), len(new_lines)))
+    was = old_lines[index][:110] if index < len(old_lines) else "(end of file)"
+    now = new_lines[index][:110] if index < len(new_lines) else "(end of file)"
+    return (f"{path} is not a fresh build of parts/{problem}: line {index + 1} is {was!r}, a build now writes "
+            f"{now!r}; rebuild it with `{command}`")
