@@ -278,6 +278,20 @@ def test_diff_of_two_copies(steady, tmp_path):
     assert case["ratio"] == pytest.approx(1.0, abs=0.05)
     assert case["verdict"] in ("within noise", "faster", "slower")
     assert case["incumbent_us"] >= 1000 and case["mean_us"] >= 1000
+    # Both sides' spread, not the candidate's alone: the record has the incumbent's as the candidate's keys with
+    # an incumbent_ prefix, and the table shows each side's standard error beside its mean.
+    assert case["incumbent_runs"] == 3
+    assert case["incumbent_best_us"] <= case["incumbent_us"] <= case["incumbent_worst_us"]
+    assert case["incumbent_err_us"] >= 0 and case["err_us"] >= 0
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("case "))
+    assert header.split() == ["case", "seed", "status", "factor", "orthogonality", "cand", "us", "err", "us",
+                              "incumbent", "us", "err", "us", "ratio", "verdict", "error", "/", "message"]
+    row = lines[lines.index(header) + 2][header.index("cand us"):header.index("ratio")].split()
+    assert [float(x.replace(",", "")) for x in row] == pytest.approx(
+        [case["mean_us"], case["err_us"], case["incumbent_us"], case["incumbent_err_us"]], rel=0.01, abs=0.01)
+    assert ("note: err us: the standard error of each side's mean over its 3 rounds; a difference within 3 x their "
+            "combined error, or under 0.5% of the incumbent, is within noise") in lines
 
 
 def test_diff_needs_three_rounds(steady, tmp_path):

@@ -307,6 +307,10 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
     assert not outcome.passed
     assert all(c["ratio"] > 2 and c["verdict"] == "slower" for c in outcome.record["cases"])
     assert outcome.record["incumbent_geomean_us"] < outcome.record["geomean_us"]
+    # each side's spread over the rounds, the incumbent's as well as the candidate's
+    assert all(c["runs"] == c["incumbent_runs"] == 3 and c["incumbent_err_us"] >= 0
+               and c["incumbent_best_us"] <= c["incumbent_us"] <= c["incumbent_worst_us"]
+               for c in outcome.record["cases"])
 
 
 RANKS_EVAL = """import os, sys
