@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from popcorn.errors import PopkitError
+from popcorn.evidence.files import is_null_device
 from popcorn.evidence.logs import DEFAULT_LOG, ROOT
 from popcorn.evidence.tables import fmt_us, render_table
 from popcorn.report import charts as draw
@@ -56,14 +57,6 @@ def build_report(log: Path | str = DEFAULT_LOG, out_dir: Path | str = DEFAULT_OU
         raise PopkitError(f"{out_dir}: the report could not be written ({exc.strerror or exc}); nothing in it "
                           "was changed") from None
     return Report(None if discard else out_dir / PAGE, evidence, charts, notes)
-
-
-def is_null_device(path: Path) -> bool:
-    """PATH is the null device (/dev/null, or a link to it)."""
-    try:
-        return path.exists() and os.path.samefile(path, os.devnull)
-    except OSError:
-        return False
 
 
 def require_out_dir(out_dir: Path) -> None:
