@@ -28,7 +28,7 @@ from checks import problems
 from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError
-from popcorn.evidence.files import write_atomic
+from popcorn.evidence.files import is_null_device, write_atomic
 
 ROOT = Path(__file__).resolve().parent
 PARTS = ROOT / "parts"
@@ -244,16 +244,20 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
 
 def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:
     """Render, preflight and write; a failing preflight, or an output name other than *.py (the built file is
-    Python: preflight.name_error, the rule submit uses too), leaves any previous output untouched."""
+    Python: preflight.name_error, the rule submit uses too), leaves any previous output untouched. The null
+    device as OUTPUT builds and preflights, and keeps nothing."""
     if not Path(output).name:       # -o '' (Path('') is '.', whose name is empty)
         raise PopkitError("an empty output name: name the file to write, e.g. -o submission.py; nothing built")
-    refused = name_error(Path(output).name, python=True)
+    discard = is_null_device(output)     # -o /dev/null: built and preflighted, kept nowhere
+    refused = None if discard else name_error(Path(output).name, python=True)
     if refused:
         raise PopkitError(f"{refused}; nothing built")
     result = render(problem, **kwargs)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))
     result.output = Path(output)
+    if discard:
+        return result
     try:
         write_atomic(result.output, result.text)
     except OSError as exc:

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -99,6 +100,17 @@ def test_build_creates_missing_output_folders(tmp_path):
     out = tmp_path / "a" / "b" / "submission.py"
     result = build.build("eigh", out)
     assert result.output == out and out.read_text(encoding="utf-8") == result.text
+
+
+def test_build_to_the_null_device_builds_and_preflights_and_keeps_nothing():
+    # -o /dev/null was refused: 'null: a built file is Python, so its name must end in .py'.
+    from click.testing import CliRunner
+    from popcorn.cli import main
+    result = CliRunner().invoke(main, ["build", "eigh", "-o", os.devnull])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith(f"built {os.devnull} (")
+    assert result.output.splitlines()[-1] == "preflight: ok"
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
 # ---------------------------------------------------------------- bad input names the file
