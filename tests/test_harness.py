@@ -116,6 +116,44 @@ def test_add_rejects_bad_folders_in_one_line_and_writes_nothing(toy, tmp_path, d
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
 
 
+@pytest.mark.parametrize("where", ["third part", "remembering the folder", "loading the record back"])
+@pytest.mark.parametrize("force", [False, True])
+def test_add_interrupted_leaves_nothing_half_added(toy, tmp_path, monkeypatch, where, force):
+    # Ctrl-C half-way left some parts without the rest (`popkit build` failed on the missing part), or a record
+    # whose folder this machine did not know (the next `problem add` refused the name: pass --force).
+    if force:
+        problem_add.add_problem("addone", toy)
+        record = problems.record_path("addone")
+        record.write_text(record.read_text() + "note: kept\n")
+        before = record.read_text()
+        shutil.rmtree(tmp_path / "parts" / "addone")
+    writes = []
+    real_write = problem_add.write_atomic
+
+    def write_then_stop(path, data):
+        writes.append(path)
+        if where == "third part" and len(writes) == 3:
+            raise KeyboardInterrupt
+        return real_write(path, data)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(problem_add, "write_atomic", write_then_stop)
+    if where == "remembering the folder":
+        monkeypatch.setattr(task_folder, "remember_path", stop)
+    if where == "loading the record back":
+        monkeypatch.setattr(problems, "load_problem", stop)
+    result = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)] + (["--force"] if force else []))
+    assert result.exit_code == 130
+    assert result.output == ("\ninterrupted: problem add addone stopped; "
+                             f"{'its record is as it was' if force else 'nothing was added'}\n")
+    assert not (tmp_path / "parts").exists() or list((tmp_path / "parts").iterdir()) == []
+    if force:
+        assert problems.record_path("addone").read_text() == before
+    else:
+        assert not problems.record_path("addone").exists()
+
+
 def test_add_rejects_a_name_that_is_not_a_package_name(toy):
     with pytest.raises(ProblemError, match="lower-case"):
         problem_add.add_problem("Add-One", toy)
