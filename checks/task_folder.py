@@ -71,6 +71,9 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     path = Path(path).expanduser()
     if not path.exists():
         raise ProblemError(f"{path}: no such folder")
+    if path.is_file():
+        folder = f": pass its folder, {path.parent}" if path.name == "task.yml" else ""
+        raise ProblemError(f"{path}: a file, not a problem folder (the folder that holds task.yml){folder}")
     task_yml = path / "task.yml"
     if not path.is_dir() or not task_yml.is_file():
         raise ProblemError(f"{path}: not a problem folder (no task.yml; expected a reference-kernels "

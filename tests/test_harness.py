@@ -154,6 +154,18 @@ def test_add_interrupted_leaves_nothing_half_added(toy, tmp_path, monkeypatch, w
         assert not problems.record_path("addone").exists()
 
 
+def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
+    # --from .../task.yml said '.../task.yml: not a problem folder (no task.yml; ...)'.
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy / "task.yml")
+    assert str(info.value) == (f"{toy / 'task.yml'}: a file, not a problem folder (the folder that holds task.yml): "
+                               f"pass its folder, {toy}")
+    with pytest.raises(ProblemError, match=r"reference\.py: a file, not a problem folder \(the folder that holds "
+                                           r"task\.yml\)$"):
+        problem_add.add_problem("addone", toy / "reference.py")
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
+
+
 def test_add_rejects_a_name_that_is_not_a_package_name(toy):
     with pytest.raises(ProblemError, match="lower-case"):
         problem_add.add_problem("Add-One", toy)
