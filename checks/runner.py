@@ -103,8 +103,7 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
                  robust: bool = False, backend: str = "native") -> tuple[list[dict], list[str]]:
     """The cases to run: official tests or the benchmarks the leaderboard times (or custom specs), plus the
     robustness suite when asked; for the native backend also K extra seeds each and the CPU size limit."""
-    if seeds < 0:
-        raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+    _require_seeds(seeds)
     specs = [checked_spec(prob, text) for text in custom] if custom else list(getattr(prob, which))
     notes = []
     if which == "ranked_benchmarks" and not custom and len(specs) < len(prob.benchmarks):
@@ -126,6 +125,29 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
     if backend != "official":
         specs = specs + [{**s, "seed": official.remap_seed(s["seed"], k)} for k in range(1, seeds + 1) for s in specs]
     return specs, notes
+
+
+def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int = 0, harness: str | None = None,
+                    rounds: int | None = None) -> None:
+    """What can be judged of a run's options before anything is built or run (the CLI asks first): --harness,
+    --seeds, --rounds and every --case. A wrong one ended the verb only after a build of the parts."""
+    prob = load_problem(problem)
+    resolve_backend(prob, harness, mode)
+    _require_seeds(seeds)
+    if rounds is not None:
+        _require_rounds(rounds)
+    for text in custom:
+        checked_spec(prob, text)
+
+
+def _require_seeds(seeds: int) -> None:
+    if seeds < 0:
+        raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+
+
+def _require_rounds(rounds: int) -> None:
+    if rounds < 3:
+        raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
 
 
 def checked_spec(prob: Problem, text: str) -> dict:
@@ -571,8 +593,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin.
     An incumbent given as text is read by incumbent_of ("reference": the competition folder's own ref_kernel,
     through its eval.py); a Path is always a file."""
-    if rounds < 3:
-        raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
+    _require_rounds(rounds)
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:

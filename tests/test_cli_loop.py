@@ -355,3 +355,22 @@ def test_output_into_a_closed_pipe_ends_quietly():
                           stderr=subprocess.PIPE, cwd=build.ROOT, timeout=120)
     os.close(write_end)
     assert done.returncode == 1 and done.stderr == b""
+
+
+@pytest.mark.parametrize("args, error", [
+    (["check", "qr_v2", "--seeds", "-1"], "--seeds -1: the number of extra seeds must be 0 or more"),
+    (["check", "qr_v2", "--case", "batch 1"],
+     "bad case spec 'batch 1': expected 'key: value' pairs joined by '; ', got 'batch 1'"),
+    (["bench", "qr_v2", "--harness", "both"], "--harness both compares verdicts: use it with check"),
+    (["diff", "qr_v2", "--rounds", "2", "--incumbent", "inc.py"],
+     "--rounds 2: diff needs at least 3 alternating rounds per case (the default is 3)"),
+])
+def test_a_wrong_option_ends_the_verb_before_any_build(args, error, monkeypatch, tmp_path):
+    # With no built submission.py for the problem, these built parts/qr_v2 to a temporary file first (seconds, and
+    # a 'note: ... built parts/qr_v2 to ...' line) and only then named the wrong option.
+    from popcorn.cli import loop
+    monkeypatch.setattr(loop, "DEFAULT_SUBMISSION", tmp_path / "submission.py")
+    monkeypatch.setattr(build, "build", lambda *a, **k: pytest.fail("built before the options were checked"))
+    result = run(*args, "--device", "cpu", "--log", tmp_path / "l.jsonl")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [f"error: {error}"]
