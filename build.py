@@ -80,6 +80,10 @@ def load_manifest(problem: str) -> dict:
     """The manifest, checked: problem (= its folder), title, cuda and python lists, run_folder_imports."""
     path = PARTS / problem / "manifest.yml"
     if not path.is_file():
+        record = problems.record_path(problem, CASES_DIR)
+        if problems.NAME_PATTERN.match(problem) and record.is_file():    # a problem whose parts are gone
+            raise PopkitError(f"{problem} has no parts: no parts/{problem}/manifest.yml (its record {record} is there; "
+                              f"`popkit problem add {problem} --from DIR --force` scaffolds the missing parts)")
         known = sorted(p.parent.name for p in PARTS.glob("*/manifest.yml"))
         raise PopkitError(f"unknown problem {problem!r}: no {path.relative_to(ROOT)} (known: {', '.join(known)})")
     try:

@@ -120,6 +120,16 @@ def test_unknown_problem():
         build.build("nope")
 
 
+def test_a_problem_whose_parts_are_gone_is_not_called_unknown(parts_copy, tmp_path):
+    # It said "unknown problem 'eigh'" while `popkit problem list` listed it.
+    parts, _ = parts_copy
+    shutil.rmtree(parts / "eigh")
+    with pytest.raises(PopkitError) as info:
+        build.build("eigh", tmp_path / "out.py")
+    assert str(info.value) == (f"eigh has no parts: no parts/eigh/manifest.yml (its record {build.CASES_DIR / 'eigh.yml'}"
+                               " is there; `popkit problem add eigh --from DIR --force` scaffolds the missing parts)")
+
+
 def test_missing_part(parts_copy, tmp_path):
     parts, _ = parts_copy
     (parts / "qr_v2" / "route.py").unlink()
