@@ -206,6 +206,18 @@ def test_a_record_with_a_leaderboard_no_submission_could_name_is_refused(toy):
         problems.load_problem("addone")
 
 
+def test_a_harness_variable_naming_no_folder_is_an_error_not_passed_over(toy, tmp_path, monkeypatch):
+    # POPKIT_HARNESS_ADDONE with a typo was passed over: the folder `problem add` recorded ran instead, without a word.
+    prob = added(toy)
+    monkeypatch.setenv(task_folder.env_key("addone"), str(tmp_path / "nowhere"))
+    with pytest.raises(ProblemError) as info:
+        task_folder.harness_folder(prob)
+    assert str(info.value) == (f"POPKIT_HARNESS_ADDONE={tmp_path / 'nowhere'}: not a problem folder (no task.yml "
+                               "there); fix or unset it")
+    shown = CliRunner().invoke(main, ["problem", "show", "addone"])
+    assert f"folder: not found ({info.value})" in shown.output.splitlines()
+
+
 def test_folder_lookup_order_env_then_reference_root_then_local_config(toy, tmp_path, monkeypatch):
     prob = added(toy)
     other = tmp_path / "elsewhere" / "problems" / "toy" / "addone_py"
@@ -214,9 +226,9 @@ def test_folder_lookup_order_env_then_reference_root_then_local_config(toy, tmp_
     assert task_folder.harness_folder(prob) == other
     monkeypatch.setenv(task_folder.env_key("addone"), str(toy))
     assert task_folder.harness_folder(prob) == toy
-    monkeypatch.setenv(task_folder.env_key("addone"), str(tmp_path / "nowhere"))
+    monkeypatch.delenv(task_folder.env_key("addone"))
     monkeypatch.delenv("POPKIT_REFERENCE_KERNELS")
-    assert task_folder.harness_folder(prob) == toy.resolve()              # the local config still knows it
+    assert task_folder.harness_folder(prob) == toy.resolve()              # the local config knows it
     task_folder.LOCAL_CONFIG.unlink()
     with pytest.raises(ProblemError, match="POPKIT_HARNESS_ADDONE"):
         task_folder.harness_folder(prob)
