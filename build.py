@@ -29,7 +29,7 @@ from checks import problems
 from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError
-from popcorn.evidence.files import write_atomic
+from popcorn.evidence.files import is_null_device, write_atomic
 
 ROOT = Path(__file__).resolve().parent
 PARTS = ROOT / "parts"
@@ -39,6 +39,8 @@ CASES_DIR = problems.CASES_DIR
 DEFAULT_GPU = "B200"
 INLINE_MARK = "# popkit: inline"
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
+BUILT_FROM = re.compile(r"^# Built by popkit from parts/([^/:\s]+):", re.MULTILINE)   # the template's third line
+COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
 ALLOWED_IMPORTS = {"torch"} | set(sys.stdlib_module_names)
 
 
@@ -79,6 +81,10 @@ def load_manifest(problem: str) -> dict:
     """The manifest, checked: problem (= its folder), title, cuda and python lists, run_folder_imports."""
     path = PARTS / problem / "manifest.yml"
     if not path.is_file():
+        record = problems.record_path(problem, CASES_DIR)
+        if problems.NAME_PATTERN.match(problem) and record.is_file():    # a problem whose parts are gone
+            raise PopkitError(f"{problem} has no parts: no parts/{problem}/manifest.yml (its record {record} is there; "
+                              f"`popkit problem add {problem} --from DIR --force` scaffolds the missing parts)")
         known = sorted(p.parent.name for p in PARTS.glob("*/manifest.yml"))
         raise PopkitError(f"unknown problem {problem!r}: no {path.relative_to(ROOT)} (known: {', '.join(known)})")
     try:
@@ -260,18 +266,52 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
 
 def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:
     """Render, preflight and write; a failing preflight, or an output name other than *.py (the built file is
-    Python: preflight.name_error, the rule submit uses too), leaves any previous output untouched."""
+    Python: preflight.name_error, the rule submit uses too), leaves any previous output untouched. The null
+    device as OUTPUT builds and preflights, and keeps nothing."""
     if not Path(output).name:       # -o '' (Path('') is '.', whose name is empty)
         raise PopkitError("an empty output name: name the file to write, e.g. -o submission.py; nothing built")
-    refused = name_error(Path(output).name, python=True)
+    discard = is_null_device(output)     # -o /dev/null: built and preflighted, kept nowhere
+    refused = None if discard else name_error(Path(output).name, python=True)
     if refused:
         raise PopkitError(f"{refused}; nothing built")
     result = render(problem, **kwargs)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))
     result.output = Path(output)
+    if discard:
+        return result
     try:
         write_atomic(result.output, result.text)
     except OSError as exc:
         raise PopkitError(f"{output}: cannot write ({exc.strerror})") from None
     return result
+
+
+def stale_reason(path: Path | str = ROOT / "submission.py") -> str | None:
+    """None when PATH is what `popkit build PROBLEM` writes now, PROBLEM being the one its header names
+    ('# Built by popkit from parts/PROBLEM'); else why not, with the command that rebuilds it.
+
+    The same build means the same bytes but for the '# toolkit commit:' line: it names the last commit that
+    touched the builder's inputs, which a file committed together with its parts' change cannot name (the
+    commit does not exist yet when the file is built), and a copy without git says 'uncommitted'. The parts'
+    hashes, the header directives and every line of code must match."""
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})"
+    match = BUILT_FROM.search(text)
+    if match is None:
+        return f"{path}: not built by popkit (no '# Built by popkit from parts/PROBLEM' line in its header)"
+    problem = match.group(1)
+    command = f"popkit build {problem}" + ("" if path.resolve() == (ROOT / "submission.py") else f" -o {path}")
+    fresh = render(problem).text
+    old_lines, new_lines = COMMIT_LINE.sub("", text).splitlines(), COMMIT_LINE.sub("", fresh).splitlines()
+    if old_lines == new_lines and text.endswith("\n") == fresh.endswith("\n"):
+        return None
+    index = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
+                 min(len(old_lines), len(new_lines)))
+    was = old_lines[index][:110] if index < len(old_lines) else "(end of file)"
+    now = new_lines[index][:110] if index < len(new_lines) else "(end of file)"
+    return (f"{path} is not a fresh build of parts/{problem}: line {index + 1} is {was!r}, a build now writes "
+            f"{now!r}; rebuild it with `{command}`")

@@ -1,11 +1,11 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 059b43aea1785bfb77857ea95af55627917f8a87
-# part common/device_utils.cuh sha256 e817b025aafef6354686e03d29dcaf2af9c6f94c30070159a5ec05ef61d47008
+# toolkit commit: fa1ca403a5dc904a0779814bbce52f997b1ac89c
+# part common/device_utils.cuh sha256 f691338b6b743646a0f92e68abe6fe1a843d2938ba5a85d371dbfac5b2191e60
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
-# part qr_v2/householder_panel.cu sha256 6c980adb2a203d3d877f1376819a440ea6fe91350557d05d1378a867e9dd3a1b
-# part common/cuda_loader.py sha256 7ca52d3a481a9fca37dda758dfd450ecda847a780bb18b8733b917e02a193c5b
+# part qr_v2/householder_panel.cu sha256 435fccb7dfbeda91912ff44ca474bd80bb457d9654d39b88c6b3023a8d411d31
+# part common/cuda_loader.py sha256 9f23692d93bf27e704fa0e4ee1faf88dc2ca82c7da651a3c6b8c991d179cd608
 # part qr_v2/model.py sha256 1d1b16674cc5c0964407a0734a85baca8e0ca830cca89a0ecf045231eb37dfda
 # part qr_v2/route.py sha256 78419cd141e6ed2212b4b2441a979711315a896670492f973e92760491040916
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
@@ -17,8 +17,8 @@ headers), then called through ctypes.
 """
 EMBEDDED_CUDA = r'''
 // ---- part common/device_utils.cuh ----
-// Shared device helpers for every popkit kernel: warp/block reductions and the
-// C entry-point convention.
+// Shared device helpers for every popkit kernel: warp/block reductions, pivots and reflectors,
+// the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
 // they launch on the default queue (what torch uses unless told otherwise) and
@@ -28,6 +28,17 @@ EMBEDDED_CUDA = r'''
 #define POPKIT_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace popkit {
+
+// Allow `kernel` `bytes` of dynamic shared memory (over 48 KiB needs the opt-in). `granted` is the
+// caller's static record of the largest size already allowed, so the runtime call happens once
+// per new maximum, not per launch.
+template <typename Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, int bytes, int& granted) {
+    if (bytes <= granted) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err == cudaSuccess) granted = bytes;
+    return err;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -63,6 +74,17 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     for (int w = 0; w < warps; ++w) best = fmaxf(best, scratch[w]);
     __syncthreads();
     return best;
+}
+
+// A Cholesky pivot: d at or below `floor` (eps * max_i a_ii) becomes floor (NaN compares false
+// and stays NaN); inv = 1 / l_kk = rsqrt(d) and l_kk = d * inv. One rsqrtf (<= 2 ulp) instead of
+// an IEEE sqrt and divide (tens of instructions) on the factorization's serial chain.
+struct Pivot { float lkk, inv; };
+
+__device__ __forceinline__ Pivot cholesky_pivot(float d, float floor) {
+    if (d <= floor) d = floor;
+    const float inv = rsqrtf(d);
+    return {d * inv, inv};
 }
 
 // LAPACK slarfg on (alpha, ||x||): returns tau and sets beta (the new diagonal)
@@ -299,12 +321,9 @@ POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch,
     if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > kPanelMaxW || w > n - k0)
         return (int)cudaErrorInvalidValue;
     const int smem = qr_panel_smem_bytes(n - k0, w);
-    static int smem_set = 0;               // dynamic + static shared memory over 48 KiB needs the opt-in
-    if (smem > smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(qr_panel_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (err != cudaSuccess) return (int)err;
-        smem_set = smem;
-    }
+    static int granted = 0;                // dynamic + static shared memory over 48 KiB needs the opt-in
+    const cudaError_t err = popkit::allow_dynamic_smem(qr_panel_kernel, smem, granted);
+    if (err != cudaSuccess) return (int)err;
     qr_panel_kernel<<<batch, kPanelThreads, smem>>>(A, tau, Vt, T, n, k0, w);
     return (int)cudaGetLastError();
 }
@@ -333,6 +352,11 @@ def target_arch() -> str:
     """TORCH_CUDA_ARCH_LIST entry for the running GPU: '9.0a' on H100/H200, '10.0a' on B200."""
     major, minor = torch.cuda.get_device_capability()
     return f"{major}.{minor}" + ("a" if major >= 9 else "")
+
+
+def _raise_cuda_error(entry: str, code: int) -> None:
+    if code != 0:
+        raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
 
 
 class CudaLibrary:
@@ -381,13 +405,21 @@ class CudaLibrary:
             self._entries[name] = func
         return func
 
+    def function(self, entry: str, signature: str):
+        """The entry point as a typed ctypes function for hot paths: signature has one letter per argument,
+        'p' for a pointer (pass tensor.data_ptr() or None) and 'i' for an int; a non-zero return raises.
+        Arguments then go to C without `call`'s per-argument conversion (~0.4 us each)."""
+        func = self.load()[entry]                        # a new function object, apart from entry()'s
+        func.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int}[letter] for letter in signature]
+        func.restype = ctypes.c_int
+        func.errcheck = lambda code, _func, _args: _raise_cuda_error(entry, code)
+        return func
+
     def call(self, entry: str, *args) -> None:
         """Call an entry point; tensors go as device pointers, None as NULL, ints as C ints."""
         c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
                   else ctypes.c_void_p(None) if a is None else ctypes.c_int(a) for a in args]
-        code = self.entry(entry)(*c_args)
-        if code != 0:
-            raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
+        _raise_cuda_error(entry, self.entry(entry)(*c_args))
 
     def query(self, entry: str, *ints: int) -> int:
         """Call an entry point that returns a plain int (a size or a limit)."""

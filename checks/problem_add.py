@@ -5,7 +5,7 @@ runner's files list, the functions eval.py calls) and, where missing, parts/NAME
 custom_kernel calls the folder's own reference (correct from the first build; the user replaces it), or
 stubs for a task whose eval.py calls other functions. The folder's path on this machine
 goes to .popkit/harness.yml, outside git. Everything is validated and rendered before the first write,
-and a failed write removes what this call created, so nothing is left half-written.
+and a failed write (or Ctrl-C) removes what this call created, so nothing is left half-written.
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import yaml
 from checks import problems, task_folder
 from popcorn.evidence.files import write_atomic
 from checks.problems import ProblemError
+from popcorn.errors import Interrupted
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
 TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "multi_gpu", "entry_points", "timeouts_s", "ranking",
@@ -161,24 +162,30 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
                        record["entry_points"], kept=sorted(p for p in scaffold if p.exists()), replaced=exists)
+    part_folder = (parts_dir or PARTS_DIR) / name
+    made_folder = not part_folder.exists()
     try:
         for path, body in planned.items():
             write_atomic(path, body)
             result.created.append(path)
         write_atomic(record_path, text)
         task_folder.remember_path(name, folder.path, config)
-    except OSError as exc:
-        for path in result.created:
-            path.unlink(missing_ok=True)
-        raise ProblemError(f"{exc.filename or name}: cannot write ({exc.strerror or exc}); nothing was added") from None
-    try:
         problems.load_problem(name, cases_dir)     # what we wrote must load back
-    except ProblemError:
+    except BaseException as exc:
+        # Whatever stopped it (a full disk, a record that does not load back, Ctrl-C), nothing is left half-added
+        # (Ctrl-C left some parts without the rest, or a record whose folder this machine does not know).
         for path in result.created:
             path.unlink(missing_ok=True)
+        if made_folder and part_folder.is_dir() and not any(part_folder.iterdir()):
+            part_folder.rmdir()
         if previous is None:
             record_path.unlink(missing_ok=True)
         else:
             write_atomic(record_path, previous)
+        outcome = "nothing was added" if previous is None else "its record is as it was"
+        if isinstance(exc, OSError):
+            raise ProblemError(f"{exc.filename or name}: cannot write ({exc.strerror or exc}); {outcome}") from None
+        if isinstance(exc, KeyboardInterrupt):
+            raise Interrupted(f"interrupted: problem add {name} stopped; {outcome}") from None
         raise
     return result

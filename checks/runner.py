@@ -35,6 +35,7 @@ CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (
 CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of the same cases is far slower
 BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
+INCUMBENT_TIMING = ("incumbent_us", "incumbent_err_us", "incumbent_best_us", "incumbent_worst_us", "incumbent_runs")
 REFERENCE_INCUMBENT = "reference"   # diff --incumbent reference: the competition folder's ref_kernel
 
 
@@ -102,8 +103,7 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
                  robust: bool = False, backend: str = "native") -> tuple[list[dict], list[str]]:
     """The cases to run: official tests or the benchmarks the leaderboard times (or custom specs), plus the
     robustness suite when asked; for the native backend also K extra seeds each and the CPU size limit."""
-    if seeds < 0:
-        raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+    _require_seeds(seeds)
     specs = [checked_spec(prob, text) for text in custom] if custom else list(getattr(prob, which))
     notes = []
     if which == "ranked_benchmarks" and not custom and len(specs) < len(prob.benchmarks):
@@ -125,6 +125,29 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
     if backend != "official":
         specs = specs + [{**s, "seed": official.remap_seed(s["seed"], k)} for k in range(1, seeds + 1) for s in specs]
     return specs, notes
+
+
+def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int = 0, harness: str | None = None,
+                    rounds: int | None = None) -> None:
+    """What can be judged of a run's options before anything is built or run (the CLI asks first): --harness,
+    --seeds, --rounds and every --case. A wrong one ended the verb only after a build of the parts."""
+    prob = load_problem(problem)
+    resolve_backend(prob, harness, mode)
+    _require_seeds(seeds)
+    if rounds is not None:
+        _require_rounds(rounds)
+    for text in custom:
+        checked_spec(prob, text)
+
+
+def _require_seeds(seeds: int) -> None:
+    if seeds < 0:
+        raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+
+
+def _require_rounds(rounds: int) -> None:
+    if rounds < 3:
+        raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
 
 
 def checked_spec(prob: Problem, text: str) -> dict:
@@ -230,8 +253,8 @@ def results_table(results: list[dict], mode: str) -> str:
     headers = ["case"] + (["seed"] if seeds else []) + ["status"] + gate_names
     if mode == "bench":
         headers += ["mean us", "err us", "runs", "baseline us", "speedup"]
-    if mode == "diff":
-        headers += ["cand us", "incumbent us", "ratio", "verdict"]
+    if mode == "diff":         # each side's mean and its standard error over the rounds, which the verdict weighs
+        headers += ["cand us", "err us", "incumbent us", "err us", "ratio", "verdict"]
     if official_col:
         headers.append("official")
     headers.append("error / message")
@@ -245,8 +268,8 @@ def results_table(results: list[dict], mode: str) -> str:
                     fmt_us(r.get("baseline_us")) + _baseline_mark(r), f"{speed:.2f}x" if speed else "-"]
         if mode == "diff":
             ratio = r.get("ratio")
-            row += [fmt_us(r.get("mean_us")), fmt_us(r.get("incumbent_us")),
-                    f"{ratio:.3f}" if ratio else "-", r.get("verdict", "-")]
+            row += [fmt_us(r.get("mean_us")), fmt_us(r.get("err_us")), fmt_us(r.get("incumbent_us")),
+                    fmt_us(r.get("incumbent_err_us")), f"{ratio:.3f}" if ratio else "-", r.get("verdict", "-")]
         if official_col:
             row.append(r.get("official") or "-")
         row.append((r.get("error") or r.get("message") or "")[:90])
@@ -293,12 +316,22 @@ def baseline_notes(results: list[dict]) -> list[str]:
     return notes
 
 
+def spread_note(cases: list[dict]) -> list[str]:
+    """What a diff table's two 'err us' columns are, and how the verdict weighs them (when a case was timed)."""
+    rounds = sorted({c["runs"] for c in cases if c.get("runs") and c.get("incumbent_err_us") is not None})
+    if not rounds:
+        return []
+    return [f"err us: the standard error of each side's mean over its {'/'.join(map(str, rounds))} rounds; a "
+            f"difference within {verdicts.NOISE_SIGMAS:g} x their combined error, or under "
+            f"{verdicts.NOISE_FLOOR:.1%} of the incumbent, is within noise"]
+
+
 def case_record(result: dict) -> dict:
     """A result in the log's per-case shape (timing keys null when not timed)."""
     keys = ("mean_us", "err_us", "best_us", "worst_us", "runs", "baseline_us")
     return {"spec": result["spec"], "status": result["status"], "error": result.get("error"),
             **{k: result.get(k) for k in keys}, "residuals": result.get("residuals", {}),
-            **{k: result[k] for k in ("message", "incumbent_us", "ratio", "verdict", "incumbent_residuals", "info",
+            **{k: result[k] for k in ("message", *INCUMBENT_TIMING, "ratio", "verdict", "incumbent_residuals", "info",
                                       "official", baselines.RUNS, baselines.BOUNDED, baselines.REUSED)
                if k in result}}
 
@@ -335,6 +368,7 @@ def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results
         record.update(baseline_counts(cases))
         notes = notes + baseline_notes(results)
     if mode == "diff":
+        notes = notes + spread_note(cases)
         record["incumbent_sha256"] = logs.file_sha256(submissions["incumbent"])
         record["incumbent_geomean_us"] = logs.case_geomean(cases, "incumbent_us")
         record["changed_parts"] = changed_parts(submissions["candidate"], submissions["incumbent"])
@@ -559,8 +593,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin.
     An incumbent given as text is read by incumbent_of ("reference": the competition folder's own ref_kernel,
     through its eval.py); a Path is always a file."""
-    if rounds < 3:
-        raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
+    _require_rounds(rounds)
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:
@@ -603,7 +636,7 @@ def _official_diff(prob: Problem, submissions: dict[str, Path], specs: list[dict
         verdict = verdicts.case_verdict(cand_stats, inc_stats)
         results.append({"spec": spec, "status": "fail" if verdict.regression else "pass",
                         "error": "slower than the incumbent" if verdict.regression else None, "residuals": {},
-                        **cand_stats.as_us_dict(), "incumbent_us": inc_stats.mean / 1e3, "ratio": verdict.ratio,
+                        **cand_stats.as_us_dict(), **inc_stats.as_incumbent_dict(), "ratio": verdict.ratio,
                         "verdict": verdict.verdict})
     return results, runs["candidate"] + runs["incumbent"]
 

@@ -71,6 +71,9 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     path = Path(path).expanduser()
     if not path.exists():
         raise ProblemError(f"{path}: no such folder")
+    if path.is_file():
+        folder = f": pass its folder, {path.parent}" if path.name == "task.yml" else ""
+        raise ProblemError(f"{path}: a file, not a problem folder (the folder that holds task.yml){folder}")
     task_yml = path / "task.yml"
     if not path.is_dir() or not task_yml.is_file():
         raise ProblemError(f"{path}: not a problem folder (no task.yml; expected a reference-kernels "
@@ -172,9 +175,15 @@ def remember_path(name: str, folder: Path, config: Path | None = None) -> None:
 
 def harness_folder(problem: Problem, config: Path | None = None) -> Path:
     """Where a problem's competition folder is, in order: $POPKIT_HARNESS_<NAME>, $POPKIT_REFERENCE_KERNELS
-    plus the recorded relative folder, .popkit/harness.yml, vendor/reference-kernels plus the relative folder."""
+    plus the recorded relative folder, .popkit/harness.yml, vendor/reference-kernels plus the relative folder.
+    $POPKIT_HARNESS_<NAME> names the one folder to use: one without task.yml is an error, not passed over."""
     relative = problem.harness.get("folder")
-    candidates = [os.environ.get(env_key(problem.name))]
+    chosen = os.environ.get(env_key(problem.name))
+    if chosen and not (Path(chosen) / "task.yml").is_file():
+        # What the user asked for, so not passed over: a typo ran the folder recorded elsewhere without a word.
+        raise ProblemError(f"{env_key(problem.name)}={chosen}: not a problem folder (no task.yml there); fix or "
+                           "unset it")
+    candidates = [chosen]
     if relative and os.environ.get("POPKIT_REFERENCE_KERNELS"):
         candidates.append(str(Path(os.environ["POPKIT_REFERENCE_KERNELS"]) / relative))
     local = local_paths(config).get(problem.name)

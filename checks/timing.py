@@ -59,6 +59,12 @@ class Stats:
             "runs": self.runs,
         }
 
+    def as_incumbent_dict(self) -> dict:
+        """A diff's incumbent beside the candidate's as_us_dict: its mean is the record's incumbent_us (a key
+        older records have), its spread incumbent_err_us, incumbent_best_us and incumbent_worst_us."""
+        return {f"incumbent_{key}" if key != "mean_us" else "incumbent_us": value
+                for key, value in self.as_us_dict().items()}
+
 
 @dataclass
 class StopRule:

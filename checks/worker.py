@@ -168,7 +168,7 @@ def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
     return {"status": "pass" if passed and not margins and not verdict.regression else "fail",
             "error": "; ".join([r.message for r in reports.values() if r.message] + margins) or None,
             "residuals": reports["candidate"].residuals, "incumbent_residuals": reports["incumbent"].residuals,
-            **cand.as_us_dict(), "incumbent_us": inc.mean / 1e3, "ratio": verdict.ratio,
+            **cand.as_us_dict(), **inc.as_incumbent_dict(), "ratio": verdict.ratio,
             "verdict": verdict.verdict, "regression": verdict.regression, "margin_regressions": margins}
 
 

@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from collections import Counter
 from pathlib import Path
 
 from checks.problems import Problem, ProblemError, load_problem
 from checks.runner import require_submission_for
-from popcorn.errors import PopkitError
+from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
 from popcorn.evidence import logs
+from popcorn.evidence.files import write_atomic
 
 INCUMBENTS = logs.ROOT / "logs" / "incumbents"
 FULL_LIST = {"check": "tests", "bench": "ranked_benchmarks", "diff": "ranked_benchmarks"}
@@ -92,12 +92,17 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
             raise PopkitError(f"cannot make {submission} ({sha[:12]}) {role}: " + "; ".join(missing)
                               + " (or pass --force)")
     root.mkdir(parents=True, exist_ok=True)
+    code = submission.read_bytes()
     if target.exists():
-        archive = root / "archive"
-        archive.mkdir(exist_ok=True)
-        shutil.copyfile(target, archive / f"{problem}-{logs.file_sha256(target)[:12]}.py")
-    shutil.copyfile(submission, target)
-    with open(root / "history.jsonl", "a") as history:
-        history.write(json.dumps({"time": logs.utc_now(), "problem": problem, "sha256": sha,
-                                  "evidence": used, "forced": force}) + "\n")
+        write_atomic(root / "archive" / f"{problem}-{logs.file_sha256(target)[:12]}.py", target.read_bytes())
+    # Written whole (shutil.copyfile cut off by a full disk or Ctrl-C left a truncated incumbent, which every later
+    # diff ran against), and together with its history line: Ctrl-C waits for the two.
+    try:
+        with deferred_interrupt():
+            write_atomic(target, code)
+            with open(root / "history.jsonl", "a") as history:
+                history.write(json.dumps({"time": logs.utc_now(), "problem": problem, "sha256": sha,
+                                          "evidence": used, "forced": force}) + "\n")
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: promote {problem} had finished; {target} is the incumbent") from None
     return target

@@ -7,6 +7,7 @@ import hashlib
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 
@@ -101,11 +102,32 @@ def test_build_creates_missing_output_folders(tmp_path):
     assert result.output == out and out.read_text(encoding="utf-8") == result.text
 
 
+def test_build_to_the_null_device_builds_and_preflights_and_keeps_nothing():
+    # -o /dev/null was refused: 'null: a built file is Python, so its name must end in .py'.
+    from click.testing import CliRunner
+    from popcorn.cli import main
+    result = CliRunner().invoke(main, ["build", "eigh", "-o", os.devnull])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith(f"built {os.devnull} (")
+    assert result.output.splitlines()[-1] == "preflight: ok"
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+
+
 # ---------------------------------------------------------------- bad input names the file
 
 def test_unknown_problem():
     with pytest.raises(PopkitError, match=r"unknown problem 'nope'.*nope/manifest\.yml.*eigh.*qr_v2"):
         build.build("nope")
+
+
+def test_a_problem_whose_parts_are_gone_is_not_called_unknown(parts_copy, tmp_path):
+    # It said "unknown problem 'eigh'" while `popkit problem list` listed it.
+    parts, _ = parts_copy
+    shutil.rmtree(parts / "eigh")
+    with pytest.raises(PopkitError) as info:
+        build.build("eigh", tmp_path / "out.py")
+    assert str(info.value) == (f"eigh has no parts: no parts/eigh/manifest.yml (its record {build.CASES_DIR / 'eigh.yml'}"
+                               " is there; `popkit problem add eigh --from DIR --force` scaffolds the missing parts)")
 
 
 def test_missing_part(parts_copy, tmp_path):
@@ -491,3 +513,47 @@ def test_provenance_commit_follows_popkit_commit_and_ignores_an_enclosing_checko
     assert build.inputs_commit() == "uncommitted"
     monkeypatch.setenv("POPKIT_COMMIT", "feed" * 10)
     assert build.inputs_commit() == "feed" * 10
+
+
+# ---------------------------------------------------------------- the tracked submission.py
+
+def test_the_tracked_submission_is_a_fresh_build_of_the_problem_it_names():
+    # It was left built from an older commit's parts (other common/device_utils.cuh and householder_panel.cu),
+    # so the file README's loop uploads was not the code the tests checked.
+    reason = build.stale_reason(build.ROOT / "submission.py")
+    assert reason is None, (f"{reason}\n(from {build.ROOT}: {sys.executable} -m popcorn build "
+                            f"{build.BUILT_FROM.search((build.ROOT / 'submission.py').read_text()).group(1)})")
+
+
+def test_a_fresh_build_differs_only_in_its_commit_line(tmp_path, monkeypatch):
+    monkeypatch.setenv("POPKIT_COMMIT", "a" * 40)
+    out = build.build("eigh", tmp_path / "eigh.py").output
+    assert build.stale_reason(out) is None
+    monkeypatch.setenv("POPKIT_COMMIT", "b" * 40)        # built at another commit from the same inputs: the same build
+    assert build.stale_reason(out) is None
+
+
+@pytest.mark.parametrize("edit", ["part_hash", "code", "directive", "trailing_line"])
+def test_a_stale_build_names_the_line_and_the_command(edit, tmp_path):
+    out = build.build("qr_v2", tmp_path / "old.py").output
+    text = out.read_text()
+    if edit == "part_hash":
+        digest = re.search(r"(?m)^# part qr_v2/route\.py sha256 ([0-9a-f]{64})$", text).group(1)
+        text = text.replace(digest, "0" * 64)
+    elif edit == "code":
+        text = text.replace("def custom_kernel(", "def custom_kernel_old(", 1)
+    elif edit == "directive":
+        text = text.replace("#!POPCORN gpu B200", "#!POPCORN gpu H100", 1)
+    else:
+        text += "# a line left from an older template\n"
+    out.write_text(text)
+    reason = build.stale_reason(out)
+    assert reason is not None and reason.startswith(f"{out} is not a fresh build of parts/qr_v2: line ")
+    assert reason.endswith(f"rebuild it with `popkit build qr_v2 -o {out}`")
+
+
+def test_a_file_popkit_did_not_build_is_named(tmp_path):
+    plain = tmp_path / "hand.py"
+    plain.write_text("def custom_kernel(data):\n    return data\n")
+    assert build.stale_reason(plain) == (f"{plain}: not built by popkit (no '# Built by popkit from "
+                                         "parts/PROBLEM' line in its header)")

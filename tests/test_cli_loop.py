@@ -278,6 +278,20 @@ def test_diff_of_two_copies(steady, tmp_path):
     assert case["ratio"] == pytest.approx(1.0, abs=0.05)
     assert case["verdict"] in ("within noise", "faster", "slower")
     assert case["incumbent_us"] >= 1000 and case["mean_us"] >= 1000
+    # Both sides' spread, not the candidate's alone: the record has the incumbent's as the candidate's keys with
+    # an incumbent_ prefix, and the table shows each side's standard error beside its mean.
+    assert case["incumbent_runs"] == 3
+    assert case["incumbent_best_us"] <= case["incumbent_us"] <= case["incumbent_worst_us"]
+    assert case["incumbent_err_us"] >= 0 and case["err_us"] >= 0
+    lines = result.output.splitlines()
+    header = next(line for line in lines if line.startswith("case "))
+    assert header.split() == ["case", "seed", "status", "factor", "orthogonality", "cand", "us", "err", "us",
+                              "incumbent", "us", "err", "us", "ratio", "verdict", "error", "/", "message"]
+    row = lines[lines.index(header) + 2][header.index("cand us"):header.index("ratio")].split()
+    assert [float(x.replace(",", "")) for x in row] == pytest.approx(
+        [case["mean_us"], case["err_us"], case["incumbent_us"], case["incumbent_err_us"]], rel=0.01, abs=0.01)
+    assert ("note: err us: the standard error of each side's mean over its 3 rounds; a difference within 3 x their "
+            "combined error, or under 0.5% of the incumbent, is within noise") in lines
 
 
 def test_diff_needs_three_rounds(steady, tmp_path):
@@ -341,3 +355,22 @@ def test_output_into_a_closed_pipe_ends_quietly():
                           stderr=subprocess.PIPE, cwd=build.ROOT, timeout=120)
     os.close(write_end)
     assert done.returncode == 1 and done.stderr == b""
+
+
+@pytest.mark.parametrize("args, error", [
+    (["check", "qr_v2", "--seeds", "-1"], "--seeds -1: the number of extra seeds must be 0 or more"),
+    (["check", "qr_v2", "--case", "batch 1"],
+     "bad case spec 'batch 1': expected 'key: value' pairs joined by '; ', got 'batch 1'"),
+    (["bench", "qr_v2", "--harness", "both"], "--harness both compares verdicts: use it with check"),
+    (["diff", "qr_v2", "--rounds", "2", "--incumbent", "inc.py"],
+     "--rounds 2: diff needs at least 3 alternating rounds per case (the default is 3)"),
+])
+def test_a_wrong_option_ends_the_verb_before_any_build(args, error, monkeypatch, tmp_path):
+    # With no built submission.py for the problem, these built parts/qr_v2 to a temporary file first (seconds, and
+    # a 'note: ... built parts/qr_v2 to ...' line) and only then named the wrong option.
+    from popcorn.cli import loop
+    monkeypatch.setattr(loop, "DEFAULT_SUBMISSION", tmp_path / "submission.py")
+    monkeypatch.setattr(build, "build", lambda *a, **k: pytest.fail("built before the options were checked"))
+    result = run(*args, "--device", "cpu", "--log", tmp_path / "l.jsonl")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [f"error: {error}"]

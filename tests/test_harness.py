@@ -116,6 +116,56 @@ def test_add_rejects_bad_folders_in_one_line_and_writes_nothing(toy, tmp_path, d
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
 
 
+@pytest.mark.parametrize("where", ["third part", "remembering the folder", "loading the record back"])
+@pytest.mark.parametrize("force", [False, True])
+def test_add_interrupted_leaves_nothing_half_added(toy, tmp_path, monkeypatch, where, force):
+    # Ctrl-C half-way left some parts without the rest (`popkit build` failed on the missing part), or a record
+    # whose folder this machine did not know (the next `problem add` refused the name: pass --force).
+    if force:
+        problem_add.add_problem("addone", toy)
+        record = problems.record_path("addone")
+        record.write_text(record.read_text() + "note: kept\n")
+        before = record.read_text()
+        shutil.rmtree(tmp_path / "parts" / "addone")
+    writes = []
+    real_write = problem_add.write_atomic
+
+    def write_then_stop(path, data):
+        writes.append(path)
+        if where == "third part" and len(writes) == 3:
+            raise KeyboardInterrupt
+        return real_write(path, data)
+
+    def stop(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(problem_add, "write_atomic", write_then_stop)
+    if where == "remembering the folder":
+        monkeypatch.setattr(task_folder, "remember_path", stop)
+    if where == "loading the record back":
+        monkeypatch.setattr(problems, "load_problem", stop)
+    result = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)] + (["--force"] if force else []))
+    assert result.exit_code == 130
+    assert result.output == ("\ninterrupted: problem add addone stopped; "
+                             f"{'its record is as it was' if force else 'nothing was added'}\n")
+    assert not (tmp_path / "parts").exists() or list((tmp_path / "parts").iterdir()) == []
+    if force:
+        assert problems.record_path("addone").read_text() == before
+    else:
+        assert not problems.record_path("addone").exists()
+
+
+def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
+    # --from .../task.yml said '.../task.yml: not a problem folder (no task.yml; ...)'.
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy / "task.yml")
+    assert str(info.value) == (f"{toy / 'task.yml'}: a file, not a problem folder (the folder that holds task.yml): "
+                               f"pass its folder, {toy}")
+    with pytest.raises(ProblemError, match=r"reference\.py: a file, not a problem folder \(the folder that holds "
+                                           r"task\.yml\)$"):
+        problem_add.add_problem("addone", toy / "reference.py")
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
+
+
 def test_add_rejects_a_name_that_is_not_a_package_name(toy):
     with pytest.raises(ProblemError, match="lower-case"):
         problem_add.add_problem("Add-One", toy)
@@ -156,6 +206,18 @@ def test_a_record_with_a_leaderboard_no_submission_could_name_is_refused(toy):
         problems.load_problem("addone")
 
 
+def test_a_harness_variable_naming_no_folder_is_an_error_not_passed_over(toy, tmp_path, monkeypatch):
+    # POPKIT_HARNESS_ADDONE with a typo was passed over: the folder `problem add` recorded ran instead, without a word.
+    prob = added(toy)
+    monkeypatch.setenv(task_folder.env_key("addone"), str(tmp_path / "nowhere"))
+    with pytest.raises(ProblemError) as info:
+        task_folder.harness_folder(prob)
+    assert str(info.value) == (f"POPKIT_HARNESS_ADDONE={tmp_path / 'nowhere'}: not a problem folder (no task.yml "
+                               "there); fix or unset it")
+    shown = CliRunner().invoke(main, ["problem", "show", "addone"])
+    assert f"folder: not found ({info.value})" in shown.output.splitlines()
+
+
 def test_folder_lookup_order_env_then_reference_root_then_local_config(toy, tmp_path, monkeypatch):
     prob = added(toy)
     other = tmp_path / "elsewhere" / "problems" / "toy" / "addone_py"
@@ -164,9 +226,9 @@ def test_folder_lookup_order_env_then_reference_root_then_local_config(toy, tmp_
     assert task_folder.harness_folder(prob) == other
     monkeypatch.setenv(task_folder.env_key("addone"), str(toy))
     assert task_folder.harness_folder(prob) == toy
-    monkeypatch.setenv(task_folder.env_key("addone"), str(tmp_path / "nowhere"))
+    monkeypatch.delenv(task_folder.env_key("addone"))
     monkeypatch.delenv("POPKIT_REFERENCE_KERNELS")
-    assert task_folder.harness_folder(prob) == toy.resolve()              # the local config still knows it
+    assert task_folder.harness_folder(prob) == toy.resolve()              # the local config knows it
     task_folder.LOCAL_CONFIG.unlink()
     with pytest.raises(ProblemError, match="POPKIT_HARNESS_ADDONE"):
         task_folder.harness_folder(prob)
@@ -307,6 +369,10 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
     assert not outcome.passed
     assert all(c["ratio"] > 2 and c["verdict"] == "slower" for c in outcome.record["cases"])
     assert outcome.record["incumbent_geomean_us"] < outcome.record["geomean_us"]
+    # each side's spread over the rounds, the incumbent's as well as the candidate's
+    assert all(c["runs"] == c["incumbent_runs"] == 3 and c["incumbent_err_us"] >= 0
+               and c["incumbent_best_us"] <= c["incumbent_us"] <= c["incumbent_worst_us"]
+               for c in outcome.record["cases"])
 
 
 RANKS_EVAL = """import os, sys

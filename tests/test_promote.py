@@ -262,3 +262,55 @@ def test_cli_help_names_the_file_promote_takes():
     result = run("promote", "--help")
     assert result.exit_code == 0
     assert "built to a temporary file" not in result.output and "submission.py]" in result.output
+
+
+# ---- a promotion cut off half-way ---------------------------------------------------------------------
+
+FULL_DISK = """
+import resource, signal, sys
+from pathlib import Path
+sys.path.insert(0, {root!r})
+from popcorn.promote import promote
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)          # a write past the limit fails (EFBIG), as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+try:
+    promote("qr_v2", Path({candidate!r}), Path({incumbents!r}), Path({log!r}), force=True)
+except OSError as exc:
+    print("failed:", exc.strerror)
+"""
+
+
+def test_a_promotion_that_fails_half_way_leaves_the_incumbent_whole(candidate, root, log, tmp_path):
+    # shutil.copyfile wrote the new incumbent in place: a full disk (or Ctrl-C) left a truncated file, which every
+    # later `popkit diff` ran against. Here the file size limit stands in for the full disk.
+    import subprocess
+    import sys
+    target = with_incumbent(root)
+    big = tmp_path / "big.py"
+    big.write_text(CANDIDATE + "".join(f"# padding line {i:06d}\n" for i in range(1000)))     # ~24 KB
+    script = FULL_DISK.format(root=str(promote_mod.logs.ROOT), candidate=str(big), incumbents=str(root), log=str(log))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("failed:")
+    assert target.read_text() == "#!POPCORN leaderboard qr_v2\n# the incumbent\n"
+    assert not (root / "history.jsonl").exists()
+    assert sorted(p.name for p in root.iterdir()) == ["archive", "qr_v2.py"]     # no temporary file left
+
+
+def test_ctrl_c_during_the_promotion_finishes_it_and_says_so(candidate, root, log, monkeypatch):
+    import os
+    import signal
+    from popcorn.evidence import files
+    with_incumbent(root)
+    real = files.write_atomic
+
+    def write_and_press_ctrl_c(path, data):
+        if path == root / "qr_v2.py":
+            os.kill(os.getpid(), signal.SIGINT)
+        return real(path, data)
+    monkeypatch.setattr(promote_mod, "write_atomic", write_and_press_ctrl_c)
+    with pytest.raises(KeyboardInterrupt, match=f"interrupted: promote qr_v2 had finished; {root / 'qr_v2.py'} is "
+                                                "the incumbent"):
+        promote("qr_v2", candidate, root, log, force=True)
+    assert (root / "qr_v2.py").read_bytes() == candidate.read_bytes()
+    assert history(root)[-1]["forced"] is True

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 from click.testing import CliRunner
@@ -214,3 +216,41 @@ def test_records_made_here_pass_the_merge_validation():
                            cases=[{"spec": SPEC, "status": "pass"}])
     assert logs.record_problem(json.loads(json.dumps(made))) is None
     assert made["gpu"] == "cpu"               # a CPU record says so even when the run reported no environment
+
+
+def test_a_log_that_is_a_device_or_a_pipe_is_written_into_not_replaced(tmp_path, target):
+    # write_atomic replaced whatever stood at the path by a regular file: `merge FILE --log /dev/null`, run as root,
+    # put a file of records where the null device was. A named pipe stands in for the device here.
+    import threading
+    from popcorn.evidence.files import write_atomic
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    got = []
+    reader = threading.Thread(target=lambda: got.append(pipe.read_bytes()))
+    reader.start()
+    write_atomic(pipe, "a line\n")
+    reader.join(timeout=30)
+    assert got == [b"a line\n"] and stat.S_ISFIFO(os.stat(pipe).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "pipe"]      # no temporary file beside it
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="making a device node needs root")
+def test_merge_into_a_null_device_keeps_the_device(tmp_path):
+    null = tmp_path / "null"
+    os.mknod(null, 0o666 | stat.S_IFCHR, os.makedev(1, 3))          # the null device's numbers, in tmp_path
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z", "bench")])
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(null)])
+    assert result.exit_code == 0, result.output
+    assert stat.S_ISCHR(os.stat(null).st_mode)
+
+
+def test_merge_reads_a_device_or_a_pipe(tmp_path, target):
+    # `merge /dev/null` said '/dev/null: no such file' (it took only regular files), and so did /dev/stdin.
+    before = target.read_text()
+    result = CliRunner().invoke(main, ["merge", os.devnull, "--log", str(target)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [f"merged into {target}: 0 record(s) added, 0 already there, 0 bad line(s) "
+                                          "skipped (of 0 valid record(s) read)"]
+    assert target.read_text() == before
+    with pytest.raises(PopkitError, match=f"^{tmp_path}: a folder, not a log file; nothing merged$"):
+        logs.merge_logs([tmp_path], target)

@@ -1,12 +1,15 @@
 """`popkit report` on logs the tests write: charts present, page numbers match the log, gaps noted."""
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import shutil
+import stat
 import subprocess
 import sys
+import tempfile
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -489,9 +492,14 @@ def test_matplotlib_is_a_runtime_dependency_and_build_is_not_installed():
 
 def test_the_cli_finds_build_py_from_any_folder(tmp_path):
     """Outside the project folder, the installed popkit still imports this project's build.py."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    installed = subprocess.run([sys.executable, "-c", "import popcorn; print(popcorn.__file__)"], cwd=tmp_path,
+                               env=env, capture_output=True, text=True, timeout=120).stdout.strip()
+    if installed and not Path(installed).resolve().is_relative_to(ROOT):
+        # A git worktree run with another checkout's venv: the installed popkit is that checkout's.
+        pytest.skip(f"the interpreter's popkit is installed from {Path(installed).parent.parent}, not {ROOT}")
     code = ("import popcorn.cli, build, pathlib; "
             f"assert pathlib.Path(build.__file__).resolve() == pathlib.Path({str(ROOT / 'build.py')!r}), build.__file__")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, check=True, timeout=120)
 
 
@@ -508,3 +516,109 @@ def test_the_report_shows_none_of_matplotlibs_notices_and_draws_whatever_its_bac
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert (done.returncode, done.stderr) == (0, "")
     assert (tmp_path / "out" / "qr_v2-cases.png").read_bytes().startswith(PNG_MAGIC)
+
+
+# ---- where the report goes (-o) -----------------------------------------------------------------------
+
+def _small_log(tmp_path):
+    log = tmp_path / "performance.jsonl"
+    log.write_text(json.dumps(_bench("2026-12-01T10:00:00Z", 1.0)) + "\n")
+    return log
+
+
+def _report(*args):
+    return CliRunner().invoke(main, ["report", *map(str, args)])
+
+
+def test_report_to_dev_null_prints_the_summary_and_keeps_nothing(tmp_path, monkeypatch):
+    # It ended in 'error: /dev/null: File exists' (exit 1): mkdir of the folder it took /dev/null for.
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))   # where the thrown-away report is made
+    (tmp_path / "tmp").mkdir()
+    result = _report("--log", _small_log(tmp_path), "-o", os.devnull)
+    assert result.exit_code == 0, result.output
+    assert "bench on NVIDIA H200: 1 run(s)" in result.output
+    assert result.output.splitlines()[-1] == "report: not kept (-o names the null device)"
+    assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
+    assert list((tmp_path / "tmp").iterdir()) == []
+
+
+@pytest.mark.parametrize("kind", ["file", "character device", "inside a file"])
+def test_an_out_that_is_no_folder_is_one_line(kind, tmp_path):
+    # A file was click's three lines of usage ("Directory ... is a file."); /dev/zero was 'File exists'.
+    (tmp_path / "a-file").write_text("keep me\n")
+    out = {"file": tmp_path / "a-file", "character device": Path("/dev/zero"),
+           "inside a file": tmp_path / "a-file" / "report"}[kind]
+    result = _report("--log", _small_log(tmp_path), "-o", out)
+    assert result.exit_code == 1
+    expected = {"file": f"error: -o {out}: a file, not a folder; the report is a folder (index.html and its "
+                        "charts): name a folder, or /dev/null to print the summary alone",
+                "character device": f"error: -o {out}: a character device, not a folder; the report is a folder "
+                                    "(index.html and its charts): name a folder, or /dev/null to print the summary "
+                                    "alone",
+                "inside a file": f"error: -o {out}: {tmp_path / 'a-file'} is a file, not a folder; nothing was "
+                                 "written"}[kind]
+    assert result.output.splitlines() == [expected]
+    assert (tmp_path / "a-file").read_text() == "keep me\n"
+
+
+def test_an_out_in_a_missing_folder_is_one_line_naming_it(tmp_path):
+    # It made every missing folder on the way (a typo in the path became a new tree of folders).
+    out = tmp_path / "typo" / "deeper" / "report"
+    result = _report("--log", _small_log(tmp_path), "-o", out)
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: -o {out}: no such folder {out.parent} (the report makes its own folder, not the ones above it); "
+        "nothing was written"]
+    assert not (tmp_path / "typo").exists()
+
+
+def test_an_empty_out_is_one_line(tmp_path, monkeypatch):
+    # -o '' was the current folder (Path('') is '.'), which got index.html and every chart.
+    monkeypatch.chdir(tmp_path)
+    result = _report("--log", _small_log(tmp_path), "-o", "")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "error: -o '': an empty folder name; name the report's folder (-o report), or /dev/null for the summary "
+        "alone; nothing was written"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["performance.jsonl"]
+
+
+def test_a_new_out_folder_is_made_whole_with_the_usual_permissions(tmp_path):
+    out = tmp_path / "report"
+    result = _report("--log", _small_log(tmp_path), "-o", out)
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "qr_v2-cases.png", "qr_v2-frontier.png"]
+    umask = os.umask(0)
+    os.umask(umask)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~umask
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["performance.jsonl", "report"]     # no staging folder left
+
+
+@pytest.mark.parametrize("failure", [OSError(errno.ENOSPC, "No space left on device"), KeyboardInterrupt()])
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_report_that_fails_half_way_leaves_nothing_half_written(failure, existing, tmp_path, monkeypatch):
+    # The charts were drawn into the folder one by one and the page written last, in place: a full disk or
+    # Ctrl-C left new charts beside an old page, or a half-written index.html.
+    from popcorn.report import dashboard
+    out = tmp_path / "report"
+    if existing:
+        out.mkdir()
+        (out / "index.html").write_text("the old page\n")
+        (out / "qr_v2-cases.png").write_bytes(b"the old chart")
+
+    def failing_page(evidence, charts, notes, path):
+        path.write_text("<html><body>half")
+        raise failure
+    monkeypatch.setattr(dashboard, "write_page", failing_page)
+    result = _report("--log", _small_log(tmp_path), "-o", out)
+    if isinstance(failure, OSError):
+        assert result.exit_code == 1
+        assert result.output.splitlines() == [
+            f"error: {out}: the report could not be written (No space left on device); nothing in it was changed"]
+    else:
+        assert (result.exit_code, result.output) == (130, "\ninterrupted\n")
+    if existing:
+        assert sorted(p.name for p in out.iterdir()) == ["index.html", "qr_v2-cases.png"]
+        assert ((out / "index.html").read_text(), (out / "qr_v2-cases.png").read_bytes()) == (
+            "the old page\n", b"the old chart")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["performance.jsonl"] + (["report"] if existing else []))

@@ -90,6 +90,13 @@ def _require_device(problem: str, device: str | None) -> None:
     runner.require_device_for(load_problem(problem), runner.resolve_device(device))
 
 
+def _require_options(problem: str, mode: str, cases, seeds: int = 0, harness: str | None = None,
+                     rounds: int | None = None) -> None:
+    """Before any build: a wrong --case, --seeds, --rounds or --harness ends the verb at once."""
+    from checks import runner
+    runner.require_options(problem, mode, list(cases), seeds, harness, rounds)
+
+
 def register(main):
     """Add this module's verbs to the `popkit` group."""
 
@@ -154,6 +161,7 @@ def register(main):
         from checks import runner
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
         _require_device(problem, device)
+        _require_options(problem, "check", cases, seeds=seeds, harness=harness)
         done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
         with runner.interruptible("check", problem, log_path, done):
             submission = _submission_for(problem, submission)
@@ -180,6 +188,7 @@ def register(main):
         from checks import runner
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
         _require_device(problem, device)
+        _require_options(problem, "bench", cases, harness=harness)
         done = []
         with runner.interruptible("bench", problem, log_path, done):
             submission = _submission_for(problem, submission)
@@ -208,6 +217,7 @@ def register(main):
         from popcorn.promote import incumbent_path
         logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
         _require_device(problem, device)
+        _require_options(problem, "diff", cases, harness=harness, rounds=rounds)
         done = []
         with runner.interruptible("diff", problem, log_path, done):
             submission = _submission_for(problem, submission)

@@ -15,8 +15,11 @@ def register(main):
 
     @main.command("report")
     @click.argument("problem", required=False)
-    @click.option("-o", "--out", "out_dir", type=click.Path(file_okay=False, path_type=Path),
-                  help="Folder for index.html and its PNG charts.  [default: report/]")
+    # Not click's file_okay=False: its answer was three lines of usage; build_report names a wrong folder in one.
+    # Text, not a Path: Path('') is '.', and -o '' filled the current folder with the report.
+    @click.option("-o", "--out", "out_dir", type=click.Path(),
+                  help="Folder for index.html and its PNG charts, made if its parent exists; /dev/null keeps "
+                       "nothing (the summary alone).  [default: report/]")
     # A log named with --log must exist (a typo is an error); the default one may be missing (a fresh
     # project: the page says that no run has written it yet). Hence no click default here.
     @click.option("--log", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -35,7 +38,11 @@ def register(main):
             raise PopkitError(f"popkit report draws its charts with matplotlib, which does not import here ({exc}): "
                               "pip install matplotlib") from None
 
-        result = build_report(log or DEFAULT_LOG, out_dir or DEFAULT_OUT, problem, include_cpu, all_cases)
+        if out_dir == "":
+            raise PopkitError("-o '': an empty folder name; name the report's folder (-o report), or /dev/null for "
+                              "the summary alone; nothing was written")
+        result = build_report(log or DEFAULT_LOG, DEFAULT_OUT if out_dir is None else Path(out_dir), problem,
+                              include_cpu, all_cases)
         for line in result.evidence.notes:
             click.echo(f"warning: {line}", err=True)
         click.echo(summary(result))

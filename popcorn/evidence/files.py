@@ -2,14 +2,40 @@
 from __future__ import annotations
 
 import os
+import stat
 import tempfile
 from pathlib import Path
 
 
+def is_special(path: Path | str) -> bool:
+    """PATH (its links followed) is a device, a named pipe or a socket: a file to write into, never one to replace."""
+    try:
+        mode = os.stat(path).st_mode
+    except (OSError, ValueError):
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def is_null_device(path: Path | str) -> bool:
+    """PATH is the null device (/dev/null, or a link to it)."""
+    try:
+        return os.path.exists(path) and os.path.samefile(path, os.devnull)
+    except (OSError, ValueError):
+        return False
+
+
 def write_atomic(path: Path | str, data: bytes | str) -> Path:
     """Write through a temporary file in the same folder and os.replace; text is written as UTF-8 with
-    its newlines untouched. The file is 0644 (mkstemp's 0600 would hide a built file from its uploader)."""
+    its newlines untouched. The file is 0644 (mkstemp's 0600 would hide a built file from its uploader).
+
+    A device or a named pipe (/dev/null, /dev/stdout) is written into, as any program writes to one: replacing it
+    would leave a regular file where the device was (`merge --log /dev/null`, run as root, did that to /dev/null)."""
     path = Path(path)
+    payload = data.encode("utf-8") if isinstance(data, str) else data
+    if is_special(path):
+        with open(path, "wb") as handle:
+            handle.write(payload)
+        return path
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -17,7 +43,7 @@ def write_atomic(path: Path | str, data: bytes | str) -> Path:
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+            handle.write(payload)
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:

@@ -342,8 +342,10 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     target = Path(target)
     paths = [Path(p) for p in sources]
     for path in paths:
-        if not path.is_file():
+        if not path.exists():
             raise PopkitError(f"{path}: no such file")
+        if path.is_dir():
+            raise PopkitError(f"{path}: a folder, not a log file; nothing merged")
     refuse_non_log(target, "nothing merged")
     result = Merge()
     seen = {identity(r) for r in read_records(target)[0]}

@@ -6,9 +6,16 @@ so a strange log never stops the rest of the page.
 """
 from __future__ import annotations
 
+import contextlib
+import os
+import shutil
+import stat
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from popcorn.errors import PopkitError
+from popcorn.evidence.files import is_null_device
 from popcorn.evidence.logs import DEFAULT_LOG, ROOT
 from popcorn.evidence.tables import fmt_us, render_table
 from popcorn.report import charts as draw
@@ -18,9 +25,12 @@ from popcorn.report.html import fmt_time, write_page
 DEFAULT_OUT = ROOT / "report"
 
 
+PAGE = "index.html"
+
+
 @dataclass
 class Report:
-    page: Path
+    page: Path | None            # None when OUT_DIR was the null device: made, shown, not kept
     evidence: Evidence
     charts: dict[str, dict[str, str]]  # problem -> section -> PNG file name
     notes: dict[str, dict[str, str]]   # problem -> section -> why there is no chart
@@ -29,10 +39,83 @@ class Report:
 def build_report(log: Path | str = DEFAULT_LOG, out_dir: Path | str = DEFAULT_OUT,
                  problem: str | None = None, include_cpu: bool = False, all_cases: bool = False) -> Report:
     """Write OUT_DIR/index.html and one PNG per drawable section; PROBLEM limits it to one problem.
-    Only GPU runs of the full official lists count unless include_cpu / all_cases."""
+    Only GPU runs of the full official lists count unless include_cpu / all_cases.
+
+    The page and its charts are made in a folder of their own and move into OUT_DIR only once all are
+    written (index.html last), so a failure or Ctrl-C leaves OUT_DIR as it was. OUT_DIR is made when its
+    parent exists; /dev/null (the null device) makes the report as always and keeps none of it."""
     out_dir = Path(out_dir)
+    discard = is_null_device(out_dir)
+    if not discard:
+        require_out_dir(out_dir)
     evidence = load_evidence(log, problem, include_cpu, all_cases)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        with _staged(out_dir, discard) as stage:
+            charts, notes = _draw_charts(evidence, stage)
+            write_page(evidence, charts, notes, stage / PAGE)
+    except OSError as exc:   # named after the folder asked for, not the staging folder
+        raise PopkitError(f"{out_dir}: the report could not be written ({exc.strerror or exc}); nothing in it "
+                          "was changed") from None
+    return Report(None if discard else out_dir / PAGE, evidence, charts, notes)
+
+
+def require_out_dir(out_dir: Path) -> None:
+    """OUT_DIR is a folder, or can be made as one in a folder that exists; else one line naming the problem."""
+    if out_dir.is_symlink() and not out_dir.exists():
+        raise PopkitError(f"-o {out_dir}: a link to {os.readlink(out_dir)}, which does not exist; nothing was written")
+    if out_dir.exists():
+        if not out_dir.is_dir():
+            raise PopkitError(f"-o {out_dir}: {_kind(out_dir)}, not a folder; the report is a folder (index.html "
+                              "and its charts): name a folder, or /dev/null to print the summary alone")
+        return
+    parent = out_dir.parent
+    if not parent.exists():
+        raise PopkitError(f"-o {out_dir}: no such folder {parent} (the report makes its own folder, not the ones "
+                          "above it); nothing was written")
+    if not parent.is_dir():
+        raise PopkitError(f"-o {out_dir}: {parent} is {_kind(parent)}, not a folder; nothing was written")
+
+
+def _kind(path: Path) -> str:
+    mode = path.stat().st_mode
+    for test, name in ((stat.S_ISREG, "a file"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+@contextlib.contextmanager
+def _staged(out_dir: Path, discard: bool):
+    """A fresh folder to write the report in. When the block ends well its files replace OUT_DIR's (index.html
+    last), or it becomes OUT_DIR when there was none; when it fails (Ctrl-C too) it is removed, and OUT_DIR is
+    as it was. discard: a temporary folder, removed either way."""
+    if discard:
+        with tempfile.TemporaryDirectory(prefix="popkit-report-") as tmp:
+            yield Path(tmp)
+        return
+    existed = out_dir.is_dir()
+    stage = Path(tempfile.mkdtemp(prefix=f".{out_dir.name or 'report'}.", dir=out_dir if existed else out_dir.parent))
+    try:
+        yield stage
+        if existed:
+            for item in sorted(stage.iterdir(), key=lambda p: p.name == PAGE):
+                os.replace(item, out_dir / item.name)
+            stage.rmdir()
+        else:
+            umask = os.umask(0)
+            os.umask(umask)
+            stage.chmod(0o777 & ~umask)      # as a plain mkdir would make it (mkdtemp's is 0700)
+            stage.rename(out_dir)
+    except BaseException:
+        shutil.rmtree(stage, ignore_errors=True)
+        raise
+
+
+def _draw_charts(evidence: Evidence, folder: Path) -> tuple[dict, dict]:
+    """Each problem's drawable sections as PNGs in FOLDER: (problem -> section -> file name, problem -> section ->
+    why there is no chart)."""
     charts, notes = {}, {}
     for ev in evidence.problems:
         charts[ev.name], notes[ev.name] = {}, ev.notes()
@@ -41,13 +124,14 @@ def build_report(log: Path | str = DEFAULT_LOG, out_dir: Path | str = DEFAULT_OU
                 continue
             name = f"{ev.name}-{section}.png"
             try:
-                chart(out_dir / name)
+                chart(folder / name)
+            except OSError:           # the disk, not the log: the whole report fails, and nothing is kept
+                raise
             except Exception as exc:  # a log we did not foresee must not cost the whole page
                 notes[ev.name][section] = f"The {section} chart failed: {type(exc).__name__}: {exc}"
                 continue
             charts[ev.name][section] = name
-    page = write_page(evidence, charts, notes, out_dir / "index.html")
-    return Report(page, evidence, charts, notes)
+    return charts, notes
 
 
 def _chart_makers(ev: ProblemEvidence) -> dict:
@@ -97,7 +181,7 @@ def summary(report: Report) -> str:
         out += [f"note: {text}" for text in report.notes[ev.name].values()]
     if not report.evidence.problems:
         out.append(f"no records in {report.evidence.log}")
-    out.append(f"report: {report.page}")
+    out.append(f"report: {report.page}" if report.page else "report: not kept (-o names the null device)")
     return "\n".join(out)
 
 

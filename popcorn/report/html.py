@@ -34,5 +34,5 @@ def write_page(evidence: Evidence, charts: dict[str, dict[str, str]],
     env.filters.update(us=fmt_us, when=fmt_time, num=fmt_number, sig=fmt_sig)
     html = env.get_template(TEMPLATE.name).render(
         evidence=evidence, charts=charts, notes=notes, generated=utc_now())
-    path.write_text(html)
+    path.write_text(html, encoding="utf-8")      # the page says charset utf-8, whatever the locale's encoding
     return path
