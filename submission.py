@@ -1,22 +1,24 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: fa1ca403a5dc904a0779814bbce52f997b1ac89c
+# toolkit commit: a19c9af6e401f23b8156683e68239a32ac69c140
 # part common/device_utils.cuh sha256 f691338b6b743646a0f92e68abe6fe1a843d2938ba5a85d371dbfac5b2191e60
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 435fccb7dfbeda91912ff44ca474bd80bb457d9654d39b88c6b3023a8d411d31
-# part common/cuda_loader.py sha256 9f23692d93bf27e704fa0e4ee1faf88dc2ca82c7da651a3c6b8c991d179cd608
+# part common/cuda_loader.py sha256 4320ad8e3e0690f131f1ce5ae01bfe1d6e9221024d9ba43fc5e0b64c74c14d75
 # part qr_v2/model.py sha256 1d1b16674cc5c0964407a0734a85baca8e0ca830cca89a0ecf045231eb37dfda
 # part qr_v2/route.py sha256 78419cd141e6ed2212b4b2441a979711315a896670492f973e92760491040916
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
-last part). CUDA sources are embedded verbatim and built once per machine
-with torch.utils.cpp_extension.load_inline as a plain shared library (no torch
-headers), then called through ctypes.
+last part). CUDA parts are embedded verbatim (CUDA_PARTS) and built once
+per machine as a plain shared library (no torch headers), then called through
+ctypes: one translation unit per .cu part (CUDA_UNITS), compiled in parallel
+and linked together, or, on a machine of under 4 CPUs, every part as one unit.
 """
-EMBEDDED_CUDA = r'''
-// ---- part common/device_utils.cuh ----
+# The CUDA parts in manifest order, their #includes of each other and #pragma once dropped.
+CUDA_PARTS = {
+    "common/device_utils.cuh": r'''
 // Shared device helpers for every popkit kernel: warp/block reductions, pivots and reflectors,
 // the C entry-point convention and the shared-memory opt-in.
 //
@@ -99,8 +101,8 @@ __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
 }
 
 }  // namespace popkit
-
-// ---- part qr_v2/householder_small.cu ----
+''',
+    "qr_v2/householder_small.cu": r'''
 // qr_v2, small n (n <= 64): the whole Householder QR of one matrix in one CTA.
 //
 // Computes H, tau in torch.geqrf form: for k = 0..n-1 the reflector
@@ -181,8 +183,8 @@ POPKIT_EXPORT int qr_small(const float* A, float* H, float* tau, int batch, int 
 }
 
 POPKIT_EXPORT int qr_small_max_n() { return kSmallMaxN; }
-
-// ---- part qr_v2/householder_panel.cu ----
+''',
+    "qr_v2/householder_panel.cu": r'''
 // qr_v2, blocked route: factor one panel of every matrix and build its
 // compact-WY factor T, so the trailing update can run as tensor-core GEMMs.
 //
@@ -327,25 +329,42 @@ POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch,
     qr_panel_kernel<<<batch, kPanelThreads, smem>>>(A, tau, Vt, T, n, k0, w);
     return (int)cudaGetLastError();
 }
-'''
+''',
+}
+# The translation units the loader compiles in parallel: every header part, then one .cu part.
+CUDA_UNITS = [
+    ["common/device_utils.cuh", "qr_v2/householder_small.cu"],
+    ["common/device_utils.cuh", "qr_v2/householder_panel.cu"],
+]
 
 # ---- part common/cuda_loader.py ----
 """Compile the embedded CUDA once and call its C entry points through ctypes.
 
 The CUDA sources include no torch headers, so the build is a plain shared
-object (load_inline with is_python_module=False, no_implicit_headers=True):
-about a second of nvcc instead of the ~45 s a torch-header extension costs.
-torch's extension cache keys the build by name, and the name carries a hash of
-the source and the target architecture, so a second process loads the cached
-library without compiling. Entry points take device pointers and ints and
-return a cudaError_t code; `call` raises on a non-zero code.
+object (is_python_module=False, no torch includes in the source): seconds of
+nvcc instead of the ~45 s a torch-header extension costs. The built file hands
+over its CUDA parts and translation units (build.assemble_cuda: every header
+part, then one .cu part). On a machine of PARALLEL_MIN_CPUS or more CPUs each
+unit is a source file of torch.utils.cpp_extension.load, whose ninja build
+compiles them in parallel and links them into one library (cold compile about
+the slowest unit instead of the sum); elsewhere every part, in manifest order,
+is one unit for load_inline. torch's extension cache keys the build by name,
+and the name carries a hash of the units' sources and the target architecture
+and the unit count, so a second process loads the cached library without
+compiling and a one-unit and an N-unit build never share a name. Entry points
+take device pointers and ints and return a cudaError_t code; `call` raises on a
+non-zero code.
 """
 import ctypes
 import hashlib
 import os
+import sys
 import time
 
 import torch
+
+PARALLEL_MIN_CPUS = 4                        # fewer CPUs: one unit (ninja's parallel jobs would not pay)
+CUDA_FLAGS = ["-O3", "-std=c++17"]
 
 
 def target_arch() -> str:
@@ -359,34 +378,97 @@ def _raise_cuda_error(entry: str, code: int) -> None:
         raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
 
 
+def extension_directory(name: str) -> str:
+    """The folder torch's load would build `name` in (TORCH_EXTENSIONS_DIR, else torch's per-user cache with
+    its pyXY_cuXYZ subfolder), created: the unit files are written there, as load_inline writes its one."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root is None:
+        from torch.utils.cpp_extension import get_default_build_root
+        cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+        root = os.path.join(get_default_build_root(), f"py{sys.version_info.major}{sys.version_info.minor}_{cuda}")
+    directory = os.path.join(root, name)
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def write_if_changed(path: str, text: str) -> None:
+    """Write text unless the file holds it already (ninja rebuilds what is newer), atomically: another process
+    importing the same file at the same time must never compile a half-written unit."""
+    try:
+        with open(path, encoding="utf-8") as existing:
+            if existing.read() == text:
+                return
+    except OSError:
+        pass
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(temporary, path)
+
+
 class CudaLibrary:
-    """The submission's compiled kernels; configured by the built file with its embedded source."""
+    """The submission's compiled kernels; configured by the built file with its embedded parts and units."""
 
     def __init__(self):
         self.name = None
-        self.source = None
+        self.parts = {}
+        self.units = []
+        self.build_name = None
         self.compile_s = None
         self._lib = None
         self._entries = {}
 
-    def configure(self, name: str, source: str) -> None:
-        self.name, self.source, self._lib, self._entries = name, source, None, {}
+    def configure(self, name: str, parts: dict, units: list) -> None:
+        """parts: {part path: text} in manifest order (the newlines around an embedded text are dropped);
+        units: the part paths of each translation unit."""
+        self.name, self.units = name, [tuple(unit) for unit in units]
+        self.parts = {path: text.strip("\n") for path, text in parts.items()}
+        self.build_name, self._lib, self._entries = None, None, {}
+
+    def plan(self, cpus=None) -> list:
+        """The units to compile: the per-part units on a machine of PARALLEL_MIN_CPUS or more CPUs (cpus:
+        os.cpu_count() when not given) if there are two or more, else one unit of every part in order."""
+        cpus = os.cpu_count() if cpus is None else cpus
+        if len(self.units) > 1 and (cpus or 1) >= PARALLEL_MIN_CPUS:
+            return list(self.units)
+        return [tuple(self.parts)]
+
+    def unit_source(self, unit) -> str:
+        """A unit's text: its parts in order, each under a `// ---- part PATH ----` line (as build.py joins them)."""
+        return "\n\n".join(f"// ---- part {path} ----\n{self.parts[path]}" for path in unit)
+
+    def name_for(self, arch: str, sources: list) -> str:
+        """The extension's name: a hash of the target architecture and every unit's source, and the unit count."""
+        digest = hashlib.sha256("\0".join([arch, *sources]).encode()).hexdigest()[:16]
+        return f"{self.name}_{digest}_{len(sources)}u"
 
     def load(self) -> ctypes.CDLL:
         if self._lib is not None:
             return self._lib
-        if self.source is None:
+        if not self.parts:
             raise RuntimeError("no CUDA source embedded: run the built submission, not the parts")
-        from torch.utils.cpp_extension import load_inline
+        from torch.utils.cpp_extension import load, load_inline
         arch = target_arch()
-        digest = hashlib.sha256((arch + self.source).encode()).hexdigest()[:16]
+        units = self.plan()
+        sources = [self.unit_source(unit) for unit in units]
+        self.build_name = self.name_for(arch, sources)
         previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
         start = time.perf_counter()
         try:
-            path = load_inline(name=f"{self.name}_{digest}", cpp_sources="", cuda_sources=self.source,
-                               is_python_module=False, no_implicit_headers=True,
-                               extra_cuda_cflags=["-O3", "-std=c++17"])
+            if len(sources) == 1:
+                path = load_inline(name=self.build_name, cpp_sources="", cuda_sources=sources[0],
+                                   is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=CUDA_FLAGS)
+            else:
+                directory = extension_directory(self.build_name)
+                files = []
+                for index, (unit, source) in enumerate(zip(units, sources)):
+                    # u0_cholesky_small.cu: the unit's .cu part names it (the index keeps the objects apart)
+                    stem = os.path.splitext(os.path.basename(unit[-1]))[0]
+                    files.append(os.path.join(directory, f"u{index}_{stem}.cu"))
+                    write_if_changed(files[-1], source)
+                path = load(name=self.build_name, sources=files, build_directory=directory,
+                            is_python_module=False, extra_cuda_cflags=CUDA_FLAGS)
         finally:
             if previous is None:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
@@ -578,7 +660,7 @@ def custom_kernel(data: torch.Tensor):
         return blocked_qr(A, panel_width_cuda, factor_panel_cuda)
     return torch.geqrf(A)
 
-CUDA.configure("popkit_qr_v2", EMBEDDED_CUDA)
+CUDA.configure("popkit_qr_v2", CUDA_PARTS, CUDA_UNITS)
 if torch.cuda.is_available():
     CUDA.load()   # at import, so the grader's pre-run (python3 submission.py) pays the compile
 
