@@ -5,7 +5,7 @@
 # part common/device_utils.cuh sha256 f691338b6b743646a0f92e68abe6fe1a843d2938ba5a85d371dbfac5b2191e60
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 435fccb7dfbeda91912ff44ca474bd80bb457d9654d39b88c6b3023a8d411d31
-# part common/cuda_loader.py sha256 4320ad8e3e0690f131f1ce5ae01bfe1d6e9221024d9ba43fc5e0b64c74c14d75
+# part common/cuda_loader.py sha256 e7b43c4f2ac41583abbb96e0bf4ebd15dc311d639b8a2bba7e3a9da41ee0b47e
 # part qr_v2/model.py sha256 1d1b16674cc5c0964407a0734a85baca8e0ca830cca89a0ecf045231eb37dfda
 # part qr_v2/route.py sha256 78419cd141e6ed2212b4b2441a979711315a896670492f973e92760491040916
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
@@ -378,6 +378,15 @@ def _raise_cuda_error(entry: str, code: int) -> None:
         raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
 
 
+def usable_cpus():
+    """The CPUs this process may run on (its affinity set: a container pinned to a few of a large host's
+    CPUs counts those), os.cpu_count() where the platform has no affinity call, None if unknown."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 def extension_directory(name: str) -> str:
     """The folder torch's load would build `name` in (TORCH_EXTENSIONS_DIR, else torch's per-user cache with
     its pyXY_cuXYZ subfolder), created: the unit files are written there, as load_inline writes its one."""
@@ -427,8 +436,8 @@ class CudaLibrary:
 
     def plan(self, cpus=None) -> list:
         """The units to compile: the per-part units on a machine of PARALLEL_MIN_CPUS or more CPUs (cpus:
-        os.cpu_count() when not given) if there are two or more, else one unit of every part in order."""
-        cpus = os.cpu_count() if cpus is None else cpus
+        usable_cpus() when not given) if there are two or more, else one unit of every part in order."""
+        cpus = usable_cpus() if cpus is None else cpus
         if len(self.units) > 1 and (cpus or 1) >= PARALLEL_MIN_CPUS:
             return list(self.units)
         return [tuple(self.parts)]

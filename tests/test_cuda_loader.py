@@ -42,7 +42,16 @@ def test_fewer_cpus_compile_every_part_in_order_as_one_unit(library, cpus):
     assert library.plan(cpus=cpus) == [("common/u.cuh", "p/a.cu", "p/v.cuh", "p/b.cu")]
 
 
-def test_the_plan_follows_os_cpu_count(library, monkeypatch):
+def test_the_plan_follows_the_cpus_this_process_may_use(library, monkeypatch):
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)        # a large host ...
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)   # ... pinned to two
+    assert len(library.plan()) == 1
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(8)), raising=False)
+    assert library.plan() == UNITS
+
+
+def test_the_plan_falls_back_to_os_cpu_count_without_an_affinity_call(library, monkeypatch):
+    monkeypatch.delattr(os, "sched_getaffinity", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 8)
     assert library.plan() == UNITS
     monkeypatch.setattr(os, "cpu_count", lambda: 2)

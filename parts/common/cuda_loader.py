@@ -38,6 +38,15 @@ def _raise_cuda_error(entry: str, code: int) -> None:
         raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
 
 
+def usable_cpus():
+    """The CPUs this process may run on (its affinity set: a container pinned to a few of a large host's
+    CPUs counts those), os.cpu_count() where the platform has no affinity call, None if unknown."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
 def extension_directory(name: str) -> str:
     """The folder torch's load would build `name` in (TORCH_EXTENSIONS_DIR, else torch's per-user cache with
     its pyXY_cuXYZ subfolder), created: the unit files are written there, as load_inline writes its one."""
@@ -87,8 +96,8 @@ class CudaLibrary:
 
     def plan(self, cpus=None) -> list:
         """The units to compile: the per-part units on a machine of PARALLEL_MIN_CPUS or more CPUs (cpus:
-        os.cpu_count() when not given) if there are two or more, else one unit of every part in order."""
-        cpus = os.cpu_count() if cpus is None else cpus
+        usable_cpus() when not given) if there are two or more, else one unit of every part in order."""
+        cpus = usable_cpus() if cpus is None else cpus
         if len(self.units) > 1 and (cpus or 1) >= PARALLEL_MIN_CPUS:
             return list(self.units)
         return [tuple(self.parts)]
