@@ -111,8 +111,8 @@ def fake_torch(loader, monkeypatch, tmp_path):
     return calls
 
 
-def test_many_cpus_build_the_units_with_load_in_one_folder(library, fake_torch, monkeypatch, tmp_path):
-    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+def test_many_cpus_build_the_units_with_load_in_one_folder(loader, library, fake_torch, monkeypatch, tmp_path):
+    monkeypatch.setattr(loader, "usable_cpus", lambda: 16)
     assert library.load() == ("library", str(tmp_path / f"{library.build_name}.so"))
     [(kind, kwargs, arch)] = fake_torch
     assert kind == "load" and arch == "9.0a" and "TORCH_CUDA_ARCH_LIST" not in os.environ
@@ -127,8 +127,8 @@ def test_many_cpus_build_the_units_with_load_in_one_folder(library, fake_torch, 
     assert len(fake_torch) == 1                     # loaded once per process
 
 
-def test_few_cpus_build_one_unit_with_load_inline(library, fake_torch, monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+def test_few_cpus_build_one_unit_with_load_inline(loader, library, fake_torch, monkeypatch):
+    monkeypatch.setattr(loader, "usable_cpus", lambda: 2)
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     library.load()
     [(kind, kwargs, arch)] = fake_torch
