@@ -62,8 +62,7 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
 // first tile factors that tile, the next diagonal block, while the others update the rest. Same
 // arguments, result and order of operations as cholesky_blocked (model.blocked_tf32x3_model).
-int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb,
-                      bool split_panel) {
+int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
     int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
@@ -73,8 +72,7 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
         float* block = L + (size_t)k0 * n + k0;
         const float* a21 = src + (size_t)nb * n;
         float* l21 = block + (size_t)nb * n;
-        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch,
-                                   split_panel ? tf32x3::kPanelSplit : tf32x3::kPanel);
+        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
         if (err) break;
         // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
         const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
@@ -135,13 +133,12 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >= nb). nb: a multiple of 32,
 // at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when nb < outer < n);
 // otherwise lookahead: take blocked_lookahead where it applies. portable: use cholesky_product_mma.cu
-// even on a wgmma GPU (to check and time the other GPUs' path). split_panel: the look-ahead's panels as
-// tf32x3::kPanelSplit (four CTAs per 128 x 128 tile: for small batches, whose panels leave most SMs
-// idle). n * n < 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L, so A is never
+// even on a wgmma GPU (to check and time the other GPUs' path). n * n < 2^31 (the products' 32-bit row
+// offsets). Step 0 reads A and writes L, later steps work in L, so A is never
 // copied; the diagonal kernel writes zeros above its block's diagonal and the panel zeroes its mirror,
 // which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, int batch, int n, int nb, int tdim, int ts,
-                                   int lookahead, int outer, int portable, int split_panel) {
+                                   int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L || !work)
         return (int)cudaErrorInvalidValue;
@@ -154,7 +151,7 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, int ba
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
         return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
     if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
-        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb, split_panel);
+        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;

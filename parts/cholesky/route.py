@@ -72,10 +72,6 @@ LOOKAHEAD = ((1024, 0), (1 << 30, 1))
 # 27.3, 1x32768 257.3 / 205.1 / 196.6 / 177.6; at 1x8192 one level with the look-ahead wins (6.33 /
 # 6.91 / 6.63 / 6.61).
 OUTER_PANEL = ((8192, 0), (1 << 30, 1024))
-# (max batch, split panel) of the look-ahead driver: 1 runs each panel as tf32x3::kPanelSplit, four CTAs per
-# 128 x 128 tile instead of two (a batch-1 panel is issue-bound on one warpgroup per SM with most SMs
-# idle: ncu at ab0ce03, docs/priors.md).
-PANEL_SPLIT = ((2, 1), (1 << 30, 0))
 # "auto": wgmma products on the H200, mma.sync elsewhere; "portable": mma.sync everywhere (the path the
 # B200 and other non-Hopper GPUs take, checked and timed on the H200 with a sweep variant).
 PRODUCTS = "auto"
@@ -153,10 +149,9 @@ def tiled_plan(b: int, n: int) -> Run:
 def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
     """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model). Its
     workspace (the diagonal blocks' inverses, then max_i a_ii) is the plan's, allocated once."""
-    entry = CUDA.function("cholesky_blocked", "pppiiiiiiiii")
+    entry = CUDA.function("cholesky_blocked", "pppiiiiiiii")
     work = torch.empty(b * nb * nb + b, dtype=torch.float32, device=device)
-    settings = (b, n, nb, *diag_shape(b, nb), by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"),
-                first_row(PANEL_SPLIT, b))
+    settings = (b, n, nb, *diag_shape(b, nb), by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
 
     def run(A: torch.Tensor) -> torch.Tensor:
         L = torch.empty_like(A)                 # written whole: the factor and zeros above it
@@ -193,7 +188,7 @@ def tunables() -> tuple:
     """Every table a plan reads (a plan made before one of them changed, as scripts/sweep_route.py
     changes them between variants, is made again)."""
     return (SMALL_WARPS_PER_CTA, TILED_SHAPE, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT, BLOCKED_DRIVER,
-            LOOKAHEAD, OUTER_PANEL, PANEL_SPLIT, PRODUCTS)
+            LOOKAHEAD, OUTER_PANEL, PRODUCTS)
 
 
 PLANS: dict = {}   # (shape, dtype, device) -> [(tunables(), plan), ...], the latest first

@@ -166,10 +166,8 @@ __device__ __forceinline__ void zero_mirror(float* mirror, int ldc, int row0, in
 }
 
 // The products the blocked driver runs (struct Product): the panel, the trailing update, and (for the
-// look-ahead) one block column of the trailing update, C = C_in - P Q^T over every tile; kPanelSplit is
-// the panel with each 128 x 128 tile of C shared by four CTAs instead of two (wgmma only: more CTAs
-// where a batch-1 panel leaves most SMs idle).
-enum Mode { kPanel = 0, kTrailing = 1, kColumn = 2, kPanelSplit = 3 };
+// look-ahead) one block column of the trailing update, C = C_in - P Q^T over every tile.
+enum Mode { kPanel = 0, kTrailing = 1, kColumn = 2 };
 
 inline bool aligned16(const void* ptr) { return ((size_t)ptr & 15) == 0; }
 
