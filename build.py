@@ -28,7 +28,7 @@ import yaml
 from checks import problems
 from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
-from popcorn.errors import PopkitError
+from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.files import is_null_device, write_atomic
 
 ROOT = Path(__file__).resolve().parent
@@ -137,7 +137,7 @@ def header_facts(problem: str) -> tuple[str, str, set[str] | None]:
         return problem, DEFAULT_GPU, None
     try:
         record = problems.load_problem(problem, CASES_DIR)
-    except problems.ProblemError as exc:
+    except ProblemError as exc:
         raise PopkitError(str(exc)) from None
     files = record.harness.get("files")
     if not files:

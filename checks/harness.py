@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Callable
 
 from checks import task_folder
-from checks.problems import Problem, ProblemError, format_spec
+from checks.problems import Problem, format_spec
+from popcorn.errors import ProblemError
 
 PRERUN_TIMEOUT_S = 120
 TIMEOUT_EXIT = 114                 # the runner's exit code for a run past its limit

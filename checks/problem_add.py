@@ -16,9 +16,8 @@ from pathlib import Path
 import yaml
 
 from checks import problems, task_folder
+from popcorn.errors import Interrupted, ProblemError
 from popcorn.evidence.files import write_atomic
-from checks.problems import ProblemError
-from popcorn.errors import Interrupted
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
 TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "multi_gpu", "entry_points", "timeouts_s", "ranking",

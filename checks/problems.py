@@ -19,16 +19,15 @@ from pathlib import Path
 
 import yaml
 
+from checks.native import native_checker
+from popcorn.errors import ProblemError
+
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")    # a file name: at most 64 characters
 SPEC_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INTEGER = r"[+-]?[0-9]+"
 INTEGER_LIST = re.compile(rf"\[\s*{INTEGER}(\s*,\s*{INTEGER})*\s*\]")
 ENTRY_POINT = "custom_kernel"     # what the grader calls in a submission, unless the task's template says otherwise
-
-
-class ProblemError(ValueError):
-    """A problem name or a case spec that popkit cannot use."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,6 @@ class Problem:
     @property
     def native(self):
         """The problem's native checker module, or None for a harness problem."""
-        from checks.native import native_checker    # native modules import this module
         return native_checker(self.name)
 
 

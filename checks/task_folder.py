@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from checks.problems import ENTRY_POINT, Problem, ProblemError
+from checks.problems import ENTRY_POINT, Problem
+from popcorn.errors import ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths on this machine

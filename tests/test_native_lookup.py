@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from checks.native import INTERFACE, native_checker
-from checks.problems import ProblemError, load_problem
+from checks.problems import load_problem
+from popcorn.errors import ProblemError
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ("qr_v2", "eigh", "cholesky")
