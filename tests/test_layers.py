@@ -1,7 +1,8 @@
-"""The layers (README "Layers"): no module imports a project package above its own layer.
+"""The layers (README "Layers"): no module imports a project package above its own layer, and no
+modules import each other in a circle.
 
 Imports are read with ast from the source (function-level imports included), so a lazy import
-cannot hide an upward dependency."""
+cannot hide an upward dependency or a circle."""
 from __future__ import annotations
 
 import ast
@@ -76,6 +77,44 @@ def project_modules() -> dict[str, Path]:
     return files
 
 
+def import_graph() -> dict[str, set[str]]:
+    """{module: the project modules it imports} over project_modules()."""
+    modules = project_modules()
+    return {m: {n for n in imported(path.read_text(encoding="utf-8"),
+                                    m if path.name == "__init__.py" else m.rpartition(".")[0])
+                if n in modules and n != m}
+            for m, path in modules.items()}
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The sets of two or more modules that reach each other through imports (strongly connected
+    components, Tarjan), each sorted."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(node):
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for other in graph.get(node, ()):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in on_stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while not component or component[-1] != node:
+                component.append(stack.pop())
+                on_stack.discard(component[-1])
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return sorted(found)
+
+
 def test_every_project_module_has_a_layer():
     assert [m for m in project_modules() if m != "popcorn" and layer_of(m) is None] == []
 
@@ -84,6 +123,16 @@ def test_no_module_imports_a_higher_layer():
     found = [v for m, path in project_modules().items() if m != "popcorn"
              for v in violations(path.read_text(encoding="utf-8"), m, path.name == "__init__.py")]
     assert found == []
+
+
+def test_no_modules_import_each_other_in_a_circle():
+    assert circles(import_graph()) == []
+
+
+def test_a_circle_is_found_through_any_number_of_modules():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set(), "e": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+    assert circles({"a": {"b"}, "b": set()}) == []
 
 
 @pytest.mark.parametrize("module, source, expected", [
