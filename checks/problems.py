@@ -145,10 +145,10 @@ def _is_name_list(value) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.isidentifier() for v in value)
 
 
-def entry_points_of(board: str | None, cases_dir: Path | None = None) -> list[str]:
+def entry_points_of(board: str | None) -> list[str]:
     """What a file for leaderboard BOARD must define: the entry points of the record that names the board,
     else custom_kernel. Records are read as plain YAML (an unreadable one is skipped: the verbs name it)."""
-    for path in sorted((cases_dir or CASES_DIR).glob("*.yml")):
+    for path in sorted(CASES_DIR.glob("*.yml")):
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
