@@ -302,11 +302,6 @@ def test_header_comes_from_the_problem_record(toy, tmp_path):
     assert result.preflight.directives == {"leaderboard": "toy_board_v2", "gpu": "H100"}
 
 
-def test_header_arguments_override_the_record(toy, tmp_path):
-    result = build.build("toy", tmp_path / "toy.py", leaderboard="toy_board_v3", gpu="A100")
-    assert result.text.splitlines()[:2] == ["#!POPCORN leaderboard toy_board_v3", "#!POPCORN gpu A100"]
-
-
 def test_without_a_record_the_header_is_the_problem_name_and_b200(toy, tmp_path):
     (build.CASES_DIR / "toy.yml").unlink()
     result = build.build("toy", tmp_path / "toy.py")
