@@ -78,7 +78,7 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     task_yml = path / "task.yml"
     if not path.is_dir() or not task_yml.is_file():
         raise ProblemError(f"{path}: not a problem folder (no task.yml; expected a reference-kernels "
-                           "folder such as problems/linalg/cholesky_py)")
+                           "folder such as problems/pmpp_v2/grayscale_py)")
     try:
         task = yaml.safe_load(task_yml.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
