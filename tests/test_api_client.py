@@ -14,11 +14,6 @@ from popcorn.errors import PopkitError
 CLI_ID = "c0ffee00-1d-never-print-me"
 
 
-@pytest.fixture(scope="session")
-def httpserver_listen_address():
-    return ("127.0.0.1", 0)
-
-
 @pytest.fixture
 def client(httpserver):
     return api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.0)
@@ -30,14 +25,6 @@ def source(tmp_path):
     path = tmp_path / "s.py"
     path.write_text("x = 1\n")
     return path
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    """Record the client's pauses (backoff, polling) instead of sleeping."""
-    pauses = []
-    monkeypatch.setattr(api, "sleep", pauses.append)
-    return pauses
 
 
 def replies(*bodies):
