@@ -159,19 +159,15 @@ def test_non_utf8_part(parts_copy, tmp_path):
         build.build("qr_v2", tmp_path / "out.py")
 
 
-def test_template_syntax_error(parts_copy, tmp_path):
+@pytest.mark.parametrize("line, error", [
+    ("{% for part in %}\n", r"submission\.py\.j2:\d+: template error"),                          # syntax
+    ("# {{ no_such_variable }}\n", r"submission\.py\.j2.*template error.*no_such_variable"),     # undefined
+])
+def test_a_template_error_names_the_template(parts_copy, tmp_path, line, error):
     _, templates = parts_copy
     template = templates / build.TEMPLATE
-    template.write_text(template.read_text() + "{% for part in %}\n")
-    with pytest.raises(PopkitError, match=r"submission\.py\.j2:\d+: template error"):
-        build.build("qr_v2", tmp_path / "out.py")
-
-
-def test_template_undefined_variable(parts_copy, tmp_path):
-    _, templates = parts_copy
-    template = templates / build.TEMPLATE
-    template.write_text(template.read_text() + "# {{ no_such_variable }}\n")
-    with pytest.raises(PopkitError, match=r"submission\.py\.j2.*template error.*no_such_variable"):
+    template.write_text(template.read_text() + line)
+    with pytest.raises(PopkitError, match=error):
         build.build("qr_v2", tmp_path / "out.py")
 
 
