@@ -28,7 +28,7 @@ import yaml
 from checks import problems
 from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
-from popcorn.errors import PopkitError
+from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.files import is_null_device, write_atomic
 
 ROOT = Path(__file__).resolve().parent
@@ -137,7 +137,7 @@ def header_facts(problem: str) -> tuple[str, str, set[str] | None]:
         return problem, DEFAULT_GPU, None
     try:
         record = problems.load_problem(problem, CASES_DIR)
-    except problems.ProblemError as exc:
+    except ProblemError as exc:
         raise PopkitError(str(exc)) from None
     files = record.harness.get("files")
     if not files:
@@ -228,12 +228,11 @@ def check_imports(text: str, where: str, run_folder: list[str] = ()) -> None:
                                   f"'{INLINE_MARK}'")
 
 
-def render(problem: str, leaderboard: str | None = None, gpu: str | None = None) -> BuildResult:
-    """Render the submission text for a problem (no file is written); leaderboard and gpu override the record's."""
+def render(problem: str) -> BuildResult:
+    """Render the submission text for a problem (no file is written)."""
     manifest = load_manifest(problem)
     manifest_path = PARTS / problem / "manifest.yml"
-    record_board, record_gpu, placed = header_facts(problem)
-    leaderboard, gpu = leaderboard or record_board, gpu or record_gpu
+    leaderboard, gpu, placed = header_facts(problem)
     run_folder = manifest["run_folder_imports"]
     if placed is not None and set(run_folder) - placed:
         missing = ", ".join(sorted(set(run_folder) - placed))
@@ -264,7 +263,7 @@ def render(problem: str, leaderboard: str | None = None, gpu: str | None = None)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
 
 
-def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -> BuildResult:
+def build(problem: str, output: Path | str = ROOT / "submission.py") -> BuildResult:
     """Render, preflight and write; a failing preflight, or an output name other than *.py (the built file is
     Python: preflight.name_error, the rule submit uses too), leaves any previous output untouched. The null
     device as OUTPUT builds and preflights, and keeps nothing."""
@@ -274,7 +273,7 @@ def build(problem: str, output: Path | str = ROOT / "submission.py", **kwargs) -
     refused = None if discard else name_error(Path(output).name, python=True)
     if refused:
         raise PopkitError(f"{refused}; nothing built")
-    result = render(problem, **kwargs)
+    result = render(problem)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))
     result.output = Path(output)

@@ -1,11 +1,11 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: a19c9af6e401f23b8156683e68239a32ac69c140
-# part common/device_utils.cuh sha256 f691338b6b743646a0f92e68abe6fe1a843d2938ba5a85d371dbfac5b2191e60
+# toolkit commit: 2f42cee18245749043f8361a63184bbad50bfe74
+# part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 435fccb7dfbeda91912ff44ca474bd80bb457d9654d39b88c6b3023a8d411d31
-# part common/cuda_loader.py sha256 e7b43c4f2ac41583abbb96e0bf4ebd15dc311d639b8a2bba7e3a9da41ee0b47e
+# part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part qr_v2/model.py sha256 1d1b16674cc5c0964407a0734a85baca8e0ca830cca89a0ecf045231eb37dfda
 # part qr_v2/route.py sha256 78419cd141e6ed2212b4b2441a979711315a896670492f973e92760491040916
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
@@ -19,7 +19,7 @@ and linked together, or, on a machine of under 4 CPUs, every part as one unit.
 # The CUDA parts in manifest order, their #includes of each other and #pragma once dropped.
 CUDA_PARTS = {
     "common/device_utils.cuh": r'''
-// Shared device helpers for every popkit kernel: warp/block reductions, pivots and reflectors,
+// Shared device helpers for every popkit kernel: warp/block reductions, reflectors,
 // the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
@@ -76,17 +76,6 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     for (int w = 0; w < warps; ++w) best = fmaxf(best, scratch[w]);
     __syncthreads();
     return best;
-}
-
-// A Cholesky pivot: d at or below `floor` (eps * max_i a_ii) becomes floor (NaN compares false
-// and stays NaN); inv = 1 / l_kk = rsqrt(d) and l_kk = d * inv. One rsqrtf (<= 2 ulp) instead of
-// an IEEE sqrt and divide (tens of instructions) on the factorization's serial chain.
-struct Pivot { float lkk, inv; };
-
-__device__ __forceinline__ Pivot cholesky_pivot(float d, float floor) {
-    if (d <= floor) d = floor;
-    const float inv = rsqrtf(d);
-    return {d * inv, inv};
 }
 
 // LAPACK slarfg on (alpha, ||x||): returns tau and sets beta (the new diagonal)
@@ -472,7 +461,7 @@ class CudaLibrary:
                 directory = extension_directory(self.build_name)
                 files = []
                 for index, (unit, source) in enumerate(zip(units, sources)):
-                    # u0_cholesky_small.cu: the unit's .cu part names it (the index keeps the objects apart)
+                    # u0_NAME.cu for a unit whose .cu part is NAME.cu (the index keeps the objects apart)
                     stem = os.path.splitext(os.path.basename(unit[-1]))[0]
                     files.append(os.path.join(directory, f"u{index}_{stem}.cu"))
                     write_if_changed(files[-1], source)

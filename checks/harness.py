@@ -18,13 +18,13 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from checks import task_folder
-from checks.problems import Problem, ProblemError, format_spec
+from checks.problems import Problem, format_spec
+from popcorn.errors import ProblemError
 
 PRERUN_TIMEOUT_S = 120
 TIMEOUT_EXIT = 114                 # the runner's exit code for a run past its limit
@@ -117,15 +117,14 @@ class EvalRun:
 
 
 def run_eval(problem: Problem, submission: Path, mode: str, specs: list[dict], device: str = "cuda",
-             seed: int | None = None, progress: Callable[[str], None] = lambda text: None,
-             folder: Path | None = None) -> EvalRun:
+             seed: int | None = None, progress: Callable[[str], None] = lambda text: None) -> EvalRun:
     """Assemble a run folder, pre-run the submission, run eval.py MODE on specs; failures are reported, not raised."""
     if mode not in TIMEOUT_KEYS:
         raise ProblemError(f"unknown eval.py mode {mode!r} (known: {', '.join(TIMEOUT_KEYS)})")
     if not problem.harness.get("files"):
         raise ProblemError(f"{problem.name} has no harness files list: run `popkit problem add {problem.name} "
                            "--from DIR --force` to record it from task.yml")
-    folder = folder or task_folder.harness_folder(problem)
+    folder = task_folder.harness_folder(problem)
     timeout_s = float(problem.timeouts_s.get(TIMEOUT_KEYS[mode], task_folder.DEFAULT_TIMEOUT_S))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("POPCORN_SEED", None)

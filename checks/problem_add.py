@@ -16,9 +16,8 @@ from pathlib import Path
 import yaml
 
 from checks import problems, task_folder
+from popcorn.errors import Interrupted, ProblemError
 from popcorn.evidence.files import write_atomic
-from checks.problems import ProblemError
-from popcorn.errors import Interrupted
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
 TASK_KEYS = ("leaderboard", "gpu_on_leaderboard", "gpus", "multi_gpu", "entry_points", "timeouts_s", "ranking",
@@ -117,11 +116,10 @@ def _flow(case: dict) -> str:
     return yaml.safe_dump(case, default_flow_style=True, sort_keys=False, width=10_000).strip()
 
 
-def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[str],
-                   parts_dir: Path | None = None) -> dict[Path, str]:
+def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[str]) -> dict[Path, str]:
     """parts/NAME/: a route that calls the folder's reference.ref_kernel, or stubs where eval.py calls other
     functions than custom_kernel (the reference then has nothing to stand in for them)."""
-    folder = (parts_dir or PARTS_DIR) / name
+    folder = PARTS_DIR / name
     values = {"name": name, "leaderboard": leaderboard, "source": source, "entry_list": ", ".join(entry_points)}
     route = (ROUTE_TEMPLATE.format(**values) if entry_points == [problems.ENTRY_POINT] else
              STUB_ROUTE_TEMPLATE.format(**values) + "".join(STUB.format(entry=e, **values) for e in entry_points))
@@ -131,14 +129,12 @@ def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[
             folder / "route.py": route}
 
 
-def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None,
-                cases_dir: Path | None = None, config: Path | None = None,
-                parts_dir: Path | None = None) -> AddResult:
+def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None) -> AddResult:
     """Record problem NAME from a competition folder and scaffold parts/NAME/ where it does not exist."""
     if not problems.NAME_PATTERN.match(name or ""):
         raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a letter")
     folder = task_folder.read_task_folder(source)
-    record_path = problems.record_path(name, cases_dir)
+    record_path = problems.record_path(name)
     exists = record_path.is_file()
     if exists and not force:
         raise ProblemError(f"problem {name!r} exists ({record_path}); pass --force to refresh its record "
@@ -157,20 +153,19 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
             problems.generic_spec(case)
     previous = record_path.read_text(encoding="utf-8") if exists else None
     text = render_record(name, record, previous, record_path)
-    scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"],
-                              parts_dir)
+    scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"])
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
                        record["entry_points"], kept=sorted(p for p in scaffold if p.exists()), replaced=exists)
-    part_folder = (parts_dir or PARTS_DIR) / name
+    part_folder = PARTS_DIR / name
     made_folder = not part_folder.exists()
     try:
         for path, body in planned.items():
             write_atomic(path, body)
             result.created.append(path)
         write_atomic(record_path, text)
-        task_folder.remember_path(name, folder.path, config)
-        problems.load_problem(name, cases_dir)     # what we wrote must load back
+        task_folder.remember_path(name, folder.path)
+        problems.load_problem(name)     # what we wrote must load back
     except BaseException as exc:
         # Whatever stopped it (a full disk, a record that does not load back, Ctrl-C), nothing is left half-added
         # (Ctrl-C left some parts without the rest, or a record whose folder this machine does not know).

@@ -19,16 +19,15 @@ from pathlib import Path
 
 import yaml
 
+from checks.native import native_checker
+from popcorn.errors import ProblemError
+
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")    # a file name: at most 64 characters
 SPEC_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INTEGER = r"[+-]?[0-9]+"
 INTEGER_LIST = re.compile(rf"\[\s*{INTEGER}(\s*,\s*{INTEGER})*\s*\]")
 ENTRY_POINT = "custom_kernel"     # what the grader calls in a submission, unless the task's template says otherwise
-
-
-class ProblemError(ValueError):
-    """A problem name or a case spec that popkit cannot use."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,6 @@ class Problem:
     @property
     def native(self):
         """The problem's native checker module, or None for a harness problem."""
-        from checks.native import native_checker    # native modules import this module
         return native_checker(self.name)
 
 
@@ -147,10 +145,10 @@ def _is_name_list(value) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.isidentifier() for v in value)
 
 
-def entry_points_of(board: str | None, cases_dir: Path | None = None) -> list[str]:
+def entry_points_of(board: str | None) -> list[str]:
     """What a file for leaderboard BOARD must define: the entry points of the record that names the board,
     else custom_kernel. Records are read as plain YAML (an unreadable one is skipped: the verbs name it)."""
-    for path in sorted((cases_dir or CASES_DIR).glob("*.yml")):
+    for path in sorted(CASES_DIR.glob("*.yml")):
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):

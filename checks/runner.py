@@ -521,7 +521,7 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
     when an earlier passing bench timed it for the same case, GPU, torch and device, unless
     fresh_baseline; only the rest are timed."""
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench", log_path)
-    _refuse_cpu_timing(prob, backend, device, custom, "bench")
+    _refuse_cpu_timing(backend, device, custom, "bench")
     if baseline and backend == "official":
         require_reference_kernel(prob)
     notes = [] if device.startswith("cuda") else ["no GPU: CPU timings say nothing about GPU speed"]
@@ -603,7 +603,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
                         log_path, "official" if harness is None else harness)
     submissions = {"candidate": submission, "incumbent": incumbent}
     prob, device, backend = _start(problem, submissions, device, harness, "diff", log_path)
-    _refuse_cpu_timing(prob, backend, device, custom, "diff")
+    _refuse_cpu_timing(backend, device, custom, "diff")
     specs, notes = select_specs(prob, "ranked_benchmarks", custom, 0, device, False, backend)
     if backend == "official":
         results, runs = _official_diff(prob, submissions, specs, device, rounds, progress)
@@ -641,7 +641,7 @@ def _official_diff(prob: Problem, submissions: dict[str, Path], specs: list[dict
     return results, runs["candidate"] + runs["incumbent"]
 
 
-def _refuse_cpu_timing(prob: Problem, backend: str, device: str, custom: list[str], verb: str) -> None:
+def _refuse_cpu_timing(backend: str, device: str, custom: list[str], verb: str) -> None:
     """Native timing on CPU takes minutes for numbers that say nothing about a GPU: only on chosen cases."""
     if backend == "native" and device == "cpu" and not custom:
         raise PopkitError(f"{verb} on CPU times the CPU path of every benchmark case (many minutes, and CPU "

@@ -17,7 +17,8 @@ from pathlib import Path
 
 import yaml
 
-from checks.problems import ENTRY_POINT, Problem, ProblemError
+from checks.problems import ENTRY_POINT, Problem
+from popcorn.errors import ProblemError
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths on this machine
@@ -77,7 +78,7 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     task_yml = path / "task.yml"
     if not path.is_dir() or not task_yml.is_file():
         raise ProblemError(f"{path}: not a problem folder (no task.yml; expected a reference-kernels "
-                           "folder such as problems/linalg/cholesky_py)")
+                           "folder such as problems/pmpp_v2/grayscale_py)")
     try:
         task = yaml.safe_load(task_yml.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -146,34 +147,32 @@ def env_key(name: str) -> str:
     return "POPKIT_HARNESS_" + re.sub(r"[^A-Za-z0-9]", "_", name).upper()
 
 
-def local_paths(config: Path | None = None) -> dict[str, str]:
-    config = config or LOCAL_CONFIG
-    if not config.is_file():
+def local_paths() -> dict[str, str]:
+    if not LOCAL_CONFIG.is_file():
         return {}
     try:
-        data = yaml.safe_load(config.read_text(encoding="utf-8")) or {}
+        data = yaml.safe_load(LOCAL_CONFIG.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProblemError(f"{config}: unreadable ({str(exc).splitlines()[0]})") from None
+        raise ProblemError(f"{LOCAL_CONFIG}: unreadable ({str(exc).splitlines()[0]})") from None
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 
-def remember_path(name: str, folder: Path, config: Path | None = None) -> None:
+def remember_path(name: str, folder: Path) -> None:
     """Record where NAME's folder lives on this machine (relative to the project when inside it)."""
-    config = config or LOCAL_CONFIG
-    paths = local_paths(config)
+    paths = local_paths()
     folder = folder.resolve()
     try:
         paths[name] = folder.relative_to(PROJECT_ROOT).as_posix()
     except ValueError:
         paths[name] = str(folder)
-    config.parent.mkdir(parents=True, exist_ok=True)
-    tmp = config.with_suffix(".tmp")
+    LOCAL_CONFIG.parent.mkdir(parents=True, exist_ok=True)
+    tmp = LOCAL_CONFIG.with_suffix(".tmp")
     tmp.write_text("# Where each problem's competition folder lives on this machine (popkit problem add).\n"
                    + yaml.safe_dump(paths, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, config)
+    os.replace(tmp, LOCAL_CONFIG)
 
 
-def harness_folder(problem: Problem, config: Path | None = None) -> Path:
+def harness_folder(problem: Problem) -> Path:
     """Where a problem's competition folder is, in order: $POPKIT_HARNESS_<NAME>, $POPKIT_REFERENCE_KERNELS
     plus the recorded relative folder, .popkit/harness.yml, vendor/reference-kernels plus the relative folder.
     $POPKIT_HARNESS_<NAME> names the one folder to use: one without task.yml is an error, not passed over."""
@@ -186,7 +185,7 @@ def harness_folder(problem: Problem, config: Path | None = None) -> Path:
     candidates = [chosen]
     if relative and os.environ.get("POPKIT_REFERENCE_KERNELS"):
         candidates.append(str(Path(os.environ["POPKIT_REFERENCE_KERNELS"]) / relative))
-    local = local_paths(config).get(problem.name)
+    local = local_paths().get(problem.name)
     candidates.append(str(PROJECT_ROOT / local) if local and not Path(local).is_absolute() else local)
     if relative:
         candidates.append(str(VENDOR_ROOT / relative))

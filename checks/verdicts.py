@@ -1,16 +1,16 @@
-"""Diff verdicts and the ratchet: is a candidate at least as good as the incumbent?
+"""Diff verdicts: is a candidate at least as good as the incumbent?
 
 Pure functions over timing statistics (anything with `mean` and `err` in ns,
 such as checks.timing.Stats) and gate residuals ({gate: [value, limit]}, as in
-a performance.jsonl case record). A diff passes when no case regressed in time
-and no gate's margin shrank by more than MARGIN_FACTOR; being faster is
-reported, not required.
+a performance.jsonl case record). A diff case passes (checks/worker.py) when it
+did not regress in time and no gate's margin shrank by more than MARGIN_FACTOR;
+being faster is reported, not required.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable, Protocol, Sequence
+from typing import Protocol
 
 NOISE_SIGMAS = 3.0  # differences within this many combined standard errors are noise
 NOISE_FLOOR = 0.005  # ... and so are differences under 0.5% of the incumbent's mean
@@ -76,37 +76,3 @@ def margin_regressions(
                 f"(more than {MARGIN_FACTOR:g}x worse)"
             )
     return messages
-
-
-def diff_passed(case_verdicts: Iterable[CaseVerdict], margin_messages: Sequence[str]) -> bool:
-    """The ratchet: no timing regression and no margin regression."""
-    return not margin_messages and not any(v.regression for v in case_verdicts)
-
-
-@dataclass(frozen=True)
-class DiffSummary:
-    """A diff's outcome, keyed by case label (e.g. "batch=640 n=512 ...")."""
-
-    verdicts: dict[str, CaseVerdict]
-    margins: dict[str, list[str]]  # case label -> margin_regressions() messages
-
-    @property
-    def passed(self) -> bool:
-        return diff_passed(self.verdicts.values(), self.margin_failures())
-
-    def case_lines(self) -> list[str]:
-        """One line per case: its ratio and verdict."""
-        return [f"{case}: {v.ratio:.3f}x, {v.verdict}" for case, v in self.verdicts.items()]
-
-    def failures(self) -> list[str]:
-        """One line per reason the diff failed; empty when it passed."""
-        slower = [
-            f"{case}: {v.ratio - 1:.1%} slower than the incumbent (tolerance {v.tolerance:.0%})"
-            for case, v in self.verdicts.items()
-            if v.regression
-        ]
-        return slower + self.margin_failures()
-
-    def margin_failures(self) -> list[str]:
-        """The margin messages, each prefixed with its case label."""
-        return [f"{case}: {m}" for case, messages in self.margins.items() for m in messages]

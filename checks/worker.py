@@ -19,7 +19,8 @@ import torch
 from checks import baselines, timing, verdicts
 from checks.native import native_checker
 from checks.native.gate_tools import GateReport
-from checks.problems import ProblemError, short_spec
+from checks.problems import short_spec
+from popcorn.errors import ProblemError
 
 
 def checker(problem: str):

@@ -10,6 +10,10 @@ class PopkitError(Exception):
     """A failure a user can act on; its message is the whole story, shown as one line."""
 
 
+class ProblemError(ValueError):
+    """A problem name or a case spec that popkit cannot use."""
+
+
 class Interrupted(KeyboardInterrupt):
     """Ctrl-C during a run: the message says what was interrupted and what it left written. A KeyboardInterrupt,
     so every cleanup that handles one still runs; the CLI prints the message and exits 130 (128 + SIGINT)."""

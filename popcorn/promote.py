@@ -18,9 +18,9 @@ import os
 from collections import Counter
 from pathlib import Path
 
-from checks.problems import Problem, ProblemError, load_problem
+from checks.problems import Problem, load_problem
 from checks.runner import require_submission_for
-from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
+from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.files import write_atomic
 

@@ -1,4 +1,5 @@
-"""Shared fixtures: submissions built once per session into a temporary folder, and a module importer.
+"""Shared fixtures: submissions built once per session into a temporary folder, a module importer, and
+for the leaderboard client's tests the local server's address and a record of the client's pauses.
 
 Nothing here writes inside the repository: built files, logs and incumbents all live under pytest's
 tmp folders.
@@ -45,3 +46,18 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
     folder = tmp_path_factory.mktemp("built")
     return {problem: build.build(problem, folder / f"{problem}.py").output for problem in PROBLEMS}
+
+
+@pytest.fixture(scope="session")
+def httpserver_listen_address():
+    """pytest-httpserver's address: 127.0.0.1 on a free port."""
+    return ("127.0.0.1", 0)
+
+
+@pytest.fixture
+def sleeps(monkeypatch):
+    """Record the leaderboard client's pauses (backoff, polling) instead of sleeping."""
+    from popcorn.client import api
+    pauses = []
+    monkeypatch.setattr(api, "sleep", pauses.append)
+    return pauses

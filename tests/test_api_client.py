@@ -14,22 +14,17 @@ from popcorn.errors import PopkitError
 CLI_ID = "c0ffee00-1d-never-print-me"
 
 
-@pytest.fixture(scope="session")
-def httpserver_listen_address():
-    return ("127.0.0.1", 0)
-
-
 @pytest.fixture
 def client(httpserver):
     return api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.0)
 
 
 @pytest.fixture
-def sleeps(monkeypatch):
-    """Record the client's pauses (backoff, polling) instead of sleeping."""
-    pauses = []
-    monkeypatch.setattr(api, "sleep", pauses.append)
-    return pauses
+def source(tmp_path):
+    """A one-line submission file to upload."""
+    path = tmp_path / "s.py"
+    path.write_text("x = 1\n")
+    return path
 
 
 def replies(*bodies):
@@ -40,6 +35,14 @@ def replies(*bodies):
         status, body = queue.pop(0) if len(queue) > 1 else queue[0]
         text = body if isinstance(body, str) else json.dumps(body)
         return Response(text, status=status, content_type="application/json")
+    return handler
+
+
+def late(seconds, body, status=200, content_type="application/json"):
+    """A handler answering BODY after SECONDS (within the client's timeout, or past it)."""
+    def handler(request):
+        time.sleep(seconds)
+        return Response(body, status=status, content_type=content_type)
     return handler
 
 
@@ -157,9 +160,7 @@ def test_submit_uploads_one_file_part_in_lowercase_path(httpserver, client, tmp_
     (503, "<html><body>Service   Unavailable</body></html>",
      "server error (503): <html><body>Service Unavailable</body></html>"),
 ])
-def test_error_replies_become_one_clear_line(httpserver, client, tmp_path, status, body, expected):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
+def test_error_replies_become_one_clear_line(httpserver, client, source, status, body, expected):
     httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_handler(replies((status, body)))
     with pytest.raises(PopkitError) as info:
         client.submit("qr_v2", "B200", "test", source)
@@ -262,9 +263,7 @@ def test_replies_of_an_unexpected_shape_are_one_clear_line(httpserver, client, s
 
 
 @pytest.mark.parametrize("accepted", [{"details": [7]}, {"details": {"id": True}}, {"details": {}}])
-def test_an_upload_reply_without_an_id_says_the_upload_may_have_landed(httpserver, client, tmp_path, accepted):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
+def test_an_upload_reply_without_an_id_says_the_upload_may_have_landed(httpserver, client, source, accepted):
     httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_json(accepted, status=202)
     with pytest.raises(PopkitError, match="the upload may have been accepted: see `popkit submissions list "
                                           "--leaderboard qr_v2`"):
@@ -272,18 +271,12 @@ def test_an_upload_reply_without_an_id_says_the_upload_may_have_landed(httpserve
 
 
 def test_slow_reply_within_the_timeout_is_fine(httpserver):
-    def slow(request):
-        time.sleep(0.3)
-        return Response('["B200"]', content_type="application/json")
-    httpserver.expect_request("/gpus/qr_v2").respond_with_handler(slow)
+    httpserver.expect_request("/gpus/qr_v2").respond_with_handler(late(0.3, '["B200"]'))
     assert api.Client(httpserver.url_for("/"), timeout_s=5).gpus("qr_v2") == ["B200"]
 
 
 def test_reply_slower_than_the_timeout_fails_after_retries(httpserver, sleeps):
-    def slow(request):
-        time.sleep(0.5)
-        return Response("[]", content_type="application/json")
-    httpserver.expect_request("/leaderboards").respond_with_handler(slow)
+    httpserver.expect_request("/leaderboards").respond_with_handler(late(0.5, "[]"))
     client = api.Client(httpserver.url_for("/"), retries=1, timeout_s=0.1)
     with pytest.raises(api.NetworkError, match=r"no reply from http://127\.0\.0\.1:\d+ within 0\.1 s"):
         client.leaderboards()
@@ -298,23 +291,15 @@ def test_unreachable_server(sleeps):
     assert len(sleeps) == 2
 
 
-def test_submit_cut_off_after_sending_says_it_may_have_landed(httpserver, tmp_path, sleeps):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
-
-    def slow(request):
-        time.sleep(0.5)
-        return Response("{}", status=202, content_type="application/json")
-    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_handler(slow)
+def test_submit_cut_off_after_sending_says_it_may_have_landed(httpserver, source, sleeps):
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_handler(late(0.5, "{}", status=202))
     with pytest.raises(api.NetworkError, match="may still have been accepted: see `popkit submissions list "
                                                 "--leaderboard qr_v2`"):
         api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.1).submit("qr_v2", "B200", "test", source)
     assert sleeps == []
 
 
-def test_submit_that_never_connected_says_nothing_was_uploaded(tmp_path, sleeps):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
+def test_submit_that_never_connected_says_nothing_was_uploaded(source, sleeps):
     with pytest.raises(api.NetworkError) as info:
         api.Client("http://127.0.0.1:9", CLI_ID).submit("qr_v2", "B200", "test", source)
     assert str(info.value) == ("cannot reach http://127.0.0.1:9 (POST /submission/qr_v2/B200/test): "
@@ -322,24 +307,17 @@ def test_submit_that_never_connected_says_nothing_was_uploaded(tmp_path, sleeps)
     assert sleeps == []
 
 
-def test_profile_that_never_connected_says_nothing_was_uploaded(tmp_path, sleeps):
+def test_profile_that_never_connected_says_nothing_was_uploaded(source, sleeps):
     # It said 'Connection refused' alone, where submit says that nothing was uploaded.
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
     with pytest.raises(api.NetworkError) as info:
         api.Client("http://127.0.0.1:9", CLI_ID).submit_profile("qr_v2", "B200", source)
     assert str(info.value) == ("cannot reach http://127.0.0.1:9 (POST /qr_v2/B200/profile): Connection refused; "
                                "nothing was uploaded")
 
 
-def test_profile_cut_off_after_sending_says_the_run_may_go_on(httpserver, tmp_path, sleeps):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
-
-    def slow(request):
-        time.sleep(0.5)
-        return Response("", status=200, content_type="text/event-stream")
-    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(slow)
+def test_profile_cut_off_after_sending_says_the_run_may_go_on(httpserver, source, sleeps):
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(
+        late(0.5, "", content_type="text/event-stream"))
     with pytest.raises(api.NetworkError) as info:
         api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.1).submit_profile("qr_v2", "B200", source)
     assert str(info.value).endswith("; the profile run may still go on at the server, and cannot be followed again "
@@ -443,9 +421,7 @@ def event_stream(*frames, delay_s=0.0):
     return handler
 
 
-def test_profile_streams_status_then_returns_the_raw_result(httpserver, client, tmp_path):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
+def test_profile_streams_status_then_returns_the_raw_result(httpserver, client, source):
     result = json.dumps({"status": "success", "results": [], "reports": []})
     httpserver.expect_request("/qr_v2/B200/profile", method="POST").respond_with_handler(event_stream(
         'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
@@ -468,17 +444,13 @@ def test_profile_streams_status_then_returns_the_raw_result(httpserver, client, 
      'Try again in 3541s.","status_code":400}\n\n',
      r"profile run failed: \(400\) Rate limit exceeded: .* Try again in 3541s\. \(rate limited: wait 59 min 1 s\)$"),
 ])
-def test_profile_error_events_and_truncated_streams(httpserver, client, tmp_path, frame, expected):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
+def test_profile_error_events_and_truncated_streams(httpserver, client, source, frame, expected):
     httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(frame))
     with pytest.raises(PopkitError, match=expected):
         client.submit_profile("qr_v2", "B200", source)
 
 
-def test_profile_validation_errors_are_plain_http_errors(httpserver, client, tmp_path):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
+def test_profile_validation_errors_are_plain_http_errors(httpserver, client, source):
     httpserver.expect_request("/qr_v2/B200/profile").respond_with_json(
         {"detail": "Your code contains work on another stream"}, status=500)
     with pytest.raises(PopkitError, match=r"server error \(500\): Your code contains work on another stream"):
@@ -493,10 +465,8 @@ def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline_data():
         sse.Event("result", '{"x": "é"}', complete=False)]    # no closing blank line: delivered, marked
 
 
-def test_a_stream_cut_in_the_middle_of_the_result_says_it_broke_off(httpserver, client, tmp_path):
+def test_a_stream_cut_in_the_middle_of_the_result_says_it_broke_off(httpserver, client, source):
     # The cut result used to be returned as the result, and then reported as "the profile result is not JSON".
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
     httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
         'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
         'event: result\ndata: {"status":"success","results":[{"succ'))
@@ -505,18 +475,14 @@ def test_a_stream_cut_in_the_middle_of_the_result_says_it_broke_off(httpserver, 
         client.submit_profile("qr_v2", "B200", source)
 
 
-def test_a_complete_result_without_its_closing_blank_line_is_still_the_result(httpserver, client, tmp_path):
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
+def test_a_complete_result_without_its_closing_blank_line_is_still_the_result(httpserver, client, source):
     httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
         'event: result\ndata: {"status": "success", "results": []}'))
     assert json.loads(client.submit_profile("qr_v2", "B200", source)) == {"status": "success", "results": []}
 
 
-def test_a_profile_reply_that_is_not_an_event_stream_is_named(httpserver, client, tmp_path):
+def test_a_profile_reply_that_is_not_an_event_stream_is_named(httpserver, client, source):
     # A proxy's JSON or HTML page used to read as "the event stream ended without a result".
-    source = tmp_path / "s.py"
-    source.write_text("x = 1\n")
     httpserver.expect_request("/qr_v2/B200/profile").respond_with_data('{"detail": "maintenance"}',
                                                                        content_type="application/json")
     with pytest.raises(PopkitError) as info:

@@ -159,19 +159,15 @@ def test_non_utf8_part(parts_copy, tmp_path):
         build.build("qr_v2", tmp_path / "out.py")
 
 
-def test_template_syntax_error(parts_copy, tmp_path):
+@pytest.mark.parametrize("line, error", [
+    ("{% for part in %}\n", r"submission\.py\.j2:\d+: template error"),                          # syntax
+    ("# {{ no_such_variable }}\n", r"submission\.py\.j2.*template error.*no_such_variable"),     # undefined
+])
+def test_a_template_error_names_the_template(parts_copy, tmp_path, line, error):
     _, templates = parts_copy
     template = templates / build.TEMPLATE
-    template.write_text(template.read_text() + "{% for part in %}\n")
-    with pytest.raises(PopkitError, match=r"submission\.py\.j2:\d+: template error"):
-        build.build("qr_v2", tmp_path / "out.py")
-
-
-def test_template_undefined_variable(parts_copy, tmp_path):
-    _, templates = parts_copy
-    template = templates / build.TEMPLATE
-    template.write_text(template.read_text() + "# {{ no_such_variable }}\n")
-    with pytest.raises(PopkitError, match=r"submission\.py\.j2.*template error.*no_such_variable"):
+    template.write_text(template.read_text() + line)
+    with pytest.raises(PopkitError, match=error):
         build.build("qr_v2", tmp_path / "out.py")
 
 
@@ -300,11 +296,6 @@ def test_header_comes_from_the_problem_record(toy, tmp_path):
     result = build.build("toy", tmp_path / "toy.py")
     assert result.text.splitlines()[:2] == ["#!POPCORN leaderboard toy_board_v2", "#!POPCORN gpu H100"]
     assert result.preflight.directives == {"leaderboard": "toy_board_v2", "gpu": "H100"}
-
-
-def test_header_arguments_override_the_record(toy, tmp_path):
-    result = build.build("toy", tmp_path / "toy.py", leaderboard="toy_board_v3", gpu="A100")
-    assert result.text.splitlines()[:2] == ["#!POPCORN leaderboard toy_board_v3", "#!POPCORN gpu A100"]
 
 
 def test_without_a_record_the_header_is_the_problem_name_and_b200(toy, tmp_path):

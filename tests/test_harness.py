@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 import build
 from checks import harness, preflight, problem_add, problems, runner, task_folder
-from checks.problems import ProblemError
+from popcorn.errors import ProblemError
 from popcorn.cli import main
 from popcorn.evidence import logs
 

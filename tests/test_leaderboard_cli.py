@@ -29,11 +29,6 @@ BENCH = {"benchmark-count": "2",
          "benchmark.1.worst": "1300000", "check": "pass"}
 
 
-@pytest.fixture(scope="session")
-def httpserver_listen_address():
-    return ("127.0.0.1", 0)
-
-
 @pytest.fixture
 def home(tmp_path, monkeypatch, httpserver):
     """A registered user in tmp_path talking to the local server; logs go to tmp_path/logs."""
@@ -46,13 +41,6 @@ def home(tmp_path, monkeypatch, httpserver):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "submission.py").write_text(SOURCE)
     return home
-
-
-@pytest.fixture
-def sleeps(monkeypatch):
-    pauses = []
-    monkeypatch.setattr(api, "sleep", pauses.append)
-    return pauses
 
 
 def popkit(*args, input=None):

@@ -13,7 +13,8 @@ from checks import runner
 from checks.native import cholesky, native_checker
 from checks.native.draw import EPS
 from checks.native.matrix_specs import SMALL_SIZES, benchmark_count
-from checks.problems import ProblemError, load_problem
+from checks.problems import load_problem
+from popcorn.errors import ProblemError
 
 ROOT = Path(__file__).resolve().parent.parent
 OFFICIAL = ROOT / "vendor" / "reference-kernels" / "problems" / "linalg" / "cholesky_py"

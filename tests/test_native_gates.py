@@ -5,7 +5,7 @@ import torch
 import checks.native.gate_tools as gate_tools
 from checks.native import native_checker
 from checks.native.gate_tools import EPS
-from checks.problems import ProblemError
+from popcorn.errors import ProblemError
 
 MODULES = {problem: native_checker(problem) for problem in ("qr_v2", "eigh")}
 

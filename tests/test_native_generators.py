@@ -7,7 +7,8 @@ import torch
 from checks.native import native_checker
 from checks.native.draw import EPS, HIGH, LOW, ULP
 from checks.native.matrix_specs import benchmark_count
-from checks.problems import ProblemError, load_problem
+from checks.problems import load_problem
+from popcorn.errors import ProblemError
 
 MODULES = {problem: native_checker(problem) for problem in ("qr_v2", "eigh")}
 ALL = [(p, f) for p, m in MODULES.items() for f in m.families()]

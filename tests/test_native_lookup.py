@@ -1,4 +1,5 @@
-"""checks.native: native checkers are found by module name only, and no shared file names a problem."""
+"""checks.native: native checkers are found by module name only, and no shared file (checks, the builder,
+the templates, parts/common) names a problem."""
 from __future__ import annotations
 
 import re
@@ -9,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from checks.native import INTERFACE, native_checker
-from checks.problems import ProblemError, load_problem
+from checks.problems import load_problem
+from popcorn.errors import ProblemError
 
 ROOT = Path(__file__).resolve().parent.parent
 NATIVE = ("qr_v2", "eigh", "cholesky")
@@ -93,7 +95,8 @@ def test_the_case_examples_of_the_help_and_the_readme_are_cases_of_every_native_
 def test_no_shared_file_names_a_problem():
     shared = sorted(ROOT.glob("checks/*.py")) + [ROOT / "checks" / "native" / f"{h}.py" for h in HELPERS]
     shared.append(ROOT / "checks" / "native" / "__init__.py")
-    names = re.compile(r"\b(" + "|".join(NATIVE) + r")\b")
+    shared += [ROOT / "build.py"] + sorted(ROOT.glob("templates/*.j2")) + sorted(ROOT.glob("parts/common/*.*"))
+    names = re.compile(r"(?<![a-z])(" + "|".join(NATIVE) + r")(?![a-z])", re.IGNORECASE)   # cholesky_pivot too
     offenders = [f"{p.relative_to(ROOT)}: {m.group(0)}" for p in shared for m in names.finditer(p.read_text())]
     assert offenders == []
 

@@ -1,10 +1,10 @@
-"""checks.verdicts: timing verdicts with their thresholds, margin regressions, the ratchet."""
+"""checks.verdicts: timing verdicts with their thresholds, and margin regressions."""
 from __future__ import annotations
 
 import pytest
 
 from checks.timing import Stats
-from checks.verdicts import DiffSummary, case_verdict, diff_passed, margin_regressions
+from checks.verdicts import case_verdict, margin_regressions
 
 
 def timed(mean_ns, err_ns=0.0):
@@ -96,32 +96,3 @@ def test_margin_of_a_gate_the_incumbent_lacks_is_not_compared():
 
 def test_better_margins_are_fine():
     assert margin_regressions({"factor": [1.0, 20.0]}, {"factor": [10.0, 20.0]}) == []
-
-
-# --- diff_passed and DiffSummary ---------------------------------------------
-
-FAST = case_verdict(timed(1.8 * MS, 1e3), timed(2 * MS, 1e3))
-SLOW = case_verdict(timed(2.1 * MS, 1e3), timed(2 * MS, 1e3))
-NOISE = case_verdict(timed(2.001 * MS), timed(2 * MS))
-
-
-def test_diff_passed():
-    assert diff_passed([FAST, NOISE], [])
-    assert not diff_passed([FAST, SLOW], [])
-    assert not diff_passed([FAST, NOISE], ["factor: 7.0% -> 15.0% of its limit"])
-
-
-def test_diff_summary_lines_and_failures():
-    summary = DiffSummary(
-        verdicts={"n=32": FAST, "n=512": SLOW, "n=1024": NOISE},
-        margins={"n=32": ["factor: 7.0% -> 15.0% of its limit (more than 2x worse)"], "n=512": []},
-    )
-    assert summary.case_lines() == [
-        "n=32: 0.900x, faster", "n=512: 1.050x, slower", "n=1024: 1.000x, within noise",
-    ]
-    assert summary.failures() == [
-        "n=512: 5.0% slower than the incumbent (tolerance 2%)",
-        "n=32: factor: 7.0% -> 15.0% of its limit (more than 2x worse)",
-    ]
-    assert not summary.passed
-    assert DiffSummary(verdicts={"n=32": FAST, "n=1024": NOISE}, margins={}).passed

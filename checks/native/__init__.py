@@ -11,7 +11,7 @@ import importlib
 import re
 from types import ModuleType
 
-from checks.problems import ProblemError
+from popcorn.errors import ProblemError
 
 INTERFACE = ("DEFAULT_CASE", "BASELINE_NAME", "baseline", "normalize_spec", "families", "generate",
              "benchmark_inputs", "check_output", "robustness_specs")

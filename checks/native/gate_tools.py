@@ -12,7 +12,7 @@ from typing import Callable
 
 import torch
 
-from checks.problems import ProblemError
+from popcorn.errors import ProblemError
 
 EPS = 2.0 ** -23
 CHUNK_ELEMENTS = 2 ** 24   # float64 elements per n x n work array: 128 MiB

@@ -11,7 +11,7 @@ import torch
 
 from checks.native import profiles
 from checks.native.draw import F32, Draw
-from checks.problems import ProblemError
+from popcorn.errors import ProblemError
 
 SPEC_KEYS = ("batch", "n", "cond", "seed", "case")   # in the order the official cases file writes them
 WHAT_A_CASE_TAKES = ("(a case takes batch, n, cond and seed, and optionally case, e.g. "

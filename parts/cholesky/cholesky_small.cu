@@ -22,6 +22,7 @@
 // shuffles per matrix on the SM's one shuffle/shared-memory pipe, against ~200 shared-memory
 // instructions now.
 #include "device_utils.cuh"
+#include "pivot.cuh"
 
 namespace {
 

@@ -94,9 +94,9 @@ def by_n(table, n: int):
 NULL = None   # a missing optional pointer (ctypes passes 0)
 
 
-def diag_shape(batch: int, w: int) -> tuple[int, int]:
-    """(TDIM, TS) of cholesky_tiled.cu for diagonal blocks of width w in a batch of `batch` matrices: the
-    whole-matrix shape of that width (cholesky_tiled.cu builds two shapes, to keep the cold compile short)."""
+def diag_shape(w: int) -> tuple[int, int]:
+    """(TDIM, TS) of cholesky_tiled.cu for diagonal blocks of width w: the whole-matrix shape of that width
+    (cholesky_tiled.cu builds two shapes, to keep the cold compile short)."""
     return by_n(TILED_SHAPE, w)
 
 
@@ -104,7 +104,7 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
     """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(b, w))
+    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(w))
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
@@ -151,7 +151,7 @@ def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
     workspace (the diagonal blocks' inverses, then max_i a_ii) is the plan's, allocated once."""
     entry = CUDA.function("cholesky_blocked", "pppiiiiiiii")
     work = torch.empty(b * nb * nb + b, dtype=torch.float32, device=device)
-    settings = (b, n, nb, *diag_shape(b, nb), by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
+    settings = (b, n, nb, *diag_shape(nb), by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
 
     def run(A: torch.Tensor) -> torch.Tensor:
         L = torch.empty_like(A)                 # written whole: the factor and zeros above it

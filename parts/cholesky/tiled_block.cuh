@@ -5,6 +5,7 @@
 // outline.
 #pragma once
 #include "device_utils.cuh"
+#include "pivot.cuh"
 
 namespace tiled {
 

@@ -132,7 +132,7 @@ class CudaLibrary:
                 directory = extension_directory(self.build_name)
                 files = []
                 for index, (unit, source) in enumerate(zip(units, sources)):
-                    # u0_cholesky_small.cu: the unit's .cu part names it (the index keeps the objects apart)
+                    # u0_NAME.cu for a unit whose .cu part is NAME.cu (the index keeps the objects apart)
                     stem = os.path.splitext(os.path.basename(unit[-1]))[0]
                     files.append(os.path.join(directory, f"u{index}_{stem}.cu"))
                     write_if_changed(files[-1], source)

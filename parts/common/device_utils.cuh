@@ -1,4 +1,4 @@
-// Shared device helpers for every popkit kernel: warp/block reductions, pivots and reflectors,
+// Shared device helpers for every popkit kernel: warp/block reductions, reflectors,
 // the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
@@ -56,17 +56,6 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
     for (int w = 0; w < warps; ++w) best = fmaxf(best, scratch[w]);
     __syncthreads();
     return best;
-}
-
-// A Cholesky pivot: d at or below `floor` (eps * max_i a_ii) becomes floor (NaN compares false
-// and stays NaN); inv = 1 / l_kk = rsqrt(d) and l_kk = d * inv. One rsqrtf (<= 2 ulp) instead of
-// an IEEE sqrt and divide (tens of instructions) on the factorization's serial chain.
-struct Pivot { float lkk, inv; };
-
-__device__ __forceinline__ Pivot cholesky_pivot(float d, float floor) {
-    if (d <= floor) d = floor;
-    const float inv = rsqrtf(d);
-    return {d * inv, inv};
 }
 
 // LAPACK slarfg on (alpha, ||x||): returns tau and sets beta (the new diagonal)

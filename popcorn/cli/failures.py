@@ -10,8 +10,7 @@ import sys
 
 import click
 
-from checks.problems import ProblemError
-from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
+from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
 
 
 def fail_cleanly(func):

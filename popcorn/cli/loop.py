@@ -82,19 +82,30 @@ def _warn_if_older_than_parts(problem: str) -> None:
                    "the changes in")
 
 
-def _require_device(problem: str, device: str | None) -> None:
-    """Before any build: a device that cannot run PROBLEM (a GPU that is not there, the CPU for a harness
-    problem) ends the verb at once."""
+def _run_logged(mode: str, problem: str, submission: Path | None, cases, device: str | None, log_path: Path,
+                run, show=lambda outcome: None, seeds: int = 0, harness: str | None = None,
+                rounds: int | None = None) -> None:
+    """check, bench and diff: judge --log, --device, --case, --seeds, --rounds and --harness before any build
+    (a wrong one ends the verb at once: a GPU that is not there, the CPU for a harness problem), then
+    RUN(the file to run) under Ctrl-C's guard, show its outcome (and SHOW's lines) and exit with its code."""
     from checks import runner
     from checks.problems import load_problem
+    logs.require_appendable(log_path)
     runner.require_device_for(load_problem(problem), runner.resolve_device(device))
-
-
-def _require_options(problem: str, mode: str, cases, seeds: int = 0, harness: str | None = None,
-                     rounds: int | None = None) -> None:
-    """Before any build: a wrong --case, --seeds, --rounds or --harness ends the verb at once."""
-    from checks import runner
     runner.require_options(problem, mode, list(cases), seeds, harness, rounds)
+    done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
+    with runner.interruptible(mode, problem, log_path, done):
+        done.append(run(_submission_for(problem, submission)))
+        _print_outcome(done[0], f"{mode} {problem}")
+        show(done[0])
+    _exit_with(done[0])
+
+
+def _print_changed_parts(outcome) -> None:
+    changed = outcome.record["changed_parts"]
+    click.echo("changed parts: " + ("unknown (the candidate or the incumbent has no popkit part hashes: "
+                                    "the folder's reference, or a file popkit did not build)"
+                                    if changed is None else ", ".join(changed) or "none"))
 
 
 def register(main):
@@ -144,31 +155,28 @@ def register(main):
     log_opt = click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
                            default=logs.DEFAULT_LOG, show_default=True)
 
+    def run_options(func):
+        """--case, --device, --harness and --log, in this order: the options check, bench and diff share."""
+        for option in (log_opt, harness_opt, device_opt, case_opt):
+            func = option(func)
+        return func
+
     @main.command("check")
     @click.argument("problem")
     @submission_opt
     @click.option("--seeds", default=0, show_default=True, help="repeat every case with K more seeds")
     @click.option("--robust", is_flag=True, help="add the robustness suite: odd sizes around every power of two, "
                                                   "every input family, batches of 1 and 3")
-    @case_opt
-    @device_opt
-    @harness_opt
-    @log_opt
+    @run_options
     @fail_cleanly
     @loads_torch
     def check_cmd(problem, submission, seeds, robust, cases, device, harness, log_path):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
-        logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
-        _require_device(problem, device)
-        _require_options(problem, "check", cases, seeds=seeds, harness=harness)
-        done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
-        with runner.interruptible("check", problem, log_path, done):
-            submission = _submission_for(problem, submission)
-            done.append(runner.check(problem, submission, list(cases), seeds, device, _progress, log_path,
-                                     harness, robust))
-            _print_outcome(done[0], f"check {problem}")
-        _exit_with(done[0])
+        _run_logged("check", problem, submission, cases, device, log_path,
+                    lambda file: runner.check(problem, file, list(cases), seeds, device, _progress, log_path,
+                                              harness, robust),
+                    seeds=seeds, harness=harness)
 
     @main.command("bench")
     @click.argument("problem")
@@ -177,25 +185,16 @@ def register(main):
                                                    "in the same run; a case's baseline logged by an earlier "
                                                    "passing bench on the same GPU and torch is reused (marked *)")
     @click.option("--fresh-baseline", is_flag=True, help="--baseline, timing every baseline again (no reuse)")
-    @case_opt
-    @device_opt
-    @harness_opt
-    @log_opt
+    @run_options
     @fail_cleanly
     @loads_torch
     def bench_cmd(problem, submission, baseline, fresh_baseline, cases, device, harness, log_path):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
-        logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
-        _require_device(problem, device)
-        _require_options(problem, "bench", cases, harness=harness)
-        done = []
-        with runner.interruptible("bench", problem, log_path, done):
-            submission = _submission_for(problem, submission)
-            done.append(runner.bench(problem, submission, baseline or fresh_baseline, list(cases), device,
-                                     _progress, log_path, harness, fresh_baseline=fresh_baseline))
-            _print_outcome(done[0], f"bench {problem}")
-        _exit_with(done[0])
+        _run_logged("bench", problem, submission, cases, device, log_path,
+                    lambda file: runner.bench(problem, file, baseline or fresh_baseline, list(cases), device,
+                                              _progress, log_path, harness, fresh_baseline=fresh_baseline),
+                    harness=harness)
 
     @main.command("diff")
     @click.argument("problem")
@@ -205,30 +204,17 @@ def register(main):
                   help="the file to beat (default: logs/incumbents/PROBLEM.py); 'reference' for the "
                        "competition folder's ref_kernel (./reference for a file of that name)")
     @click.option("--rounds", default=3, show_default=True, help="alternating A/B rounds per case (>= 3)")
-    @case_opt
-    @device_opt
-    @harness_opt
-    @log_opt
+    @run_options
     @fail_cleanly
     @loads_torch
     def diff_cmd(problem, submission, incumbent, rounds, cases, device, harness, log_path):
         """Candidate against incumbent, case by case; fails on any regression."""
         from checks import runner
         from popcorn.promote import incumbent_path
-        logs.require_appendable(log_path)      # before any build: a wrong --log ends the verb at once
-        _require_device(problem, device)
-        _require_options(problem, "diff", cases, harness=harness, rounds=rounds)
-        done = []
-        with runner.interruptible("diff", problem, log_path, done):
-            submission = _submission_for(problem, submission)
-            done.append(runner.diff(problem, submission, incumbent or incumbent_path(problem), rounds,
-                                    list(cases), device, _progress, log_path, harness))
-            _print_outcome(done[0], f"diff {problem}")
-            changed = done[0].record["changed_parts"]
-            click.echo("changed parts: " + ("unknown (the candidate or the incumbent has no popkit part hashes: "
-                                            "the folder's reference, or a file popkit did not build)"
-                                            if changed is None else ", ".join(changed) or "none"))
-        _exit_with(done[0])
+        _run_logged("diff", problem, submission, cases, device, log_path,
+                    lambda file: runner.diff(problem, file, incumbent or incumbent_path(problem), rounds,
+                                             list(cases), device, _progress, log_path, harness),
+                    show=_print_changed_parts, harness=harness, rounds=rounds)
 
     @main.command("promote")
     @click.argument("problem")

@@ -52,7 +52,8 @@ def register(main):
     @loads_torch
     def list_cmd():
         """Every problem with its kind, leaderboard and case counts (an unreadable record is named, not fatal)."""
-        from checks.problems import ProblemError, known_problems, load_problem
+        from checks.problems import known_problems, load_problem
+        from popcorn.errors import ProblemError
         rows, broken = [], []
         for name in known_problems():
             try:
@@ -74,7 +75,8 @@ def register(main):
     def show_cmd(name):
         """One problem: its facts, where its folder is on this machine, and its case lists."""
         from checks import task_folder
-        from checks.problems import ProblemError, format_spec, load_problem, record_path
+        from checks.problems import format_spec, load_problem, record_path
+        from popcorn.errors import ProblemError
         prob = load_problem(name)
         try:
             folder = str(task_folder.harness_folder(prob))

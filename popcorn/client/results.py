@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checks.preflight import SUFFIXES
-from checks.problems import Problem, ProblemError, known_problems, load_problem, parse_spec, short_spec
-from popcorn.errors import PopkitError
+from checks.problems import Problem, known_problems, load_problem, parse_spec, short_spec
+from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.files import write_atomic
 from popcorn.evidence.logs import DEFAULT_LOG, append_record, case_geomean, new_record, read_records
 from popcorn.evidence.tables import fmt_us, render_table

@@ -15,8 +15,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.problems import ProblemError, known_problems, load_problem, short_spec
-from popcorn.errors import PopkitError
+from checks.problems import known_problems, load_problem, short_spec
+from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.logs import capped, covers, ran_on_gpu, read_records, spec_key
 
 VERDICTS = ("faster", "slower", "within noise")
