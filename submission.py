@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 2f42cee18245749043f8361a63184bbad50bfe74
+# toolkit commit: a624ff0ebe3900d737fa6273fa6cba131e7dfa59
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 435fccb7dfbeda91912ff44ca474bd80bb457d9654d39b88c6b3023a8d411d31
