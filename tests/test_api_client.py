@@ -2,7 +2,12 @@
 import base64
 import json
 import os
+import re
+import socket
+import socketserver
 import stat
+import struct
+import threading
 import time
 
 import pytest
@@ -30,6 +35,50 @@ def sleeps(monkeypatch):
     pauses = []
     monkeypatch.setattr(api, "sleep", pauses.append)
     return pauses
+
+
+@pytest.fixture
+def raw_server():
+    """start(act, http=True): a server on 127.0.0.1 that reads each HTTP request (or, http=False, nothing), then
+    lets ACT do as it likes with the bare socket (what an HTTP server library will not do: reset the connection,
+    cut a reply short); its URL."""
+    servers = []
+
+    def start(act, http=True):
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                if http:
+                    head = b"".join(iter(self.rfile.readline, b"\r\n"))
+                    length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                    self.rfile.read(int(length[1]) if length else 0)
+                act(self.connection)
+        server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def reset(sock):
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # close sends RST
+    sock.close()
+
+
+def close_without_reply(sock):
+    pass
+
+
+def cut_short(sock):
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n[{\"name\": ")
+
+
+def stall_mid_body(sock):
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n[")
+    time.sleep(1.0)
 
 
 def replies(*bodies):
@@ -298,6 +347,51 @@ def test_unreachable_server(sleeps):
     assert len(sleeps) == 2
 
 
+@pytest.mark.parametrize("act, how", [
+    (reset, "the connection was reset"),
+    (close_without_reply, "the server closed the connection without a reply"),
+    (cut_short, "the reply was cut off before its end"),
+])
+def test_a_connection_that_breaks_says_how_and_not_that_the_server_cannot_be_reached(raw_server, sleeps, act, how):
+    # These read "cannot reach http://...: ConnectionError" (or ChunkedEncodingError): the server had been reached.
+    url = raw_server(act)
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID).leaderboards()
+    assert str(info.value) == f"the connection to {url} broke off (GET /leaderboards): {how}"
+    assert len(sleeps) == 3                        # a GET: retried
+
+
+def test_a_reply_that_stalls_in_its_body_is_a_timeout(raw_server, sleeps):
+    url = raw_server(stall_mid_body)
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID, retries=0, timeout_s=0.2).leaderboards()
+    assert str(info.value) == f"no reply from {url} within 0.2 s (GET /leaderboards)"
+
+
+def test_submit_reset_after_sending_says_it_may_have_landed(raw_server, tmp_path, sleeps):
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    url = raw_server(reset)
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID).submit("qr_v2", "B200", "test", source)
+    assert str(info.value) == (f"the connection to {url} broke off (POST /submission/qr_v2/B200/test): the connection "
+                               "was reset; the upload may still have been accepted: see `popkit submissions list "
+                               "--leaderboard qr_v2`")
+    assert sleeps == []
+
+
+def test_a_failed_tls_handshake_says_nothing_was_uploaded(raw_server, tmp_path, sleeps):
+    # https:// to a plain-HTTP server: the request never left, but the error said it "may still have been accepted".
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    url = raw_server(lambda sock: sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"), http=False)
+    url = url.replace("http://", "https://")
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID).submit("qr_v2", "B200", "test", source)
+    assert str(info.value).startswith(f"cannot reach {url} (POST /submission/qr_v2/B200/test): ")
+    assert str(info.value).endswith("; nothing was uploaded") and info.value.sent is False
+
+
 def test_submit_cut_off_after_sending_says_it_may_have_landed(httpserver, tmp_path, sleeps):
     source = tmp_path / "s.py"
     source.write_text("x = 1\n")
@@ -523,3 +617,20 @@ def test_a_profile_reply_that_is_not_an_event_stream_is_named(httpserver, client
         client.submit_profile("qr_v2", "B200", source)
     assert str(info.value) == ("the reply to POST /qr_v2/B200/profile is not an event stream (application/json): "
                                "'{\"detail\": \"maintenance\"}'")
+
+
+def test_a_stalled_event_stream_says_how_long_it_was_silent(httpserver, tmp_path):
+    # It said "broke off: ConnectionError".
+    source = tmp_path / "s.py"
+    source.write_text("x = 1\n")
+    def stall(request):
+        def frames():
+            yield b'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n'
+            time.sleep(0.6)
+            yield b""
+        return Response(frames(), content_type="text/event-stream")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(stall)
+    client = api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.3)
+    with pytest.raises(api.NetworkError, match=r"^the event stream from http://127\.0\.0\.1:\d+ broke off: no data "
+                                               r"for 0\.3 s$"):
+        client.submit_profile("qr_v2", "B200", source)

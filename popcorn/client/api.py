@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import email.utils
+import http.client
 import itertools
 import json
 import math
@@ -23,7 +24,7 @@ from urllib.parse import quote, urlencode
 
 import requests
 import yaml
-from urllib3.exceptions import NewConnectionError
+from urllib3.exceptions import NewConnectionError, ReadTimeoutError
 
 from popcorn.client import sse
 from popcorn.errors import PopkitError
@@ -34,6 +35,7 @@ PENDING_KEY = "pending_cli_id"  # a new id kept beside the working one until it 
 MODES = ("test", "benchmark", "leaderboard", "profile")
 TERMINAL_JOB_STATES = ("succeeded", "failed", "timed_out", "hacked")
 RETRY_STATUSES = (502, 503, 504)
+PROFILE_TIMEOUT_S = 120  # the profile upload's reply, and then each read of its event stream
 REGISTER_HINT = "run `popkit register discord` (or `github`) and finish the login in the browser"
 
 # The official CLI's OAuth apps; both redirect to the hosted server, which marks the id valid.
@@ -89,11 +91,21 @@ def is_transient(exc: PopkitError) -> bool:
 
 
 def never_connected(exc: requests.RequestException) -> bool:
-    """Whether the request failed before a connection existed (refused, unknown host, connect timeout)."""
-    if isinstance(exc, requests.ConnectTimeout):
-        return True
-    inner = exc.args[0] if exc.args else None           # urllib3's MaxRetryError, holding the cause
-    return isinstance(getattr(inner, "reason", inner), NewConnectionError)
+    """Whether the request failed before it could be sent (refused, unknown host, connect timeout, a TLS
+    handshake that failed)."""
+    return isinstance(exc, (requests.ConnectTimeout, requests.exceptions.SSLError)) or any(
+        isinstance(cause, NewConnectionError) for cause in causes(exc))
+
+
+def causes(exc: BaseException):
+    """EXC and the errors it wraps, outermost first (requests and urllib3 keep them in args or `reason`)."""
+    for _ in range(8):              # a few levels deep at most; the bound only guards against a cycle
+        if exc is None:
+            return
+        yield exc
+        inner = getattr(exc, "reason", None)
+        exc = inner if isinstance(inner, BaseException) else next(
+            (arg for arg in exc.args if isinstance(arg, BaseException)), None)
 
 
 # -- configuration ---------------------------------------------------------------------------
@@ -283,6 +295,24 @@ def network_reason(exc: requests.RequestException) -> str:
     return found[1].strip() if found else type(exc).__name__
 
 
+def timed_out(exc: requests.RequestException) -> bool:
+    """A timeout, before the reply began or in the middle of its body (which requests raises as a
+    ConnectionError)."""
+    return isinstance(exc, requests.Timeout) or any(isinstance(cause, ReadTimeoutError) for cause in causes(exc))
+
+
+def break_reason(exc: requests.RequestException) -> str:
+    """How a connection that was made broke: reset, closed before a reply, or a reply cut short."""
+    for cause in causes(exc):
+        if isinstance(cause, http.client.RemoteDisconnected):   # a ConnectionResetError too: asked first
+            return "the server closed the connection without a reply"
+        if isinstance(cause, ConnectionResetError):
+            return "the connection was reset"
+        if isinstance(cause, http.client.IncompleteRead):
+            return "the reply was cut off before its end"
+    return network_reason(exc)
+
+
 def decode_json(response: requests.Response, what: str, expect: type = object) -> Any:
     try:
         value = response.json()
@@ -390,13 +420,8 @@ class Client:
                 sleep(self.backoff_s * 2 ** (attempt - 1))
             try:
                 response = self.session.request(method, self.base_url + path, timeout=timeout, **kwargs)
-            except requests.Timeout as exc:
-                failure = NetworkError(f"no reply from {self.base_url} within {timeout:g} s ({method} {path})",
-                                       sent=not never_connected(exc))
-                continue
             except requests.RequestException as exc:
-                failure = NetworkError(f"cannot reach {self.base_url} ({method} {path}): {network_reason(exc)}",
-                                       sent=not never_connected(exc))
+                failure = self._network_error(exc, f"{method} {path}", timeout)
                 continue
             if response.ok:
                 return response
@@ -404,6 +429,15 @@ class Client:
             if response.status_code not in RETRY_STATUSES:
                 break
         raise failure
+
+    def _network_error(self, exc: requests.RequestException, request: str, timeout: float) -> NetworkError:
+        """No connection, no reply in time, or a connection that broke: which one, in words."""
+        sent = not never_connected(exc)
+        if timed_out(exc):
+            return NetworkError(f"no reply from {self.base_url} within {timeout:g} s ({request})", sent=sent)
+        if not sent:
+            return NetworkError(f"cannot reach {self.base_url} ({request}): {network_reason(exc)}", sent=False)
+        return NetworkError(f"the connection to {self.base_url} broke off ({request}): {break_reason(exc)}")
 
     def _get(self, path: str, timeout: float, expect: type = object, **params) -> Any:
         response = self._send("GET", path, timeout=timeout, retry=True, params=params or None)
@@ -511,7 +545,8 @@ class Client:
         """Profile over the event stream; the raw JSON text of its `result` event."""
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         try:
-            response = self._send("POST", url_path, timeout=120, stream=True, files=self._file_part(path))
+            response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True,
+                                  files=self._file_part(path))
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
@@ -534,8 +569,8 @@ class Client:
                     if event.name == "status" and on_status:
                         on_status(loads_or_text(event.data))
             except requests.RequestException as exc:
-                raise NetworkError(f"the event stream from {self.base_url} broke off: "
-                                   f"{network_reason(exc)}") from None
+                why = f"no data for {self.timeout_s or PROFILE_TIMEOUT_S:g} s" if timed_out(exc) else break_reason(exc)
+                raise NetworkError(f"the event stream from {self.base_url} broke off: {why}") from None
         raise PopkitError("the event stream ended without a result")
 
     @staticmethod
