@@ -149,6 +149,17 @@ def test_base_url_from_environment(monkeypatch):
     assert api.api_url() == "http://127.0.0.1:9"
 
 
+@pytest.mark.parametrize("url", ["localhost:8000", "127.0.0.1:8000", "ftp://host", "http://", "http://exa mple.com"])
+def test_a_server_url_that_is_not_an_http_url_is_refused_before_any_request(monkeypatch, sleeps, url):
+    # These were sent: each GET retried three times, then "cannot reach localhost:8000 (...): InvalidSchema", and
+    # an upload added "the upload may still have been accepted" though nothing could have been sent.
+    monkeypatch.setenv("POPCORN_API_URL", url)
+    with pytest.raises(PopkitError) as info:
+        api.Client(cli_id=CLI_ID)
+    assert str(info.value) == (f"POPCORN_API_URL is not an http(s) URL: {url.rstrip('/')!r} (it should look like "
+                               "https://host or http://127.0.0.1:8000)")
+
+
 @pytest.mark.parametrize("provider, host", [("discord", "discord.com"), ("github", "github.com")])
 def test_authorize_url_carries_the_id_in_its_state(provider, host):
     url = api.authorize_url(provider, CLI_ID, reset=True)

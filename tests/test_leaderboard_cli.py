@@ -282,6 +282,15 @@ def test_unreachable_server(home, monkeypatch, sleeps):
                                      "Connection refused")
 
 
+def test_a_server_url_without_a_scheme_is_one_line_and_nothing_is_sent(home, monkeypatch, sleeps):
+    monkeypatch.setenv("POPCORN_API_URL", "localhost:8000")
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 1 and sleeps == []
+    assert result.stderr.splitlines()[-1] == ("error: POPCORN_API_URL is not an http(s) URL: 'localhost:8000' (it "
+                                              "should look like https://host or http://127.0.0.1:8000)")
+    assert "submitting" not in result.stderr
+
+
 def test_refused_connection_says_nothing_was_uploaded(home, monkeypatch):
     monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
     result = popkit("submit", "submission.py")

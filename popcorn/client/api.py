@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, Callable
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import requests
 import yaml
@@ -111,7 +111,13 @@ def causes(exc: BaseException):
 # -- configuration ---------------------------------------------------------------------------
 
 def api_url() -> str:
-    return (os.environ.get("POPCORN_API_URL") or DEFAULT_API_URL).rstrip("/")
+    """The server: POPCORN_API_URL, refused in one line unless it is an http(s) URL with a host."""
+    url = (os.environ.get("POPCORN_API_URL") or DEFAULT_API_URL).rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(char.isspace() for char in url):
+        raise PopkitError(f"POPCORN_API_URL is not an http(s) URL: {url!r} (it should look like "
+                          "https://host or http://127.0.0.1:8000)")
+    return url
 
 
 def config_path() -> Path:
