@@ -178,6 +178,27 @@ def test_every_call_sends_the_id_header(httpserver, client):
     assert client.gpus("qr_v2") == ["B200"]
 
 
+def test_a_redirect_to_another_server_is_not_followed_with_the_id(httpserver, client):
+    # requests followed it and sent X-Popcorn-Cli-Id along (it strips only Authorization).
+    here = f"127.0.0.1:{httpserver.port}"
+    other = f"localhost:{httpserver.port}"             # the same local server under another name
+    httpserver.expect_request("/user/submissions", headers={"Host": here}).respond_with_data(
+        "", status=302, headers={"Location": f"http://{other}/user/submissions"})
+    httpserver.expect_request("/user/submissions").respond_with_json([])
+    with pytest.raises(PopkitError) as info:
+        client.user_submissions()
+    assert str(info.value) == (f"GET /user/submissions was redirected to another server (http://{other}): not "
+                               "followed, so that your cli_id is not sent there; if you trust that server, set "
+                               "POPCORN_API_URL to it")
+    assert len(httpserver.log) == 1
+
+
+def test_a_redirect_on_the_same_server_is_followed(httpserver, client):
+    httpserver.expect_request("/gpus/qr_v2").respond_with_data("", status=307, headers={"Location": "/gpus/qr_v2/"})
+    httpserver.expect_request("/gpus/qr_v2/", headers={api.ID_HEADER: CLI_ID}).respond_with_json(["B200"])
+    assert client.gpus("qr_v2") == ["B200"]
+
+
 def test_list_submissions_passes_its_query(httpserver, client):
     httpserver.expect_request("/user/submissions", query_string="limit=5&offset=0&leaderboard=qr_v2",
                               ).respond_with_json([{"id": 3}])

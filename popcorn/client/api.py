@@ -387,13 +387,26 @@ def is_finished(submission: dict) -> bool:
 
 # -- the client ------------------------------------------------------------------------------
 
+class Session(requests.Session):
+    """requests drops only an Authorization header on a redirect to another server, so the id would go along:
+    such a redirect is refused instead, in one line."""
+
+    def rebuild_auth(self, prepared_request, response):
+        if ID_HEADER in prepared_request.headers and self.should_strip_auth(response.request.url, prepared_request.url):
+            target = urlsplit(prepared_request.url)
+            raise PopkitError(f"{response.request.method} {urlsplit(response.request.url).path} was redirected to "
+                              f"another server ({target.scheme}://{target.netloc}): not followed, so that your cli_id "
+                              "is not sent there; if you trust that server, set POPCORN_API_URL to it")
+        super().rebuild_auth(prepared_request, response)
+
+
 class Client:
     """Calls on one server as one user; per-call timeouts follow the official CLI."""
 
     def __init__(self, base_url: str | None = None, cli_id: str | None = None, *,
                  retries: int = 3, backoff_s: float = 1.0, timeout_s: float | None = None):
         self.base_url = (base_url or api_url()).rstrip("/")
-        self.session = requests.Session()
+        self.session = Session()
         if cli_id:
             self.session.headers[ID_HEADER] = cli_id
         self.retries = retries
