@@ -283,6 +283,21 @@ def test_error_details_stay_on_one_line(httpserver, client, body, expected):
     assert str(info.value) == expected
 
 
+@pytest.mark.parametrize("body", [
+    {"detail": f"bad header x-popcorn-cli-id: {CLI_ID}"},
+    {"detail": [{"loc": ["header"], "msg": "bad", "input": CLI_ID}, "odd"]},
+    "<html>" + "x" * 279 + f"{CLI_ID}</html>",        # across the 300-character cut: its start would show
+])
+def test_an_error_page_that_echoes_the_id_does_not_show_it(httpserver, client, body):
+    # A debug page or a proxy that repeats the request's headers put the id into the one-line error.
+    httpserver.expect_request("/leaderboards").respond_with_data(
+        body if isinstance(body, str) else json.dumps(body), status=400, content_type="application/json")
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert CLI_ID[:12] not in str(info.value)
+    assert str(info.value).startswith("rejected by the server (400): ")
+
+
 def test_gets_retry_gateway_errors_with_backoff(httpserver, sleeps):
     client = api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.5)
     httpserver.expect_request("/gpus/qr_v2").respond_with_handler(

@@ -36,6 +36,7 @@ MODES = ("test", "benchmark", "leaderboard", "profile")
 TERMINAL_JOB_STATES = ("succeeded", "failed", "timed_out", "hacked")
 RETRY_STATUSES = (502, 503, 504)
 PROFILE_TIMEOUT_S = 120  # the profile upload's reply, and then each read of its event stream
+HIDDEN_ID = "<your cli_id>"  # in place of the id wherever a server's text repeats it
 REGISTER_HINT = "run `popkit register discord` (or `github`) and finish the login in the browser"
 
 # The official CLI's OAuth apps; both redirect to the hosted server, which marks the id valid.
@@ -226,21 +227,20 @@ def authorize_url(provider: str, cli_id: str, reset: bool = False) -> str:
 
 # -- error replies ---------------------------------------------------------------------------
 
-def error_detail(response: requests.Response) -> str:
-    """The server's explanation: `detail` (a string or a validation list), `message`, or the text."""
+def error_detail(response: requests.Response, cli_id: str | None = None) -> str:
+    """The server's explanation: `detail` (a string or a validation list), `message`, or the text; on one line,
+    with CLI_ID hidden (an error page may echo the request's headers)."""
     try:
         body = response.json()
     except ValueError:
         body = None
-    if isinstance(body, dict):
-        detail = body.get("detail", body.get("message"))
-        if isinstance(detail, list) and all(isinstance(item, dict) for item in detail):
-            detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
-        elif isinstance(detail, (dict, list)):
-            detail = json.dumps(detail)
-        if detail is not None:
-            return one_line(str(detail))
-    return one_line(response.text) or response.reason or "no details"
+    detail = body.get("detail", body.get("message")) if isinstance(body, dict) else None
+    if isinstance(detail, list) and all(isinstance(item, dict) for item in detail):
+        detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
+    elif isinstance(detail, (dict, list)):
+        detail = json.dumps(detail)
+    text = response.text if detail is None else str(detail)
+    return one_line(text.replace(cli_id, HIDDEN_ID) if cli_id else text) or response.reason or "no details"
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -257,10 +257,11 @@ def format_wait(seconds: int) -> str:
     return " ".join(p for p in parts if p)
 
 
-def error_message(response: requests.Response, has_id: bool = True) -> str:
-    """One line for an HTTP error reply, naming the status and what to do where it is clear."""
-    status, detail = response.status_code, error_detail(response)
-    if not has_id and (status == 401 or (status == 400 and ID_HEADER.lower() in detail.lower())):
+def error_message(response: requests.Response, cli_id: str | None) -> str:
+    """One line for an HTTP error reply to a request that carried CLI_ID (or none), naming the status and what to
+    do where it is clear; the id itself never shows."""
+    status, detail = response.status_code, error_detail(response, cli_id)
+    if not cli_id and (status == 401 or (status == 400 and ID_HEADER.lower() in detail.lower())):
         return f"this needs a cli_id and none is configured ({status}: {detail}): {REGISTER_HINT}"
     if status == 401:
         return f"the server does not accept your cli_id (401: {detail}): {REGISTER_HINT}"
@@ -444,7 +445,7 @@ class Client:
                 continue
             if response.ok:
                 return response
-            failure = HTTPError(error_message(response, self.has_id), response.status_code)
+            failure = HTTPError(error_message(response, self.session.headers.get(ID_HEADER)), response.status_code)
             if response.status_code not in RETRY_STATUSES:
                 break
         raise failure
