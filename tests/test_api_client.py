@@ -306,6 +306,41 @@ def test_gets_retry_gateway_errors_with_backoff(httpserver, sleeps):
     assert sleeps == [0.5, 1.0] and len(httpserver.log) == 3
 
 
+@pytest.mark.parametrize("first, headers", [
+    ((503, {"detail": "maintenance"}), {"Retry-After": "20"}),
+    ((429, {"detail": "Rate limit exceeded. Try again in 20s."}), {}),
+])
+def test_gets_wait_as_long_as_the_server_asks_before_asking_again(httpserver, sleeps, first, headers):
+    # A 503's Retry-After was ignored (asked again after 1, 2 and 4 s); a 429 with a short wait ended the call.
+    status, body = first
+    answers = [(status, body, headers), (200, ["B200"], {})]
+    httpserver.expect_request("/gpus/qr_v2").respond_with_handler(
+        lambda request: Response(json.dumps(answers[0][1]), status=answers[0][0], headers=answers.pop(0)[2],
+                                 content_type="application/json"))
+    assert api.Client(httpserver.url_for("/"), CLI_ID).gpus("qr_v2") == ["B200"]
+    assert sleeps == [20]
+
+
+@pytest.mark.parametrize("status, headers, body, wait", [
+    (503, {"Retry-After": "120"}, {"detail": "maintenance"}, "2 min"),
+    (429, {}, {"detail": "Try again in 3541s."}, "59 min 1 s"),
+])
+def test_a_wait_over_a_minute_is_not_waited_for_but_named(httpserver, sleeps, status, headers, body, wait):
+    httpserver.expect_request("/leaderboards").respond_with_json(body, status=status, headers=headers)
+    with pytest.raises(api.HTTPError) as info:
+        api.Client(httpserver.url_for("/"), CLI_ID).leaderboards()
+    assert str(info.value).endswith(f"(wait {wait})") and len(httpserver.log) == 1 and sleeps == []
+
+
+def test_each_retry_is_told_with_its_pause(httpserver, sleeps):
+    notes = []
+    httpserver.expect_request("/leaderboards").respond_with_handler(
+        replies((502, "bad gateway"), (504, {"detail": "gateway"}), (200, [])))
+    assert api.Client(httpserver.url_for("/"), CLI_ID, on_retry=notes.append).leaderboards() == []
+    assert notes == ["server error (502): bad gateway; asking again in 1 s (1 of 3)",
+                     "server error (504): gateway; asking again in 2 s (2 of 3)"]
+
+
 def test_gets_give_up_after_their_retries(httpserver, client, sleeps):
     httpserver.expect_request("/leaderboards").respond_with_handler(replies((504, {"detail": "gateway"})))
     with pytest.raises(PopkitError, match=r"server error \(504\): gateway"):

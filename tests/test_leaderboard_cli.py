@@ -278,8 +278,9 @@ def test_unreachable_server(home, monkeypatch, sleeps):
     monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
     result = popkit("leaderboards")
     assert result.exit_code == 1
-    assert result.stderr.strip() == ("error: cannot reach http://127.0.0.1:9 (GET /leaderboards): "
-                                     "Connection refused")
+    assert result.stderr.splitlines()[-1] == ("error: cannot reach http://127.0.0.1:9 (GET /leaderboards): "
+                                              "Connection refused")
+    assert result.stderr.count("; asking again in ") == 3
 
 
 def test_a_server_url_without_a_scheme_is_one_line_and_nothing_is_sent(home, monkeypatch, sleeps):
@@ -396,15 +397,39 @@ def test_polling_retries_gateway_errors(httpserver, home, tmp_path, sleeps):
 
 @pytest.mark.parametrize("status, body, line", [
     (500, '{"detail": "database down"}', "server error (500): database down"),
-    (429, '{"detail": "Try again in 30s"}', "rate limited (429): Try again in 30s (wait 30 s)"),
+    (429, '{"detail": "Try again in 3541s"}', "rate limited (429): Try again in 3541s (wait 59 min 1 s)"),
 ])
-def test_transient_polling_failures_say_how_to_resume(httpserver, home, tmp_path, status, body, line):
+def test_transient_polling_failures_say_how_to_resume(httpserver, home, tmp_path, sleeps, status, body, line):
     httpserver.expect_request("/user/submissions/7").respond_with_data(body, status=status,
                                                                         content_type="application/json")
     result = popkit("submissions", "wait", 7)
     assert result.exit_code == 1
-    assert result.stderr.strip() == f"error: {line}; resume with `popkit submissions wait 7`"
+    assert result.stderr.splitlines()[-1] == f"error: {line}; resume with `popkit submissions wait 7`"
     assert not (tmp_path / "logs" / "performance.jsonl").exists()
+
+
+def test_polling_waits_out_a_short_rate_limit_and_says_so(httpserver, home, sleeps):
+    # A 429 that asked for 10 s ended the follow at once.
+    final = json.dumps(submission("succeeded", [run("test", result=TESTS)]))
+    answers = [(429, '{"detail": "Try again in 10s"}'), (200, final)]
+    httpserver.expect_request("/user/submissions/7").respond_with_handler(
+        lambda request: Response(answers[0][1], status=answers.pop(0)[0], content_type="application/json"))
+    result = popkit("submissions", "wait", 7)
+    assert result.exit_code == 0, result.output
+    assert sleeps == [10]
+    assert ("note: rate limited (429): Try again in 10s (wait 10 s); asking again in 10 s (1 of 3)\n"
+            in result.stderr)
+
+
+def test_each_retry_prints_a_note(httpserver, home, sleeps):
+    # Retries were silent: against a stalled server each of the four tries of `gpus` waits out its 120 s timeout,
+    # 8 minutes without a word.
+    httpserver.expect_request("/gpus/qr_v2").respond_with_data("gateway timeout", status=504)
+    result = popkit("gpus", "qr_v2")
+    assert result.exit_code == 1
+    assert [line.split("; ")[-1] for line in result.stderr.splitlines()] == [
+        "asking again in 1 s (1 of 3)", "asking again in 2 s (2 of 3)", "asking again in 4 s (3 of 3)",
+        "error: server error (504): gateway timeout"]
 
 
 def test_an_unreachable_server_or_a_job_past_the_wait_limit_say_how_to_resume(httpserver, home, monkeypatch, clock):
@@ -414,8 +439,8 @@ def test_an_unreachable_server_or_a_job_past_the_wait_limit_say_how_to_resume(ht
                                             "`popkit submissions wait 7`")
     monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
     gone = popkit("submissions", "wait", 7)
-    assert gone.stderr.strip() == ("error: cannot reach http://127.0.0.1:9 (GET /user/submissions/7): Connection "
-                                   "refused; resume with `popkit submissions wait 7`")
+    assert gone.stderr.splitlines()[-1] == ("error: cannot reach http://127.0.0.1:9 (GET /user/submissions/7): "
+                                            "Connection refused; resume with `popkit submissions wait 7`")
 
 
 @pytest.mark.parametrize("status, body, line", [

@@ -35,6 +35,7 @@ PENDING_KEY = "pending_cli_id"  # a new id kept beside the working one until it 
 MODES = ("test", "benchmark", "leaderboard", "profile")
 TERMINAL_JOB_STATES = ("succeeded", "failed", "timed_out", "hacked")
 RETRY_STATUSES = (502, 503, 504)
+MAX_RETRY_WAIT_S = 60  # a GET waits for the server at most this long (Retry-After, "try again in"), then gives up
 PROFILE_TIMEOUT_S = 120  # the profile upload's reply, and then each read of its event stream
 HIDDEN_ID = "<your cli_id>"  # in place of the id wherever a server's text repeats it
 REGISTER_HINT = "run `popkit register discord` (or `github`) and finish the login in the browser"
@@ -270,12 +271,25 @@ def error_message(response: requests.Response, cli_id: str | None) -> str:
     if wrapped:
         return f"{label} (400, inner {wrapped[1]}): {wrapped[2]}"
     message = f"{label} ({status}): {detail}"
-    if status != 429:
-        return message
     wait_s = retry_after_s(response, detail)
-    if wait_s is None:     # KernelBot's limits count submissions over a rolling hour
+    if wait_s is not None:
+        return f"{message} (wait {format_wait(wait_s)})"
+    if status == 429:      # KernelBot's limits count submissions over a rolling hour
         return f"{message} (the server did not say how long to wait: its limits count the past hour, so wait up to 1 h)"
-    return f"{message} (wait {format_wait(wait_s)})"
+    return message
+
+
+def retry_wait_s(response: requests.Response) -> float | None:
+    """How long a GET waits before asking again after this error reply: the wait the server names (0 when it
+    names none); None when it does not ask again: not a gateway error (502-504) or a 429, a 429 that names no
+    wait, or a wait over MAX_RETRY_WAIT_S (the error line names it)."""
+    status = response.status_code
+    if status != 429 and status not in RETRY_STATUSES:
+        return None
+    wait_s = retry_after_s(response, error_detail(response))
+    if wait_s is None:
+        return None if status == 429 else 0.0
+    return wait_s if wait_s <= MAX_RETRY_WAIT_S else None
 
 
 def retry_after_s(response: requests.Response, detail: str) -> int | None:
@@ -404,8 +418,8 @@ class Session(requests.Session):
 class Client:
     """Calls on one server as one user; per-call timeouts follow the official CLI."""
 
-    def __init__(self, base_url: str | None = None, cli_id: str | None = None, *,
-                 retries: int = 3, backoff_s: float = 1.0, timeout_s: float | None = None):
+    def __init__(self, base_url: str | None = None, cli_id: str | None = None, *, retries: int = 3,
+                 backoff_s: float = 1.0, timeout_s: float | None = None, on_retry: Callable[[str], None] | None = None):
         self.base_url = (base_url or api_url()).rstrip("/")
         self.session = Session()
         if cli_id:
@@ -413,6 +427,7 @@ class Client:
         self.retries = retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s  # overrides every per-call timeout when set
+        self.on_retry = on_retry    # told each failure that a GET retries after, and the pause
 
     @classmethod
     def from_config(cls, require_id: bool = True, **kwargs) -> "Client":
@@ -432,21 +447,27 @@ class Client:
 
     def _send(self, method: str, path: str, *, timeout: float, retry: bool = False,
               **kwargs) -> requests.Response:
-        """One request (GETs: several, with backoff); an error reply raises PopkitError."""
+        """One request (GETs: several, after the backoff or the wait the server names); an error reply raises
+        PopkitError."""
         timeout = self.timeout_s or timeout
         attempts = 1 + (self.retries if retry else 0)
+        server_wait_s = 0.0
         for attempt in range(attempts):
             if attempt:
-                sleep(self.backoff_s * 2 ** (attempt - 1))
+                pause_s = max(self.backoff_s * 2 ** (attempt - 1), server_wait_s)
+                if self.on_retry:
+                    self.on_retry(f"{failure}; asking again in {pause_s:g} s ({attempt} of {self.retries})")
+                sleep(pause_s)
             try:
                 response = self.session.request(method, self.base_url + path, timeout=timeout, **kwargs)
             except requests.RequestException as exc:
-                failure = self._network_error(exc, f"{method} {path}", timeout)
+                failure, server_wait_s = self._network_error(exc, f"{method} {path}", timeout), 0.0
                 continue
             if response.ok:
                 return response
             failure = HTTPError(error_message(response, self.session.headers.get(ID_HEADER)), response.status_code)
-            if response.status_code not in RETRY_STATUSES:
+            server_wait_s = retry_wait_s(response)
+            if server_wait_s is None:
                 break
         raise failure
 
