@@ -248,6 +248,17 @@ def test_result_values_of_another_json_kind_are_read_as_their_text(tmp_path):
     assert profile.runs[0].reports == ["12345"] and profile.runs[0].cases[0]["spec"] == {"raw": "9"}
 
 
+def test_a_long_job_error_stays_on_one_line():
+    # A traceback as the job's error spread over the title and the FAIL line, thousands of characters long.
+    error = "Traceback (most recent call last):\n  File x\nRuntimeError: " + "boom " * 1000
+    outcome = results.parse_submission(submission([], status="failed", error=error))
+    title = results.render_outcome(outcome).splitlines()[0]
+    [reason, _] = outcome.failures("test")
+    assert title.startswith("submission 7: qr_v2, submission.py, job failed (Traceback (most recent call last): "
+                            "File x RuntimeError: boom boom") and title.endswith("...)") and len(title) < 400
+    assert reason.startswith("job failed: Traceback") and "\n" not in reason and len(reason) < 400
+
+
 # -- the evidence log ------------------------------------------------------------------------
 
 def test_a_submission_is_logged_once_however_often_it_is_followed(tmp_path):

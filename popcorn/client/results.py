@@ -171,7 +171,7 @@ class Outcome:
     file_name: str
     code: str
     job_status: str | None
-    job_error: str | None
+    job_error: str | None      # one line, cut at 300 characters (the raw reply saved by submit and wait has it all)
     runs: list[Run]
 
     @property
@@ -231,7 +231,7 @@ def parse_submission(data: dict) -> Outcome:
     job = data.get("job") or {}
     return Outcome(submission_id=data.get("id"), leaderboard=leaderboard,
                    file_name=str(data.get("file_name") or "?"), code=str(data.get("code") or ""),
-                   job_status=job.get("status"), job_error=job.get("error"), runs=runs)
+                   job_status=job.get("status"), job_error=_clip(job.get("error"), 300), runs=runs)
 
 
 def format_score(score_s: float | None) -> str:
