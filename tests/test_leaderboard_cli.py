@@ -3,6 +3,9 @@ import base64
 import json
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +15,7 @@ from popcorn.cli import main
 from popcorn.client import api
 from popcorn.evidence.logs import read_records
 
+ROOT = Path(__file__).resolve().parent.parent
 CLI_ID = "c0ffee00-1d-never-print-me"
 SOURCE = "#!POPCORN leaderboard qr_v2\n#!POPCORN gpu B200\nimport torch\n\n\ndef custom_kernel(data):\n    return data\n"
 QUEUE = {"runner": "Modal", "gpu": "B200", "queued_jobs": 3, "running_jobs": None,
@@ -225,6 +229,18 @@ def test_output_file_gets_the_printed_result(httpserver, home, tmp_path):
     result = popkit("submit", "submission.py", "-o", "result.txt", "--poll-interval", 0)
     assert result.exit_code == 0
     assert (tmp_path / "result.txt").read_text().strip() == result.stdout.strip()
+
+
+def test_the_output_file_is_utf8_under_any_locale(httpserver, home, tmp_path):
+    # -o wrote in the locale's encoding: under an ASCII locale a non-ASCII error text from the server ended in a
+    # UnicodeEncodeError traceback, after the result was printed.
+    failing = {**FAILING_TESTS, "test.1.error": "résidu ✅ 40.1 > 20"}
+    serve_polls(httpserver, submission("succeeded", [run("test", passed=False, result=failing)]))
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "popcorn", "submissions", "wait", "7", "-o", "result.txt"],
+                            env=env, capture_output=True, timeout=120)
+    assert result.returncode == 1 and b"Traceback" not in result.stderr, result.stderr
+    assert "résidu ✅ 40.1 > 20" in (tmp_path / "result.txt").read_text(encoding="utf-8")
 
 
 # -- errors ----------------------------------------------------------------------------------

@@ -378,6 +378,7 @@ def my_user_id(client: api.Client, leaderboard: str) -> str | None:
 
 
 def emit(text: str, output: Path | None) -> None:
+    """Print TEXT, and write it to OUTPUT as UTF-8 (a server's text may hold any character, whatever the locale)."""
     click.echo(text)
     if output:
-        output.write_text(text + "\n")
+        write_atomic(output, text + "\n")
