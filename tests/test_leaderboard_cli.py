@@ -360,6 +360,14 @@ def test_wait_on_a_finished_job_logs_it_once(httpserver, home, tmp_path):
     assert "already" not in first.stderr
 
 
+def test_a_negative_poll_interval_is_a_usage_error(httpserver, home):
+    # It reached time.sleep: "ValueError: sleep length must be non-negative", a traceback after the first poll.
+    serve_polls(httpserver, submission("running"))
+    result = popkit("submissions", "wait", 7, "--poll-interval", -1)
+    assert result.exit_code == 2 and "Invalid value for '--poll-interval'" in result.stderr
+    assert httpserver.log == []
+
+
 # -- runs that crash, jobs that stall --------------------------------------------------------
 
 def test_crashed_run_says_it_produced_no_results(httpserver, home):

@@ -26,7 +26,7 @@ MISSED_HEARTBEATS = 4  # a running job whose heartbeat stands still this many pe
 
 _output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                               help="Also write the printed result to this file.")
-_poll_option = click.option("--poll-interval", type=float, default=POLL_S, hidden=True)
+_poll_option = click.option("--poll-interval", type=click.FloatRange(min=0), default=POLL_S, hidden=True)
 
 
 def register(main):
