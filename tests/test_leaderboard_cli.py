@@ -432,6 +432,19 @@ def test_transient_polling_failures_say_how_to_resume(httpserver, home, tmp_path
     assert not (tmp_path / "logs" / "performance.jsonl").exists()
 
 
+def test_an_id_rejected_while_polling_says_to_register_and_then_resume(httpserver, home, tmp_path):
+    # It said to register, and nothing of the submission: its id was left to be found in `submissions list`.
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_json(
+        {"details": {"id": 7}, "status": "accepted"}, status=202)
+    httpserver.expect_request("/user/submissions/7").respond_with_json(
+        {"detail": "Invalid or unauthorized auth header"}, status=401)
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == (
+        "error: the server does not accept your cli_id (401: Invalid or unauthorized auth header): "
+        f"{api.REGISTER_HINT}; then resume with `popkit submissions wait 7`")
+
+
 def test_polling_waits_out_a_short_rate_limit_and_says_so(httpserver, home, sleeps):
     # A 429 that asked for 10 s ended the follow at once.
     final = json.dumps(submission("succeeded", [run("test", result=TESTS)]))

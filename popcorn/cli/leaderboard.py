@@ -334,6 +334,8 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
                    err=True)
         sys.exit(130)
     except PopkitError as exc:
+        if isinstance(exc, api.HTTPError) and exc.status == 401:     # mended by registering again
+            raise PopkitError(f"{exc}; then resume with `{resume}`") from None
         if not api.is_transient(exc):         # a 403 or 404 would only come again
             raise
         raise PopkitError(f"{exc}; resume with `{resume}`") from None
