@@ -519,6 +519,20 @@ def serve_stream(httpserver, *frames):
                               headers={api.ID_HEADER: CLI_ID}).respond_with_handler(handler)
 
 
+def test_ctrl_c_during_a_profile_run_says_what_goes_on(httpserver, home, tmp_path, monkeypatch):
+    # It printed "interrupted" alone.
+    def interrupted_after_the_first_status(chunks):
+        yield api.sse.Event("status", '{"status": "processing", "elapsed_time": 0.0}')
+        raise KeyboardInterrupt
+    monkeypatch.setattr(api.sse, "iter_events", interrupted_after_the_first_status)
+    serve_stream(httpserver, 'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n')
+    result = popkit("submit", "submission.py", "--mode", "profile")
+    assert result.exit_code == 130
+    assert result.stderr.splitlines()[-1] == ("interrupted: nothing was saved; once uploaded, the profile run goes on "
+                                              "at the server, where it cannot be followed again")
+    assert not (tmp_path / "logs").exists()
+
+
 def test_profile_saves_report_and_trace(httpserver, home, tmp_path):
     serve_stream(httpserver, 'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
                  'event: status\ndata: {"status":"processing","elapsed_time":15.0}\n\n',

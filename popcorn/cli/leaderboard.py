@@ -16,7 +16,7 @@ import click
 from checks.preflight import leading_directives, preflight_file
 from popcorn.cli.failures import fail_cleanly
 from popcorn.client import api, results
-from popcorn.errors import PopkitError
+from popcorn.errors import Interrupted, PopkitError
 from popcorn.evidence.files import write_atomic
 
 POLL_S = 5.0
@@ -360,7 +360,11 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
         elapsed = results.number(status.get("elapsed_time")) or 0.0
         click.echo(f"[{elapsed:5.0f}s] {status.get('status')}", err=True)
 
-    raw = client.submit_profile(leaderboard, gpu, file, on_status=show_status)
+    try:
+        raw = client.submit_profile(leaderboard, gpu, file, on_status=show_status)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted: nothing was saved; once uploaded, the profile run goes on at the server, "
+                          "where it cannot be followed again") from None
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     result = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}",
                                   results.problem_of(leaderboard))
