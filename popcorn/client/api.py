@@ -2,9 +2,10 @@
 
 Configuration follows the official popcorn CLI: the server comes from
 POPCORN_API_URL, the user's id (`cli_id`) from ~/.popcorn.yaml, and the id goes
-out as the X-Popcorn-Cli-Id header on every call. Every failure becomes one
-PopkitError line, and no message ever contains the id. Idempotent GETs retry
-with backoff; a submission POST is never retried.
+out as the X-Popcorn-Cli-Id header on every call to that server (never to another
+one a redirect names). Every failure becomes one PopkitError line, and no message
+ever contains the id. Idempotent GETs retry with backoff, or after the wait the
+server names; a submission POST is never retried.
 """
 from __future__ import annotations
 
