@@ -368,6 +368,17 @@ def test_a_negative_poll_interval_is_a_usage_error(httpserver, home):
     assert httpserver.log == []
 
 
+def test_a_result_that_cannot_be_saved_says_it_stays_on_the_server(httpserver, home, tmp_path):
+    # After the whole wait it printed "error: .../performance.jsonl: Is a directory" alone, and no result.
+    (tmp_path / "logs" / "performance.jsonl").mkdir(parents=True)
+    serve_polls(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submissions", "wait", 7)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"error: {tmp_path / 'logs' / 'performance.jsonl'}: Is a directory: the finished result could not be saved; "
+        "it stays on the server (`popkit submissions show 7` prints it, `popkit submissions wait 7` saves and logs it)")
+
+
 # -- runs that crash, jobs that stall --------------------------------------------------------
 
 def test_crashed_run_says_it_produced_no_results(httpserver, home):

@@ -339,10 +339,17 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
         if not api.is_transient(exc):         # a 403 or 404 would only come again
             raise
         raise PopkitError(f"{exc}; resume with `{resume}`") from None
-    raw_path = results.save_raw(raw, f"{submission_id}.json")
-    outcome = results.parse_submission(data)
-    run_mode = run_mode or outcome.run_mode
-    if results.log_outcome(outcome, run_mode, raw_path) is None:
+    try:
+        raw_path = results.save_raw(raw, f"{submission_id}.json")
+        outcome = results.parse_submission(data)
+        run_mode = run_mode or outcome.run_mode
+        logged = results.log_outcome(outcome, run_mode, raw_path)
+    except OSError as exc:       # the result itself is safe on the server: say how to get it
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise PopkitError(f"{where}{exc.strerror or exc}: the finished result could not be saved; it stays on the "
+                          f"server (`popkit submissions show {submission_id}` prints it, `{resume}` saves and logs "
+                          "it)") from None
+    if logged is None:
         click.echo(f"submission {submission_id} is already in the evidence log: not logged again", err=True)
     failures = outcome.failures(run_mode)
     verdict = "FAIL: " + "; ".join(failures) if failures else "PASS"
