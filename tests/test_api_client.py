@@ -2,7 +2,12 @@
 import base64
 import json
 import os
+import re
+import socket
+import socketserver
 import stat
+import struct
+import threading
 import time
 
 import pytest
@@ -25,6 +30,50 @@ def source(tmp_path):
     path = tmp_path / "s.py"
     path.write_text("x = 1\n")
     return path
+
+
+@pytest.fixture
+def raw_server():
+    """start(act, http=True): a server on 127.0.0.1 that reads each HTTP request (or, http=False, nothing), then
+    lets ACT do as it likes with the bare socket (what an HTTP server library will not do: reset the connection,
+    cut a reply short); its URL."""
+    servers = []
+
+    def start(act, http=True):
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self):
+                if http:
+                    head = b"".join(iter(self.rfile.readline, b"\r\n"))
+                    length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                    self.rfile.read(int(length[1]) if length else 0)
+                act(self.connection)
+        server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        servers.append(server)
+        return f"http://127.0.0.1:{server.server_address[1]}"
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def reset(sock):
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))   # close sends RST
+    sock.close()
+
+
+def close_without_reply(sock):
+    pass
+
+
+def cut_short(sock):
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n[{\"name\": ")
+
+
+def stall_mid_body(sock):
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 500\r\n\r\n[")
+    time.sleep(1.0)
 
 
 def replies(*bodies):
@@ -103,6 +152,17 @@ def test_base_url_from_environment(monkeypatch):
     assert api.api_url() == "http://127.0.0.1:9"
 
 
+@pytest.mark.parametrize("url", ["localhost:8000", "127.0.0.1:8000", "ftp://host", "http://", "http://exa mple.com"])
+def test_a_server_url_that_is_not_an_http_url_is_refused_before_any_request(monkeypatch, sleeps, url):
+    # These were sent: each GET retried three times, then "cannot reach localhost:8000 (...): InvalidSchema", and
+    # an upload added "the upload may still have been accepted" though nothing could have been sent.
+    monkeypatch.setenv("POPCORN_API_URL", url)
+    with pytest.raises(PopkitError) as info:
+        api.Client(cli_id=CLI_ID)
+    assert str(info.value) == (f"POPCORN_API_URL is not an http(s) URL: {url.rstrip('/')!r} (it should look like "
+                               "https://host or http://127.0.0.1:8000)")
+
+
 @pytest.mark.parametrize("provider, host", [("discord", "discord.com"), ("github", "github.com")])
 def test_authorize_url_carries_the_id_in_its_state(provider, host):
     url = api.authorize_url(provider, CLI_ID, reset=True)
@@ -118,6 +178,27 @@ def test_every_call_sends_the_id_header(httpserver, client):
     httpserver.expect_request("/leaderboards", headers={api.ID_HEADER: CLI_ID}).respond_with_json([{"name": "qr_v2"}])
     httpserver.expect_request("/gpus/qr_v2", headers={api.ID_HEADER: CLI_ID}).respond_with_json(["B200"])
     assert client.leaderboards() == [{"name": "qr_v2"}]
+    assert client.gpus("qr_v2") == ["B200"]
+
+
+def test_a_redirect_to_another_server_is_not_followed_with_the_id(httpserver, client):
+    # requests followed it and sent X-Popcorn-Cli-Id along (it strips only Authorization).
+    here = f"127.0.0.1:{httpserver.port}"
+    other = f"localhost:{httpserver.port}"             # the same local server under another name
+    httpserver.expect_request("/user/submissions", headers={"Host": here}).respond_with_data(
+        "", status=302, headers={"Location": f"http://{other}/user/submissions"})
+    httpserver.expect_request("/user/submissions").respond_with_json([])
+    with pytest.raises(PopkitError) as info:
+        client.user_submissions()
+    assert str(info.value) == (f"GET /user/submissions was redirected to another server (http://{other}): not "
+                               "followed, so that your cli_id is not sent there; if you trust that server, set "
+                               "POPCORN_API_URL to it")
+    assert len(httpserver.log) == 1
+
+
+def test_a_redirect_on_the_same_server_is_followed(httpserver, client):
+    httpserver.expect_request("/gpus/qr_v2").respond_with_data("", status=307, headers={"Location": "/gpus/qr_v2/"})
+    httpserver.expect_request("/gpus/qr_v2/", headers={api.ID_HEADER: CLI_ID}).respond_with_json(["B200"])
     assert client.gpus("qr_v2") == ["B200"]
 
 
@@ -203,12 +284,62 @@ def test_error_details_stay_on_one_line(httpserver, client, body, expected):
     assert str(info.value) == expected
 
 
+@pytest.mark.parametrize("body", [
+    {"detail": f"bad header x-popcorn-cli-id: {CLI_ID}"},
+    {"detail": [{"loc": ["header"], "msg": "bad", "input": CLI_ID}, "odd"]},
+    "<html>" + "x" * 279 + f"{CLI_ID}</html>",        # across the 300-character cut: its start would show
+])
+def test_an_error_page_that_echoes_the_id_does_not_show_it(httpserver, client, body):
+    # A debug page or a proxy that repeats the request's headers put the id into the one-line error.
+    httpserver.expect_request("/leaderboards").respond_with_data(
+        body if isinstance(body, str) else json.dumps(body), status=400, content_type="application/json")
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert CLI_ID[:12] not in str(info.value)
+    assert str(info.value).startswith("rejected by the server (400): ")
+
+
 def test_gets_retry_gateway_errors_with_backoff(httpserver, sleeps):
     client = api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.5)
     httpserver.expect_request("/gpus/qr_v2").respond_with_handler(
         replies((502, "bad gateway"), (503, {"detail": "busy"}), (200, ["B200"])))
     assert client.gpus("qr_v2") == ["B200"]
     assert sleeps == [0.5, 1.0] and len(httpserver.log) == 3
+
+
+@pytest.mark.parametrize("first, headers", [
+    ((503, {"detail": "maintenance"}), {"Retry-After": "20"}),
+    ((429, {"detail": "Rate limit exceeded. Try again in 20s."}), {}),
+])
+def test_gets_wait_as_long_as_the_server_asks_before_asking_again(httpserver, sleeps, first, headers):
+    # A 503's Retry-After was ignored (asked again after 1, 2 and 4 s); a 429 with a short wait ended the call.
+    status, body = first
+    answers = [(status, body, headers), (200, ["B200"], {})]
+    httpserver.expect_request("/gpus/qr_v2").respond_with_handler(
+        lambda request: Response(json.dumps(answers[0][1]), status=answers[0][0], headers=answers.pop(0)[2],
+                                 content_type="application/json"))
+    assert api.Client(httpserver.url_for("/"), CLI_ID).gpus("qr_v2") == ["B200"]
+    assert sleeps == [20]
+
+
+@pytest.mark.parametrize("status, headers, body, wait", [
+    (503, {"Retry-After": "120"}, {"detail": "maintenance"}, "2 min"),
+    (429, {}, {"detail": "Try again in 3541s."}, "59 min 1 s"),
+])
+def test_a_wait_over_a_minute_is_not_waited_for_but_named(httpserver, sleeps, status, headers, body, wait):
+    httpserver.expect_request("/leaderboards").respond_with_json(body, status=status, headers=headers)
+    with pytest.raises(api.HTTPError) as info:
+        api.Client(httpserver.url_for("/"), CLI_ID).leaderboards()
+    assert str(info.value).endswith(f"(wait {wait})") and len(httpserver.log) == 1 and sleeps == []
+
+
+def test_each_retry_is_told_with_its_pause(httpserver, sleeps):
+    notes = []
+    httpserver.expect_request("/leaderboards").respond_with_handler(
+        replies((502, "bad gateway"), (504, {"detail": "gateway"}), (200, [])))
+    assert api.Client(httpserver.url_for("/"), CLI_ID, on_retry=notes.append).leaderboards() == []
+    assert notes == ["server error (502): bad gateway; asking again in 1 s (1 of 3)",
+                     "server error (504): gateway; asking again in 2 s (2 of 3)"]
 
 
 def test_gets_give_up_after_their_retries(httpserver, client, sleeps):
@@ -289,6 +420,47 @@ def test_unreachable_server(sleeps):
                                                  r"Connection refused"):
         client.leaderboards()
     assert len(sleeps) == 2
+
+
+@pytest.mark.parametrize("act, how", [
+    (reset, "the connection was reset"),
+    (close_without_reply, "the server closed the connection without a reply"),
+    (cut_short, "the reply was cut off before its end"),
+])
+def test_a_connection_that_breaks_says_how_and_not_that_the_server_cannot_be_reached(raw_server, sleeps, act, how):
+    # These read "cannot reach http://...: ConnectionError" (or ChunkedEncodingError): the server had been reached.
+    url = raw_server(act)
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID).leaderboards()
+    assert str(info.value) == f"the connection to {url} broke off (GET /leaderboards): {how}"
+    assert len(sleeps) == 3                        # a GET: retried
+
+
+def test_a_reply_that_stalls_in_its_body_is_a_timeout(raw_server, sleeps):
+    url = raw_server(stall_mid_body)
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID, retries=0, timeout_s=0.2).leaderboards()
+    assert str(info.value) == f"no reply from {url} within 0.2 s (GET /leaderboards)"
+
+
+def test_submit_reset_after_sending_says_it_may_have_landed(raw_server, source, sleeps):
+    url = raw_server(reset)
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID).submit("qr_v2", "B200", "test", source)
+    assert str(info.value) == (f"the connection to {url} broke off (POST /submission/qr_v2/B200/test): the connection "
+                               "was reset; the upload may still have been accepted: see `popkit submissions list "
+                               "--leaderboard qr_v2`")
+    assert sleeps == []
+
+
+def test_a_failed_tls_handshake_says_nothing_was_uploaded(raw_server, source, sleeps):
+    # https:// to a plain-HTTP server: the request never left, but the error said it "may still have been accepted".
+    url = raw_server(lambda sock: sock.sendall(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"), http=False)
+    url = url.replace("http://", "https://")
+    with pytest.raises(api.NetworkError) as info:
+        api.Client(url, CLI_ID).submit("qr_v2", "B200", "test", source)
+    assert str(info.value).startswith(f"cannot reach {url} (POST /submission/qr_v2/B200/test): ")
+    assert str(info.value).endswith("; nothing was uploaded") and info.value.sent is False
 
 
 def test_submit_cut_off_after_sending_says_it_may_have_landed(httpserver, source, sleeps):
@@ -465,6 +637,15 @@ def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline_data():
         sse.Event("result", '{"x": "é"}', complete=False)]    # no closing blank line: delivered, marked
 
 
+def test_sse_parser_reads_a_large_result_in_small_chunks_in_linear_time():
+    # Each chunk re-split everything buffered so far: 20 MB in 16 KB chunks took 10 s, 40 MB a minute (a profile
+    # result carries its trace archives in base64).
+    data = b"event: result\ndata: " + b"A" * 24_000_000 + b"\n\n"
+    start = time.monotonic()
+    [event] = sse.iter_events(data[i:i + 16384] for i in range(0, len(data), 16384))
+    assert time.monotonic() - start < 3.0 and len(event.data) == 24_000_000
+
+
 def test_a_stream_cut_in_the_middle_of_the_result_says_it_broke_off(httpserver, client, source):
     # The cut result used to be returned as the result, and then reported as "the profile result is not JSON".
     httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
@@ -489,3 +670,18 @@ def test_a_profile_reply_that_is_not_an_event_stream_is_named(httpserver, client
         client.submit_profile("qr_v2", "B200", source)
     assert str(info.value) == ("the reply to POST /qr_v2/B200/profile is not an event stream (application/json): "
                                "'{\"detail\": \"maintenance\"}'")
+
+
+def test_a_stalled_event_stream_says_how_long_it_was_silent(httpserver, source):
+    # It said "broke off: ConnectionError".
+    def stall(request):
+        def frames():
+            yield b'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n'
+            time.sleep(0.6)
+            yield b""
+        return Response(frames(), content_type="text/event-stream")
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(stall)
+    client = api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.3)
+    with pytest.raises(api.NetworkError, match=r"^the event stream from http://127\.0\.0\.1:\d+ broke off: no data "
+                                               r"for 0\.3 s$"):
+        client.submit_profile("qr_v2", "B200", source)

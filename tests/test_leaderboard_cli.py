@@ -3,6 +3,9 @@ import base64
 import json
 import os
 import stat
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -12,6 +15,7 @@ from popcorn.cli import main
 from popcorn.client import api
 from popcorn.evidence.logs import read_records
 
+ROOT = Path(__file__).resolve().parent.parent
 CLI_ID = "c0ffee00-1d-never-print-me"
 SOURCE = "#!POPCORN leaderboard qr_v2\n#!POPCORN gpu B200\nimport torch\n\n\ndef custom_kernel(data):\n    return data\n"
 QUEUE = {"runner": "Modal", "gpu": "B200", "queued_jobs": 3, "running_jobs": None,
@@ -215,6 +219,18 @@ def test_output_file_gets_the_printed_result(httpserver, home, tmp_path):
     assert (tmp_path / "result.txt").read_text().strip() == result.stdout.strip()
 
 
+def test_the_output_file_is_utf8_under_any_locale(httpserver, home, tmp_path):
+    # -o wrote in the locale's encoding: under an ASCII locale a non-ASCII error text from the server ended in a
+    # UnicodeEncodeError traceback, after the result was printed.
+    failing = {**FAILING_TESTS, "test.1.error": "résidu ✅ 40.1 > 20"}
+    serve_polls(httpserver, submission("succeeded", [run("test", passed=False, result=failing)]))
+    env = {**os.environ, "LC_ALL": "C", "PYTHONUTF8": "0", "PYTHONCOERCECLOCALE": "0", "PYTHONPATH": str(ROOT)}
+    result = subprocess.run([sys.executable, "-m", "popcorn", "submissions", "wait", "7", "-o", "result.txt"],
+                            env=env, capture_output=True, timeout=120)
+    assert result.returncode == 1 and b"Traceback" not in result.stderr, result.stderr
+    assert "résidu ✅ 40.1 > 20" in (tmp_path / "result.txt").read_text(encoding="utf-8")
+
+
 # -- errors ----------------------------------------------------------------------------------
 
 def test_missing_config_says_how_to_register(httpserver, home, tmp_path):
@@ -266,8 +282,18 @@ def test_unreachable_server(home, monkeypatch, sleeps):
     monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
     result = popkit("leaderboards")
     assert result.exit_code == 1
-    assert result.stderr.strip() == ("error: cannot reach http://127.0.0.1:9 (GET /leaderboards): "
-                                     "Connection refused")
+    assert result.stderr.splitlines()[-1] == ("error: cannot reach http://127.0.0.1:9 (GET /leaderboards): "
+                                              "Connection refused")
+    assert result.stderr.count("; asking again in ") == 3
+
+
+def test_a_server_url_without_a_scheme_is_one_line_and_nothing_is_sent(home, monkeypatch, sleeps):
+    monkeypatch.setenv("POPCORN_API_URL", "localhost:8000")
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 1 and sleeps == []
+    assert result.stderr.splitlines()[-1] == ("error: POPCORN_API_URL is not an http(s) URL: 'localhost:8000' (it "
+                                              "should look like https://host or http://127.0.0.1:8000)")
+    assert "submitting" not in result.stderr
 
 
 def test_refused_connection_says_nothing_was_uploaded(home, monkeypatch):
@@ -320,6 +346,25 @@ def test_wait_on_a_finished_job_logs_it_once(httpserver, home, tmp_path):
     assert [r["submission_id"] for r in logged(tmp_path)] == [7]
     assert "submission 7 is already in the evidence log: not logged again" in again.stderr
     assert "already" not in first.stderr
+
+
+def test_a_negative_poll_interval_is_a_usage_error(httpserver, home):
+    # It reached time.sleep: "ValueError: sleep length must be non-negative", a traceback after the first poll.
+    serve_polls(httpserver, submission("running"))
+    result = popkit("submissions", "wait", 7, "--poll-interval", -1)
+    assert result.exit_code == 2 and "Invalid value for '--poll-interval'" in result.stderr
+    assert httpserver.log == []
+
+
+def test_a_result_that_cannot_be_saved_says_it_stays_on_the_server(httpserver, home, tmp_path):
+    # After the whole wait it printed "error: .../performance.jsonl: Is a directory" alone, and no result.
+    (tmp_path / "logs" / "performance.jsonl").mkdir(parents=True)
+    serve_polls(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submissions", "wait", 7)
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"error: {tmp_path / 'logs' / 'performance.jsonl'}: Is a directory: the finished result could not be saved; "
+        "it stays on the server (`popkit submissions show 7` prints it, `popkit submissions wait 7` saves and logs it)")
 
 
 # -- runs that crash, jobs that stall --------------------------------------------------------
@@ -375,15 +420,52 @@ def test_polling_retries_gateway_errors(httpserver, home, tmp_path, sleeps):
 
 @pytest.mark.parametrize("status, body, line", [
     (500, '{"detail": "database down"}', "server error (500): database down"),
-    (429, '{"detail": "Try again in 30s"}', "rate limited (429): Try again in 30s (wait 30 s)"),
+    (429, '{"detail": "Try again in 3541s"}', "rate limited (429): Try again in 3541s (wait 59 min 1 s)"),
 ])
-def test_transient_polling_failures_say_how_to_resume(httpserver, home, tmp_path, status, body, line):
+def test_transient_polling_failures_say_how_to_resume(httpserver, home, tmp_path, sleeps, status, body, line):
     httpserver.expect_request("/user/submissions/7").respond_with_data(body, status=status,
                                                                         content_type="application/json")
     result = popkit("submissions", "wait", 7)
     assert result.exit_code == 1
-    assert result.stderr.strip() == f"error: {line}; resume with `popkit submissions wait 7`"
+    assert result.stderr.splitlines()[-1] == f"error: {line}; resume with `popkit submissions wait 7`"
     assert not (tmp_path / "logs" / "performance.jsonl").exists()
+
+
+def test_an_id_rejected_while_polling_says_to_register_and_then_resume(httpserver, home, tmp_path):
+    # It said to register, and nothing of the submission: its id was left to be found in `submissions list`.
+    httpserver.expect_request("/submission/qr_v2/B200/test").respond_with_json(
+        {"details": {"id": 7}, "status": "accepted"}, status=202)
+    httpserver.expect_request("/user/submissions/7").respond_with_json(
+        {"detail": "Invalid or unauthorized auth header"}, status=401)
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == (
+        "error: the server does not accept your cli_id (401: Invalid or unauthorized auth header): "
+        f"{api.REGISTER_HINT}; then resume with `popkit submissions wait 7`")
+
+
+def test_polling_waits_out_a_short_rate_limit_and_says_so(httpserver, home, sleeps):
+    # A 429 that asked for 10 s ended the follow at once.
+    final = json.dumps(submission("succeeded", [run("test", result=TESTS)]))
+    answers = [(429, '{"detail": "Try again in 10s"}'), (200, final)]
+    httpserver.expect_request("/user/submissions/7").respond_with_handler(
+        lambda request: Response(answers[0][1], status=answers.pop(0)[0], content_type="application/json"))
+    result = popkit("submissions", "wait", 7)
+    assert result.exit_code == 0, result.output
+    assert sleeps == [10]
+    assert ("note: rate limited (429): Try again in 10s (wait 10 s); asking again in 10 s (1 of 3)\n"
+            in result.stderr)
+
+
+def test_each_retry_prints_a_note(httpserver, home, sleeps):
+    # Retries were silent: against a stalled server each of the four tries of `gpus` waits out its 120 s timeout,
+    # 8 minutes without a word.
+    httpserver.expect_request("/gpus/qr_v2").respond_with_data("gateway timeout", status=504)
+    result = popkit("gpus", "qr_v2")
+    assert result.exit_code == 1
+    assert [line.split("; ")[-1] for line in result.stderr.splitlines()] == [
+        "asking again in 1 s (1 of 3)", "asking again in 2 s (2 of 3)", "asking again in 4 s (3 of 3)",
+        "error: server error (504): gateway timeout"]
 
 
 def test_an_unreachable_server_or_a_job_past_the_wait_limit_say_how_to_resume(httpserver, home, monkeypatch, clock):
@@ -393,8 +475,8 @@ def test_an_unreachable_server_or_a_job_past_the_wait_limit_say_how_to_resume(ht
                                             "`popkit submissions wait 7`")
     monkeypatch.setenv("POPCORN_API_URL", "http://127.0.0.1:9")
     gone = popkit("submissions", "wait", 7)
-    assert gone.stderr.strip() == ("error: cannot reach http://127.0.0.1:9 (GET /user/submissions/7): Connection "
-                                   "refused; resume with `popkit submissions wait 7`")
+    assert gone.stderr.splitlines()[-1] == ("error: cannot reach http://127.0.0.1:9 (GET /user/submissions/7): "
+                                            "Connection refused; resume with `popkit submissions wait 7`")
 
 
 @pytest.mark.parametrize("status, body, line", [
@@ -434,6 +516,20 @@ def serve_stream(httpserver, *frames):
         return Response((f.encode() for f in frames), content_type="text/event-stream")
     httpserver.expect_request("/qr_v2/B200/profile", method="POST",
                               headers={api.ID_HEADER: CLI_ID}).respond_with_handler(handler)
+
+
+def test_ctrl_c_during_a_profile_run_says_what_goes_on(httpserver, home, tmp_path, monkeypatch):
+    # It printed "interrupted" alone.
+    def interrupted_after_the_first_status(chunks):
+        yield api.sse.Event("status", '{"status": "processing", "elapsed_time": 0.0}')
+        raise KeyboardInterrupt
+    monkeypatch.setattr(api.sse, "iter_events", interrupted_after_the_first_status)
+    serve_stream(httpserver, 'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n')
+    result = popkit("submit", "submission.py", "--mode", "profile")
+    assert result.exit_code == 130
+    assert result.stderr.splitlines()[-1] == ("interrupted: nothing was saved; once uploaded, the profile run goes on "
+                                              "at the server, where it cannot be followed again")
+    assert not (tmp_path / "logs").exists()
 
 
 def test_profile_saves_report_and_trace(httpserver, home, tmp_path):

@@ -232,6 +232,33 @@ def test_a_profile_result_claiming_a_huge_case_count_is_refused_in_one_line(tmp_
     assert (tmp_path / "result.json").read_text() == raw
 
 
+def test_result_values_of_another_json_kind_are_read_as_their_text(tmp_path):
+    # A spec sent as a number or an object ended in "AttributeError: 'int' object has no attribute 'split'" (a
+    # traceback, after the reply was saved); a report sent as a number in a TypeError.
+    result = {"test-count": "3", "test.0.spec": 5, "test.0.status": "fail", "test.0.error": ["not", "text"],
+              "test.1.spec": {"n": 8}, "test.1.status": "pass", "test.2.spec": 7}
+    outcome = results.parse_submission(submission([run("test", passed=False, result=result)]))
+    [stopped] = outcome.runs
+    assert [(c["spec"], c["status"], c["error"]) for c in stopped.tests] == [
+        ({"raw": "5"}, "fail", "['not', 'text']"), ({"raw": "{'n': 8}"}, "pass", None)]
+    assert stopped.stopped.startswith("stopped after 2 of 3 cases, during case 7 (")
+    assert "case 7" in results.render_outcome(outcome)
+    profile = results.save_profile(profile_raw({"benchmark-count": "1", "benchmark.0.spec": 9,
+                                                "benchmark.0.report": 12345, "check": "pass"}), tmp_path)
+    assert profile.runs[0].reports == ["12345"] and profile.runs[0].cases[0]["spec"] == {"raw": "9"}
+
+
+def test_a_long_job_error_stays_on_one_line():
+    # A traceback as the job's error spread over the title and the FAIL line, thousands of characters long.
+    error = "Traceback (most recent call last):\n  File x\nRuntimeError: " + "boom " * 1000
+    outcome = results.parse_submission(submission([], status="failed", error=error))
+    title = results.render_outcome(outcome).splitlines()[0]
+    [reason, _] = outcome.failures("test")
+    assert title.startswith("submission 7: qr_v2, submission.py, job failed (Traceback (most recent call last): "
+                            "File x RuntimeError: boom boom") and title.endswith("...)") and len(title) < 400
+    assert reason.startswith("job failed: Traceback") and "\n" not in reason and len(reason) < 400
+
+
 # -- the evidence log ------------------------------------------------------------------------
 
 def test_a_submission_is_logged_once_however_often_it_is_followed(tmp_path):

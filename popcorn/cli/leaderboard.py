@@ -16,7 +16,7 @@ import click
 from checks.preflight import leading_directives, preflight_file
 from popcorn.cli.failures import fail_cleanly
 from popcorn.client import api, results
-from popcorn.errors import PopkitError
+from popcorn.errors import Interrupted, PopkitError
 from popcorn.evidence.files import write_atomic
 
 POLL_S = 5.0
@@ -26,7 +26,7 @@ MISSED_HEARTBEATS = 4  # a running job whose heartbeat stands still this many pe
 
 _output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
                               help="Also write the printed result to this file.")
-_poll_option = click.option("--poll-interval", type=float, default=POLL_S, hidden=True)
+_poll_option = click.option("--poll-interval", type=click.FloatRange(min=0), default=POLL_S, hidden=True)
 
 
 def register(main):
@@ -60,7 +60,7 @@ def _add_register(main, fail_cleanly):
     @fail_cleanly
     def join(code):
         """Redeem an invite CODE: closed leaderboards take your submissions afterwards."""
-        boards = api.Client.from_config().join(code)
+        boards = connect().join(code)
         click.echo(f"joined: {', '.join(boards)}" if boards else "code accepted (the server named no leaderboard)")
 
 
@@ -79,7 +79,7 @@ def _add_submit(main, fail_cleanly):
         Exits 0 only when every requested run passed.
         """
         leaderboard, gpu = preflight_target(file, leaderboard, gpu)
-        client = api.Client.from_config()
+        client = connect()
         if mode == "profile":
             ok = profile(client, file, leaderboard, gpu, output)
         else:
@@ -99,7 +99,7 @@ def _add_submissions(main, fail_cleanly):
     @fail_cleanly
     def list_verb(leaderboard, limit):
         """Your latest submissions, newest first, with their best ranked score."""
-        found = api.Client.from_config().user_submissions(leaderboard, limit)
+        found = connect().user_submissions(leaderboard, limit)
         click.echo(results.render_submission_list(found) if found else "no submissions found")
 
     @submissions.command("show")
@@ -108,7 +108,7 @@ def _add_submissions(main, fail_cleanly):
     @fail_cleanly
     def show(submission_id, code):
         """A submission's runs, per-case tables and scores."""
-        outcome = results.parse_submission(api.Client.from_config().submission(submission_id))
+        outcome = results.parse_submission(connect().submission(submission_id))
         click.echo(results.render_outcome(outcome))
         if code:
             click.echo("\n" + outcome.code)
@@ -120,7 +120,7 @@ def _add_submissions(main, fail_cleanly):
     @fail_cleanly
     def wait(submission_id, output, poll_interval):
         """Follow a submission to its end (after Ctrl-C or a lost connection), then log it."""
-        if not follow(api.Client.from_config(), submission_id, None, poll_interval, output):
+        if not follow(connect(), submission_id, None, poll_interval, output):
             sys.exit(1)
 
     @submissions.command("delete")
@@ -129,7 +129,7 @@ def _add_submissions(main, fail_cleanly):
     @fail_cleanly
     def delete(submission_id, force):
         """Delete one of your submissions (shown first; asks unless --force)."""
-        client = api.Client.from_config()
+        client = connect()
         outcome = results.parse_submission(client.submission(submission_id))
         click.echo(f"submission {submission_id}: {outcome.leaderboard}, {outcome.file_name}, "
                    f"{len(outcome.code.splitlines())} lines, job {outcome.job_status or 'done'}")
@@ -145,14 +145,14 @@ def _add_listings(main, fail_cleanly):
     @fail_cleanly
     def leaderboards():
         """The server's leaderboards with their access (closed boards need `join`), GPUs and deadlines."""
-        click.echo(results.render_leaderboards(api.Client.from_config(require_id=False).leaderboards()))
+        click.echo(results.render_leaderboards(connect(require_id=False).leaderboards()))
 
     @main.command("gpus")
     @click.argument("leaderboard")
     @fail_cleanly
     def gpus(leaderboard):
         """The GPUs LEADERBOARD runs on, one per line."""
-        for name in api.Client.from_config(require_id=False).gpus(leaderboard):
+        for name in connect(require_id=False).gpus(leaderboard):
             click.echo(name)
 
     @main.command("ranking")
@@ -162,7 +162,7 @@ def _add_listings(main, fail_cleanly):
     @fail_cleanly
     def ranking(leaderboard, gpu, limit):
         """The ranking on LEADERBOARD and GPU, with your rank and the gap to first place."""
-        client = api.Client.from_config(require_id=False)
+        client = connect(require_id=False)
         entries = client.ranking(leaderboard, gpu)
         me = my_user_id(client, leaderboard) if client.has_id else None
         click.echo(results.render_ranking(entries, me, limit))
@@ -176,7 +176,7 @@ def _add_listings(main, fail_cleanly):
     def fetch(submission_id, output, force):
         """Save a past submission's code (e.g. as the incumbent for `diff`)."""
         results.refuse_overwrite(submission_id, output, force)     # before asking the server anything
-        outcome = results.parse_submission(api.Client.from_config().submission(submission_id))
+        outcome = results.parse_submission(connect().submission(submission_id))
         if not outcome.code:
             raise PopkitError(f"the server sent no code for submission {submission_id}")
         path = output or results.code_path(submission_id, outcome.file_name)
@@ -187,6 +187,16 @@ def _add_listings(main, fail_cleanly):
 
 # -- the steps behind the verbs --------------------------------------------------------------
 
+def connect(require_id: bool = True) -> api.Client:
+    """A client for the configured server (the id optional for public listings); each retry prints a note."""
+    return api.Client.from_config(require_id, on_retry=note_retry)
+
+
+def note_retry(text: str) -> None:
+    """A GET that failed and will be sent again: said on stderr, so a stalled server is not silent for minutes."""
+    click.echo(f"note: {text}", err=True)
+
+
 def register_new_id(provider: str, reset: bool) -> None:
     """Ask the server for a new id and print its login URL; a working id is kept until --confirm."""
     base = api.api_url()
@@ -195,7 +205,7 @@ def register_new_id(provider: str, reset: bool) -> None:
                    f"the hosted server ({api.DEFAULT_API_URL}); on {base} the server's admin must mark it valid",
                    err=True)
     keep_current = working_id()
-    new_id = api.Client().auth_init(provider)
+    new_id = api.Client(on_retry=note_retry).auth_init(provider)
     path, backup = api.update_config({api.PENDING_KEY: new_id}) if keep_current else api.save_cli_id(new_id)
     if backup:
         click.echo(f"note: {path} could not be read as a config: the new one holds only the new id; the old one "
@@ -213,7 +223,7 @@ def register_new_id(provider: str, reset: bool) -> None:
 def working_id() -> bool:
     """Whether ~/.popcorn.yaml holds an id the server accepts."""
     try:
-        client = api.Client.from_config()
+        client = connect()
     except PopkitError:
         return False
     return client.id_is_valid()
@@ -225,7 +235,7 @@ def confirm_pending_id() -> str:
     pending = api.read_config(path).get(api.PENDING_KEY)
     if not pending:
         raise PopkitError(f"no new cli_id waits in {path}: run `popkit register discord` (or `github`) first")
-    if not api.Client(cli_id=str(pending)).id_is_valid():
+    if not api.Client(cli_id=str(pending), on_retry=note_retry).id_is_valid():
         raise PopkitError(f"{api.api_url()} does not accept the new cli_id yet: finish the login at the URL "
                           "`popkit register` printed; your current id stays in use")
     api.save_cli_id(str(pending), path)
@@ -324,13 +334,22 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
                    err=True)
         sys.exit(130)
     except PopkitError as exc:
+        if isinstance(exc, api.HTTPError) and exc.status == 401:     # mended by registering again
+            raise PopkitError(f"{exc}; then resume with `{resume}`") from None
         if not api.is_transient(exc):         # a 403 or 404 would only come again
             raise
         raise PopkitError(f"{exc}; resume with `{resume}`") from None
-    raw_path = results.save_raw(raw, f"{submission_id}.json")
-    outcome = results.parse_submission(data)
-    run_mode = run_mode or outcome.run_mode
-    if results.log_outcome(outcome, run_mode, raw_path) is None:
+    try:
+        raw_path = results.save_raw(raw, f"{submission_id}.json")
+        outcome = results.parse_submission(data)
+        run_mode = run_mode or outcome.run_mode
+        logged = results.log_outcome(outcome, run_mode, raw_path)
+    except OSError as exc:       # the result itself is safe on the server: say how to get it
+        where = f"{exc.filename}: " if exc.filename else ""
+        raise PopkitError(f"{where}{exc.strerror or exc}: the finished result could not be saved; it stays on the "
+                          f"server (`popkit submissions show {submission_id}` prints it, `{resume}` saves and logs "
+                          "it)") from None
+    if logged is None:
         click.echo(f"submission {submission_id} is already in the evidence log: not logged again", err=True)
     failures = outcome.failures(run_mode)
     verdict = "FAIL: " + "; ".join(failures) if failures else "PASS"
@@ -348,7 +367,11 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
         elapsed = results.number(status.get("elapsed_time")) or 0.0
         click.echo(f"[{elapsed:5.0f}s] {status.get('status')}", err=True)
 
-    raw = client.submit_profile(leaderboard, gpu, file, on_status=show_status)
+    try:
+        raw = client.submit_profile(leaderboard, gpu, file, on_status=show_status)
+    except KeyboardInterrupt:
+        raise Interrupted("interrupted: nothing was saved; once uploaded, the profile run goes on at the server, "
+                          "where it cannot be followed again") from None
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     result = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}",
                                   results.problem_of(leaderboard))
@@ -368,6 +391,7 @@ def my_user_id(client: api.Client, leaderboard: str) -> str | None:
 
 
 def emit(text: str, output: Path | None) -> None:
+    """Print TEXT, and write it to OUTPUT as UTF-8 (a server's text may hold any character, whatever the locale)."""
     click.echo(text)
     if output:
-        output.write_text(text + "\n")
+        write_atomic(output, text + "\n")

@@ -2,15 +2,17 @@
 
 Configuration follows the official popcorn CLI: the server comes from
 POPCORN_API_URL, the user's id (`cli_id`) from ~/.popcorn.yaml, and the id goes
-out as the X-Popcorn-Cli-Id header on every call. Every failure becomes one
-PopkitError line, and no message ever contains the id. Idempotent GETs retry
-with backoff; a submission POST is never retried.
+out as the X-Popcorn-Cli-Id header on every call to that server (never to another
+one a redirect names). Every failure becomes one PopkitError line, and no message
+ever contains the id. Idempotent GETs retry with backoff, or after the wait the
+server names; a submission POST is never retried.
 """
 from __future__ import annotations
 
 import base64
 import datetime as dt
 import email.utils
+import http.client
 import itertools
 import json
 import math
@@ -19,11 +21,11 @@ import re
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, Callable
-from urllib.parse import quote, urlencode
+from urllib.parse import quote, urlencode, urlsplit
 
 import requests
 import yaml
-from urllib3.exceptions import NewConnectionError
+from urllib3.exceptions import NewConnectionError, ReadTimeoutError
 
 from popcorn.client import sse
 from popcorn.errors import PopkitError
@@ -34,6 +36,9 @@ PENDING_KEY = "pending_cli_id"  # a new id kept beside the working one until it 
 MODES = ("test", "benchmark", "leaderboard", "profile")
 TERMINAL_JOB_STATES = ("succeeded", "failed", "timed_out", "hacked")
 RETRY_STATUSES = (502, 503, 504)
+MAX_RETRY_WAIT_S = 60  # a GET waits for the server at most this long (Retry-After, "try again in"), then gives up
+PROFILE_TIMEOUT_S = 120  # the profile upload's reply, and then each read of its event stream
+HIDDEN_ID = "<your cli_id>"  # in place of the id wherever a server's text repeats it
 REGISTER_HINT = "run `popkit register discord` (or `github`) and finish the login in the browser"
 
 # The official CLI's OAuth apps; both redirect to the hosted server, which marks the id valid.
@@ -89,17 +94,33 @@ def is_transient(exc: PopkitError) -> bool:
 
 
 def never_connected(exc: requests.RequestException) -> bool:
-    """Whether the request failed before a connection existed (refused, unknown host, connect timeout)."""
-    if isinstance(exc, requests.ConnectTimeout):
-        return True
-    inner = exc.args[0] if exc.args else None           # urllib3's MaxRetryError, holding the cause
-    return isinstance(getattr(inner, "reason", inner), NewConnectionError)
+    """Whether the request failed before it could be sent (refused, unknown host, connect timeout, a TLS
+    handshake that failed)."""
+    return isinstance(exc, (requests.ConnectTimeout, requests.exceptions.SSLError)) or any(
+        isinstance(cause, NewConnectionError) for cause in causes(exc))
+
+
+def causes(exc: BaseException):
+    """EXC and the errors it wraps, outermost first (requests and urllib3 keep them in args or `reason`)."""
+    for _ in range(8):              # a few levels deep at most; the bound only guards against a cycle
+        if exc is None:
+            return
+        yield exc
+        inner = getattr(exc, "reason", None)
+        exc = inner if isinstance(inner, BaseException) else next(
+            (arg for arg in exc.args if isinstance(arg, BaseException)), None)
 
 
 # -- configuration ---------------------------------------------------------------------------
 
 def api_url() -> str:
-    return (os.environ.get("POPCORN_API_URL") or DEFAULT_API_URL).rstrip("/")
+    """The server: POPCORN_API_URL, refused in one line unless it is an http(s) URL with a host."""
+    url = (os.environ.get("POPCORN_API_URL") or DEFAULT_API_URL).rstrip("/")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or any(char.isspace() for char in url):
+        raise PopkitError(f"POPCORN_API_URL is not an http(s) URL: {url!r} (it should look like "
+                          "https://host or http://127.0.0.1:8000)")
+    return url
 
 
 def config_path() -> Path:
@@ -208,21 +229,20 @@ def authorize_url(provider: str, cli_id: str, reset: bool = False) -> str:
 
 # -- error replies ---------------------------------------------------------------------------
 
-def error_detail(response: requests.Response) -> str:
-    """The server's explanation: `detail` (a string or a validation list), `message`, or the text."""
+def error_detail(response: requests.Response, cli_id: str | None = None) -> str:
+    """The server's explanation: `detail` (a string or a validation list), `message`, or the text; on one line,
+    with CLI_ID hidden (an error page may echo the request's headers)."""
     try:
         body = response.json()
     except ValueError:
         body = None
-    if isinstance(body, dict):
-        detail = body.get("detail", body.get("message"))
-        if isinstance(detail, list) and all(isinstance(item, dict) for item in detail):
-            detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
-        elif isinstance(detail, (dict, list)):
-            detail = json.dumps(detail)
-        if detail is not None:
-            return one_line(str(detail))
-    return one_line(response.text) or response.reason or "no details"
+    detail = body.get("detail", body.get("message")) if isinstance(body, dict) else None
+    if isinstance(detail, list) and all(isinstance(item, dict) for item in detail):
+        detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
+    elif isinstance(detail, (dict, list)):
+        detail = json.dumps(detail)
+    text = response.text if detail is None else str(detail)
+    return one_line(text.replace(cli_id, HIDDEN_ID) if cli_id else text) or response.reason or "no details"
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -239,10 +259,11 @@ def format_wait(seconds: int) -> str:
     return " ".join(p for p in parts if p)
 
 
-def error_message(response: requests.Response, has_id: bool = True) -> str:
-    """One line for an HTTP error reply, naming the status and what to do where it is clear."""
-    status, detail = response.status_code, error_detail(response)
-    if not has_id and (status == 401 or (status == 400 and ID_HEADER.lower() in detail.lower())):
+def error_message(response: requests.Response, cli_id: str | None) -> str:
+    """One line for an HTTP error reply to a request that carried CLI_ID (or none), naming the status and what to
+    do where it is clear; the id itself never shows."""
+    status, detail = response.status_code, error_detail(response, cli_id)
+    if not cli_id and (status == 401 or (status == 400 and ID_HEADER.lower() in detail.lower())):
         return f"this needs a cli_id and none is configured ({status}: {detail}): {REGISTER_HINT}"
     if status == 401:
         return f"the server does not accept your cli_id (401: {detail}): {REGISTER_HINT}"
@@ -251,12 +272,25 @@ def error_message(response: requests.Response, has_id: bool = True) -> str:
     if wrapped:
         return f"{label} (400, inner {wrapped[1]}): {wrapped[2]}"
     message = f"{label} ({status}): {detail}"
-    if status != 429:
-        return message
     wait_s = retry_after_s(response, detail)
-    if wait_s is None:     # KernelBot's limits count submissions over a rolling hour
+    if wait_s is not None:
+        return f"{message} (wait {format_wait(wait_s)})"
+    if status == 429:      # KernelBot's limits count submissions over a rolling hour
         return f"{message} (the server did not say how long to wait: its limits count the past hour, so wait up to 1 h)"
-    return f"{message} (wait {format_wait(wait_s)})"
+    return message
+
+
+def retry_wait_s(response: requests.Response) -> float | None:
+    """How long a GET waits before asking again after this error reply: the wait the server names (0 when it
+    names none); None when it does not ask again: not a gateway error (502-504) or a 429, a 429 that names no
+    wait, or a wait over MAX_RETRY_WAIT_S (the error line names it)."""
+    status = response.status_code
+    if status != 429 and status not in RETRY_STATUSES:
+        return None
+    wait_s = retry_after_s(response, error_detail(response))
+    if wait_s is None:
+        return None if status == 429 else 0.0
+    return wait_s if wait_s <= MAX_RETRY_WAIT_S else None
 
 
 def retry_after_s(response: requests.Response, detail: str) -> int | None:
@@ -281,6 +315,24 @@ def network_reason(exc: requests.RequestException) -> str:
     """'Connection refused' rather than urllib3's nested repr."""
     found = ERRNO.search(str(exc))
     return found[1].strip() if found else type(exc).__name__
+
+
+def timed_out(exc: requests.RequestException) -> bool:
+    """A timeout, before the reply began or in the middle of its body (which requests raises as a
+    ConnectionError)."""
+    return isinstance(exc, requests.Timeout) or any(isinstance(cause, ReadTimeoutError) for cause in causes(exc))
+
+
+def break_reason(exc: requests.RequestException) -> str:
+    """How a connection that was made broke: reset, closed before a reply, or a reply cut short."""
+    for cause in causes(exc):
+        if isinstance(cause, http.client.RemoteDisconnected):   # a ConnectionResetError too: asked first
+            return "the server closed the connection without a reply"
+        if isinstance(cause, ConnectionResetError):
+            return "the connection was reset"
+        if isinstance(cause, http.client.IncompleteRead):
+            return "the reply was cut off before its end"
+    return network_reason(exc)
 
 
 def decode_json(response: requests.Response, what: str, expect: type = object) -> Any:
@@ -351,18 +403,32 @@ def is_finished(submission: dict) -> bool:
 
 # -- the client ------------------------------------------------------------------------------
 
+class Session(requests.Session):
+    """requests drops only an Authorization header on a redirect to another server, so the id would go along:
+    such a redirect is refused instead, in one line."""
+
+    def rebuild_auth(self, prepared_request, response):
+        if ID_HEADER in prepared_request.headers and self.should_strip_auth(response.request.url, prepared_request.url):
+            target = urlsplit(prepared_request.url)
+            raise PopkitError(f"{response.request.method} {urlsplit(response.request.url).path} was redirected to "
+                              f"another server ({target.scheme}://{target.netloc}): not followed, so that your cli_id "
+                              "is not sent there; if you trust that server, set POPCORN_API_URL to it")
+        super().rebuild_auth(prepared_request, response)
+
+
 class Client:
     """Calls on one server as one user; per-call timeouts follow the official CLI."""
 
-    def __init__(self, base_url: str | None = None, cli_id: str | None = None, *,
-                 retries: int = 3, backoff_s: float = 1.0, timeout_s: float | None = None):
+    def __init__(self, base_url: str | None = None, cli_id: str | None = None, *, retries: int = 3,
+                 backoff_s: float = 1.0, timeout_s: float | None = None, on_retry: Callable[[str], None] | None = None):
         self.base_url = (base_url or api_url()).rstrip("/")
-        self.session = requests.Session()
+        self.session = Session()
         if cli_id:
             self.session.headers[ID_HEADER] = cli_id
         self.retries = retries
         self.backoff_s = backoff_s
         self.timeout_s = timeout_s  # overrides every per-call timeout when set
+        self.on_retry = on_retry    # told each failure that a GET retries after, and the pause
 
     @classmethod
     def from_config(cls, require_id: bool = True, **kwargs) -> "Client":
@@ -382,28 +448,38 @@ class Client:
 
     def _send(self, method: str, path: str, *, timeout: float, retry: bool = False,
               **kwargs) -> requests.Response:
-        """One request (GETs: several, with backoff); an error reply raises PopkitError."""
+        """One request (GETs: several, after the backoff or the wait the server names); an error reply raises
+        PopkitError."""
         timeout = self.timeout_s or timeout
         attempts = 1 + (self.retries if retry else 0)
+        server_wait_s = 0.0
         for attempt in range(attempts):
             if attempt:
-                sleep(self.backoff_s * 2 ** (attempt - 1))
+                pause_s = max(self.backoff_s * 2 ** (attempt - 1), server_wait_s)
+                if self.on_retry:
+                    self.on_retry(f"{failure}; asking again in {pause_s:g} s ({attempt} of {self.retries})")
+                sleep(pause_s)
             try:
                 response = self.session.request(method, self.base_url + path, timeout=timeout, **kwargs)
-            except requests.Timeout as exc:
-                failure = NetworkError(f"no reply from {self.base_url} within {timeout:g} s ({method} {path})",
-                                       sent=not never_connected(exc))
-                continue
             except requests.RequestException as exc:
-                failure = NetworkError(f"cannot reach {self.base_url} ({method} {path}): {network_reason(exc)}",
-                                       sent=not never_connected(exc))
+                failure, server_wait_s = self._network_error(exc, f"{method} {path}", timeout), 0.0
                 continue
             if response.ok:
                 return response
-            failure = HTTPError(error_message(response, self.has_id), response.status_code)
-            if response.status_code not in RETRY_STATUSES:
+            failure = HTTPError(error_message(response, self.session.headers.get(ID_HEADER)), response.status_code)
+            server_wait_s = retry_wait_s(response)
+            if server_wait_s is None:
                 break
         raise failure
+
+    def _network_error(self, exc: requests.RequestException, request: str, timeout: float) -> NetworkError:
+        """No connection, no reply in time, or a connection that broke: which one, in words."""
+        sent = not never_connected(exc)
+        if timed_out(exc):
+            return NetworkError(f"no reply from {self.base_url} within {timeout:g} s ({request})", sent=sent)
+        if not sent:
+            return NetworkError(f"cannot reach {self.base_url} ({request}): {network_reason(exc)}", sent=False)
+        return NetworkError(f"the connection to {self.base_url} broke off ({request}): {break_reason(exc)}")
 
     def _get(self, path: str, timeout: float, expect: type = object, **params) -> Any:
         response = self._send("GET", path, timeout=timeout, retry=True, params=params or None)
@@ -511,7 +587,8 @@ class Client:
         """Profile over the event stream; the raw JSON text of its `result` event."""
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         try:
-            response = self._send("POST", url_path, timeout=120, stream=True, files=self._file_part(path))
+            response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True,
+                                  files=self._file_part(path))
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
@@ -534,8 +611,8 @@ class Client:
                     if event.name == "status" and on_status:
                         on_status(loads_or_text(event.data))
             except requests.RequestException as exc:
-                raise NetworkError(f"the event stream from {self.base_url} broke off: "
-                                   f"{network_reason(exc)}") from None
+                why = f"no data for {self.timeout_s or PROFILE_TIMEOUT_S:g} s" if timed_out(exc) else break_reason(exc)
+                raise NetworkError(f"the event stream from {self.base_url} broke off: {why}") from None
         raise PopkitError("the event stream ended without a result")
 
     @staticmethod

@@ -72,8 +72,10 @@ def case_count(result: dict, kind: str) -> int:
 
 
 def case_lines(result: dict, kind: str, i: int) -> dict:
-    """The lines of case i (keys without the 'kind.i.' prefix)."""
-    return {key: result.get(f"{kind}.{i}.{key}") for key in CASE_KEYS}
+    """The lines of case i (keys without the 'kind.i.' prefix), as the strings eval.py wrote (a value of another
+    JSON kind is read as its text)."""
+    values = {key: result.get(f"{kind}.{i}.{key}") for key in CASE_KEYS}
+    return {key: None if value is None else str(value) for key, value in values.items()}
 
 
 def reported(lines: dict) -> bool:
@@ -169,7 +171,7 @@ class Outcome:
     file_name: str
     code: str
     job_status: str | None
-    job_error: str | None
+    job_error: str | None      # one line, cut at 300 characters (the raw reply saved by submit and wait has it all)
     runs: list[Run]
 
     @property
@@ -229,7 +231,7 @@ def parse_submission(data: dict) -> Outcome:
     job = data.get("job") or {}
     return Outcome(submission_id=data.get("id"), leaderboard=leaderboard,
                    file_name=str(data.get("file_name") or "?"), code=str(data.get("code") or ""),
-                   job_status=job.get("status"), job_error=job.get("error"), runs=runs)
+                   job_status=job.get("status"), job_error=_clip(job.get("error"), 300), runs=runs)
 
 
 def format_score(score_s: float | None) -> str:
@@ -478,8 +480,8 @@ def _save_profile_run(name: str, entry: dict, directory: Path, problem: Problem 
     stopped = None if passed else stop_reason(result, problem)
     cases = parse_cases(result, "benchmark", problem, unreported_status=result.get("check"),
                         reported_only=bool(stopped))
-    reports = [decode_report(result[key]) for key in (f"benchmark.{i}.report" for i in
-                                                      range(case_count(result, "benchmark"))) if key in result]
+    reports = [decode_report(str(result[key])) for key in (f"benchmark.{i}.report" for i in
+                                                           range(case_count(result, "benchmark"))) if key in result]
     files = []
     if reports:
         files.append(write_atomic(directory / f"{name}_report.txt", "\n\n".join(reports).encode()))
