@@ -507,3 +507,12 @@ def test_two_level_model_rejects_an_outer_panel_that_is_not_a_multiple_of_the_bl
     with pytest.raises(ValueError, match="multiple of nb"):
         blocked_two_level_model(spd("dense", 8, 1), 32, 48)
 
+
+
+def test_a_launch_plan_calls_its_entry_with_fresh_output_and_keeps_its_workspace():
+    calls, work = [], torch.zeros(5)
+    run = route.launch_plan(lambda *args: calls.append(args), work.data_ptr(), 3, 4, keep=(work,))
+    A = torch.ones(2, 3, 3)
+    L = run(A)
+    assert L.shape == A.shape and L.data_ptr() != A.data_ptr()
+    assert calls == [(A.data_ptr(), L.data_ptr(), work.data_ptr(), 3, 4)] and run.keep == (work,)

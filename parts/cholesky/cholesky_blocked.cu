@@ -134,9 +134,9 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when nb < outer < n);
 // otherwise lookahead: take blocked_lookahead where it applies. portable: use cholesky_product_mma.cu
 // even on a wgmma GPU (to check and time the other GPUs' path). n * n < 2^31 (the products' 32-bit row
-// offsets). Step 0 reads A and writes L, later steps work in L, so A is never
-// copied; the diagonal kernel writes zeros above its block's diagonal and the panel zeroes its mirror,
-// which together cover L's upper triangle.
+// offsets). Step 0 reads A and writes L, later steps work in L, so A is never copied; the diagonal
+// kernel writes zeros above its block's diagonal and the panel zeroes its mirror, which together cover
+// L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, int batch, int n, int nb, int tdim, int ts,
                                    int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||

@@ -124,40 +124,35 @@ def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bo
 Run = Callable[[torch.Tensor], torch.Tensor]   # a plan: the contiguous batch in, L out
 
 
-def small_plan(b: int, n: int) -> Run:
-    """cholesky_small.cu, one warp per matrix."""
-    entry, warps = CUDA.function("cholesky_small", "ppiii"), SMALL_WARPS_PER_CTA
-
+def launch_plan(entry, *args, keep: tuple = ()) -> Run:
+    """A plan that calls entry(A, L, *args) into a fresh L; keep: the tensors args point into (alive with the
+    plan)."""
     def run(A: torch.Tensor) -> torch.Tensor:
         L = torch.empty_like(A)
-        entry(A.data_ptr(), L.data_ptr(), b, n, warps)
+        entry(A.data_ptr(), L.data_ptr(), *args)
         return L
+    run.keep = keep
     return run
+
+
+def small_plan(b: int, n: int) -> Run:
+    """cholesky_small.cu, one warp per matrix."""
+    return launch_plan(CUDA.function("cholesky_small", "ppiii"), b, n, SMALL_WARPS_PER_CTA)
 
 
 def tiled_plan(b: int, n: int) -> Run:
     """cholesky_tiled.cu on whole matrices, one CTA per matrix."""
-    entry, (tdim, ts) = CUDA.function("cholesky_tiled", "ppppiiiiii"), by_n(TILED_SHAPE, n)
-
-    def run(A: torch.Tensor) -> torch.Tensor:
-        L = torch.empty_like(A)
-        entry(A.data_ptr(), L.data_ptr(), NULL, NULL, b, n, n, n * n, tdim, ts)
-        return L
-    return run
+    return launch_plan(CUDA.function("cholesky_tiled", "ppppiiiiii"), NULL, NULL, b, n, n, n * n,
+                       *by_n(TILED_SHAPE, n))
 
 
 def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
-    """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model). Its
-    workspace (the diagonal blocks' inverses, then max_i a_ii) is the plan's, allocated once."""
-    entry = CUDA.function("cholesky_blocked", "pppiiiiiiii")
+    """cholesky_blocked.cu: the whole blocked factorization in one call (model.blocked_tf32x3_model), into an
+    L it writes whole (the factor and zeros above it). Its workspace (the diagonal blocks' inverses, then
+    max_i a_ii) is the plan's, allocated once."""
     work = torch.empty(b * nb * nb + b, dtype=torch.float32, device=device)
-    settings = (b, n, nb, *diag_shape(nb), by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"))
-
-    def run(A: torch.Tensor) -> torch.Tensor:
-        L = torch.empty_like(A)                 # written whole: the factor and zeros above it
-        entry(A.data_ptr(), L.data_ptr(), work.data_ptr(), *settings)
-        return L
-    return run
+    return launch_plan(CUDA.function("cholesky_blocked", "pppiiiiiiii"), work.data_ptr(), b, n, nb, *diag_shape(nb),
+                       by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n), int(PRODUCTS == "portable"), keep=(work,))
 
 
 def plan(data: torch.Tensor) -> Run:
