@@ -28,7 +28,8 @@ POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, cons
                                  int ld, int stride, int tdim, int ts);
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
-POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch);
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, tf32x3::PanelCopy panel,
+                                          int batch);
 
 namespace {
 
@@ -60,9 +61,13 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
 // multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
-// first tile factors that tile, the next diagonal block, while the others update the rest. Same
-// arguments, result and order of operations as cholesky_blocked (model.blocked_tf32x3_model).
-int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb) {
+// first tile factors that tile, the next diagonal block, while the others update the rest. The panel is
+// written out of place, into `panel` ((n - nb) x nb floats per matrix), and the update's diagonal-tile
+// CTAs copy it into L: no CTA then reads what another writes, so the panel's tiles may be shared by
+// several CTAs (split_panel: tf32x3::kPanelSplit). Same arguments, result and order of operations as
+// cholesky_blocked (model.blocked_tf32x3_model).
+int blocked_lookahead(const float* A, float* L, float* xinv, float* panel, const float* diag_max, int batch, int n,
+                      int nb, bool split_panel) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
     int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
@@ -72,13 +77,16 @@ int blocked_lookahead(const float* A, float* L, float* xinv, const float* diag_m
         float* block = L + (size_t)k0 * n + k0;
         const float* a21 = src + (size_t)nb * n;
         float* l21 = block + (size_t)nb * n;
-        err = tf32x3_product_wgmma(panel_of(a21, l21, block + nb, xinv, n, stride, m, nb), batch, tf32x3::kPanel);
+        const long long panel_stride = (long long)(n - nb) * nb;
+        const tf32x3::Product out_of_place = {a21, n, stride, xinv, nb, (long long)nb * nb, a21, panel, nb,
+                                              panel_stride, nullptr, m, nb, nb};
+        err = tf32x3_product_wgmma(out_of_place, batch, split_panel ? tf32x3::kPanelSplit : tf32x3::kPanel);
         if (err) break;
         // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
-        const tf32x3::Product trailing = {l21, n, stride, l21, n, stride, a21 + nb, l21 + nb, n, stride,
-                                          nullptr, m, m, nb};
+        const tf32x3::Product trailing = {panel, nb, panel_stride, panel, nb, panel_stride, a21 + nb, l21 + nb, n,
+                                          stride, nullptr, m, m, nb};
         const tiled::DiagBlock diag = {l21 + nb, l21 + nb, xinv, diag_max, w2, n, stride};
-        err = cholesky_lookahead_step(trailing, diag, batch);
+        err = cholesky_lookahead_step(trailing, diag, {l21, block + nb, n, stride}, batch);
     }
     return err;
 }
@@ -130,15 +138,18 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // and zeros above the diagonal). work: batch x (nb x nb + 1) floats of workspace: the diagonal blocks'
 // inverses, then max_i a_ii of each matrix, which the driver's first kernel writes (the pivot floor;
 // torch's own reduction before the call cost ~10 us of host time, as much as a small step's kernel).
+// panel: NULL, or batch x (n - nb) x nb floats where the look-ahead writes each panel out of place.
 // (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >= nb). nb: a multiple of 32,
 // at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when nb < outer < n);
-// otherwise lookahead: take blocked_lookahead where it applies. portable: use cholesky_product_mma.cu
-// even on a wgmma GPU (to check and time the other GPUs' path). n * n < 2^31 (the products' 32-bit row
-// offsets). Step 0 reads A and writes L, later steps work in L, so A is never copied; the diagonal
-// kernel writes zeros above its block's diagonal and the panel zeroes its mirror, which together cover
-// L's upper triangle.
-POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, int batch, int n, int nb, int tdim, int ts,
-                                   int lookahead, int outer, int portable) {
+// otherwise lookahead: take blocked_lookahead where it applies (nb = 128 and a panel buffer).
+// portable: use cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path).
+// split_panel: the look-ahead's panels as tf32x3::kPanelSplit (four CTAs per 128 x 128 tile: for small
+// batches, whose panels leave most SMs idle). n * n < 2^31 (the products' 32-bit row offsets). Step 0
+// reads A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros
+// above its block's diagonal and each panel's mirror gets zeros (from the panel kernel, or in the
+// look-ahead from the CTAs that copy the panel), which together cover L's upper triangle.
+POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, float* panel, int batch, int n, int nb,
+                                   int tdim, int ts, int lookahead, int outer, int portable, int split_panel) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L || !work)
         return (int)cudaErrorInvalidValue;
@@ -150,8 +161,8 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, int ba
     const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
         return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
-    if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0)   // the look-ahead kernel's aligned rows
-        return blocked_lookahead(A, L, xinv, diag_max, batch, n, nb);
+    if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0 && nb == tf32x3::kTile && panel)
+        return blocked_lookahead(A, L, xinv, panel, diag_max, batch, n, nb, split_panel);   // aligned rows
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;

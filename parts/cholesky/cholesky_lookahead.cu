@@ -88,14 +88,13 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
     }
 }
 
-// The product role: lower tile number x of C = C_in - P Q^T for matrix blockIdx.y.
+// The product role: lower tile (ti, tj) of C = C_in - P Q^T for matrix blockIdx.y. P's rows stay staged
+// in smem (raw rows of kRawLd floats) afterwards.
 template <int VEC>
-__device__ __forceinline__ void update_tile(const tf32x3::Product& op, int x, float* smem) {
+__device__ __forceinline__ void update_tile(const tf32x3::Product& op, int ti, int tj, float* smem) {
     float* raw_p = smem;
     float* raw_q = raw_p + kRawWords;
     float* planes = raw_q + kRawWords;
-    int ti, tj;
-    tf32x3::tile_of_block<true>(x, op.ncols, ti, tj);
     const int row0 = ti * kTile, col0 = tj * kTile;
     const float* p = op.p + blockIdx.y * op.sp;
     const float* q = op.q + blockIdx.y * op.sq;
@@ -143,12 +142,32 @@ __device__ __forceinline__ void update_tile(const tf32x3::Product& op, int x, fl
 }
 #endif
 
+// Rows [row0, row0 + rows) of the panel, staged in raw (K columns), into L's panel (ld floats apart) and
+// zeros into their mirror above the diagonal block.
+__device__ __forceinline__ void copy_panel_rows(const float* raw, const tf32x3::PanelCopy& panel, int row0, int rows, int K) {
+    const size_t b = blockIdx.y;
+    float* dst = panel.dst + b * panel.stride;
+    const int quads = K / 4;
+    for (int idx = threadIdx.x; idx < rows * quads; idx += kLaThreads) {
+        const int r = idx / quads, c = 4 * (idx % quads);
+        *reinterpret_cast<float4*>(dst + (size_t)(row0 + r) * panel.ld + c) =
+            *reinterpret_cast<const float4*>(raw + r * kRawLd + c);
+    }
+    tf32x3::zero_mirror<4, kLaThreads>(panel.mirror + b * panel.stride, panel.ld, row0, row0 + rows, K);
+}
+
 template <int VEC>
 __global__ void __launch_bounds__(kLaThreads, 1)
-lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
+lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag, const tf32x3::PanelCopy panel) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ float4 smem4[];
-    update_tile<VEC>(op, blockIdx.x, reinterpret_cast<float*>(smem4));
+    int ti, tj;
+    tf32x3::tile_of_block<true>(blockIdx.x, op.ncols, ti, tj);
+    update_tile<VEC>(op, ti, tj, reinterpret_cast<float*>(smem4));
+    if (ti == tj) {                                      // the diagonal tiles' CTAs write the panel into L
+        const int row0 = ti * kTile, rows = min(kTile, op.m - row0);
+        copy_panel_rows(reinterpret_cast<const float*>(smem4), panel, row0, rows, op.K);
+    }
     if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
         __syncthreads();                                 // its update is written (and visible to this CTA)
         const size_t b = blockIdx.y;
@@ -163,12 +182,12 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag) {
 }
 
 template <int VEC>
-int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, int batch) {
+int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, const tf32x3::PanelCopy& panel, int batch) {
     static int granted = 0;
     const cudaError_t err = popkit::allow_dynamic_smem(lookahead_kernel<VEC>, kLaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    lookahead_kernel<VEC><<<dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch), kLaThreads, kLaSmemBytes>>>(op,
-                                                                                                     diag);
+    lookahead_kernel<VEC><<<dim3(tf32x3::tiles_of<true>(op.m, op.ncols), batch), kLaThreads, kLaSmemBytes>>>(
+        op, diag, panel);
     return (int)cudaGetLastError();
 }
 
@@ -181,10 +200,11 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, in
 // the last block, where nothing reads it: one instantiation of the diagonal role keeps the compile short).
 // Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
 // traps).
-POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, int batch) {
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, tf32x3::PanelCopy panel, int batch) {
     if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < kTile ? op.m : kTile) ||
         diag.src != op.c || diag.dst != op.c || !diag.xinv || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
-        op.K % kChunk != 0)
+        op.K % kChunk != 0 || !panel.dst || !panel.mirror || !tf32x3::aligned16(panel.dst) || panel.ld % 4 ||
+        panel.stride % 4)
         return (int)cudaErrorInvalidValue;
-    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, batch) : (int)cudaErrorInvalidValue;
+    return tf32x3::rows_aligned16(op) ? launch_lookahead<4>(op, diag, panel, batch) : (int)cudaErrorInvalidValue;
 }

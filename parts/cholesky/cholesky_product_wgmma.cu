@@ -42,7 +42,9 @@ constexpr int kWgSmemBytes = 2 * kStageWords * (int)sizeof(float);   // double-b
 
 // The device code exists only in the sm_90a pass (wgmma); elsewhere the kernel body is a trap.
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-constexpr int kQLoads = kTile * kChunk / 4 / kWgThreads;     // 16-byte loads of Q per thread and chunk
+// 16-byte loads of Q per thread and chunk, for NC rows of Q (columns of C) per CTA
+template <int NC>
+constexpr int kQLoads = NC * kChunk / 4 / kWgThreads;
 
 // 4 consecutive floats of a row (16-byte aligned when VEC == 4), zeros for a row past the matrix.
 template <int VEC>
@@ -52,14 +54,15 @@ __device__ __forceinline__ float4 load4(const float* src, bool valid) {
     else return make_float4(src[0], src[1], src[2], src[3]);
 }
 
-// Split Q's chunk (this thread's 4 loads) into the hi and lo planes of one stage.
-__device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[kQLoads]) {
+// Split Q's chunk (this thread's loads) into the hi and lo planes of one stage (its first NC rows).
+template <int NC>
+__device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[kQLoads<NC>]) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     unsigned* hi = reinterpret_cast<unsigned*>(stage);
     unsigned* lo = hi + kPlaneWords;
 #pragma unroll
-    for (int i = 0; i < kQLoads; ++i) {
-        const int combo = warp * kQLoads + i, group = combo >> 1, half = combo & 1;   // 8 rows, 4 of 8 quads
+    for (int i = 0; i < kQLoads<NC>; ++i) {
+        const int combo = warp * kQLoads<NC> + i, group = combo >> 1, half = combo & 1;   // 8 rows, 4 of 8 quads
         const int base = half * (4 * kTile) + group * 32 + lane;
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
@@ -71,10 +74,10 @@ __device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[kQ
     }
 }
 
-// This thread's loads of one chunk: ra (its A fragments of P) and rb (its share of Q's chunk).
-template <int VEC>
-__device__ __forceinline__ void load_chunk(float4 (&ra)[4], float4 (&rb)[kQLoads], const float* p, int ldp, int arow,
-                                           int m, const float* q, int ldq, int col0, int ncols, int k) {
+// This thread's loads of one chunk: ra (its A fragments of P) and rb (its share of Q's chunk, NC rows).
+template <int VEC, int NC>
+__device__ __forceinline__ void load_chunk(float4 (&ra)[4], float4 (&rb)[kQLoads<NC>], const float* p, int ldp,
+                                           int arow, int m, const float* q, int ldq, int col0, int ncols, int k) {
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, t = lane & 3;
 #pragma unroll
     for (int e = 0; e < 4; ++e) {                       // a0..a3: rows g, g + 8; quads t, t + 4
@@ -82,8 +85,8 @@ __device__ __forceinline__ void load_chunk(float4 (&ra)[4], float4 (&rb)[kQLoads
         ra[e] = load4<VEC>(p + (r < m ? r * ldp + col : 0), r < m);     // 32-bit offsets: n^2 < 2^31
     }
 #pragma unroll
-    for (int i = 0; i < kQLoads; ++i) {
-        const int combo = warp * kQLoads + i, group = combo >> 1, half = combo & 1;
+    for (int i = 0; i < kQLoads<NC>; ++i) {
+        const int combo = warp * kQLoads<NC> + i, group = combo >> 1, half = combo & 1;
         const int r = col0 + group * 8 + (lane >> 2), col = k + 4 * (half * 4 + t);
         rb[i] = load4<VEC>(q + (r < ncols ? r * ldq + col : 0), r < ncols);
     }
@@ -98,7 +101,7 @@ __device__ __forceinline__ void split_fragments(const float4 (&ra)[4], unsigned 
 }
 #endif
 
-template <int VEC, bool SUBTRACT, bool LOWER>
+template <int VEC, bool SUBTRACT, bool LOWER, int NC>
 __global__ void __launch_bounds__(kWgThreads, 3)
 tf32x3_wgmma_kernel(const tf32x3::Product op) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -107,24 +110,25 @@ tf32x3_wgmma_kernel(const tf32x3::Product op) {
     int ti, tj;
     const int m = op.m, ncols = op.ncols, ldp = op.ldp, ldq = op.ldq;
     tf32x3::tile_of_block<LOWER>(blockIdx.x, ncols, ti, tj);
-    const int row0 = ti * kTile + kWgRows * blockIdx.z, col0 = tj * kTile;
-    if (row0 >= m) return;                               // the lower half of the last row of tiles
+    const int part = blockIdx.z / (kTile / kWgRows);     // which NC columns of the tile
+    const int row0 = ti * kTile + kWgRows * (blockIdx.z % (kTile / kWgRows)), col0 = tj * kTile + NC * part;
+    if (row0 >= m || col0 >= ncols) return;              // the lower half of the last row of tiles, or past C
     const float* p = op.p + blockIdx.y * op.sp;
     const float* q = op.q + blockIdx.y * op.sq;
     const int warp = threadIdx.x >> 5, arow = row0 + 16 * warp + ((threadIdx.x & 31) >> 2);
 
-    float acc[1][16][4] = {};
-    float4 ra[4], rb[kQLoads];
+    float acc[1][NC / 8][4] = {};
+    float4 ra[4], rb[kQLoads<NC>];
     unsigned ah[4][4], al[4][4];
     const int chunks = op.K / kChunk;
-    load_chunk<VEC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, 0);
-    store_planes(smem, rb);
+    load_chunk<VEC, NC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, 0);
+    store_planes<NC>(smem, rb);
     split_fragments(ra, ah, al);
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     __syncthreads();
     for (int kc = 0; kc < chunks; ++kc) {
         const bool more = kc + 1 < chunks;
-        if (more) load_chunk<VEC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, (kc + 1) * kChunk);
+        if (more) load_chunk<VEC, NC>(ra, rb, p, ldp, arow, m, q, ldq, col0, ncols, (kc + 1) * kChunk);
         const float* stage = smem + (kc & 1) * kStageWords;
         pin(acc[0]);
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -138,7 +142,7 @@ tf32x3_wgmma_kernel(const tf32x3::Product op) {
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         if (more) {                                      // the next planes fill while the tensor cores run
-            store_planes(smem + ((kc + 1) & 1) * kStageWords, rb);
+            store_planes<NC>(smem + ((kc + 1) & 1) * kStageWords, rb);
             asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         }
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
@@ -151,21 +155,21 @@ tf32x3_wgmma_kernel(const tf32x3::Product op) {
     const long long batch_offset = blockIdx.y * op.sc;
     tf32x3::store_fragments<VEC, SUBTRACT, LOWER>(acc, op.c_in + batch_offset, op.c + batch_offset, op.ldc,
                                                   row0 + 16 * warp, col0, m, ncols);
-    if (!SUBTRACT && op.mirror)
+    if (!SUBTRACT && op.mirror && part == 0)
         tf32x3::zero_mirror<VEC, kWgThreads>(op.mirror + batch_offset, op.ldc, row0, min(row0 + kWgRows, m), ncols);
 #else
     __trap();                                            // launched only where the build targets sm_90a
 #endif
 }
 
-template <int VEC, bool SUBTRACT, bool LOWER>
+template <int VEC, bool SUBTRACT, bool LOWER, int NC = kTile>
 int launch_wgmma(const tf32x3::Product& op, int batch) {
     static int granted = 0;
     const cudaError_t err =
-        popkit::allow_dynamic_smem(tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>, kWgSmemBytes, granted);
+        popkit::allow_dynamic_smem(tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER, NC>, kWgSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
-    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER>
-        <<<dim3(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch, kTile / kWgRows), kWgThreads, kWgSmemBytes>>>(op);
+    const dim3 grid(tf32x3::tiles_of<LOWER>(op.m, op.ncols), batch, (kTile / kWgRows) * (kTile / NC));
+    tf32x3_wgmma_kernel<VEC, SUBTRACT, LOWER, NC><<<grid, kWgThreads, kWgSmemBytes>>>(op);
     return (int)cudaGetLastError();
 }
 
@@ -178,6 +182,8 @@ POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode) 
     const bool vec = tf32x3::rows_aligned16(op);
     if (mode == tf32x3::kPanel)
         return vec ? launch_wgmma<4, false, false>(op, batch) : launch_wgmma<1, false, false>(op, batch);
+    if (mode == tf32x3::kPanelSplit)                     // the look-ahead's aligned panels only
+        return vec ? launch_wgmma<4, false, false, kTile / 2>(op, batch) : (int)cudaErrorInvalidValue;
     if (mode == tf32x3::kColumn)
         return vec ? launch_wgmma<4, true, false>(op, batch) : launch_wgmma<1, true, false>(op, batch);
     return vec ? launch_wgmma<4, true, true>(op, batch) : launch_wgmma<1, true, true>(op, batch);

@@ -27,6 +27,13 @@ struct Product {
     int m, ncols, K;
 };
 
+// Where the look-ahead copies a panel that was computed out of place (cholesky_blocked.cu): L's panel rows
+// at dst, their mirror above the diagonal block at mirror, ld floats apart, batch stride `stride`.
+struct PanelCopy {
+    float* dst; float* mirror;
+    int ld; long long stride;
+};
+
 // x = hi + lo: hi = x rounded to TF32 (10 mantissa bits, ties away from zero) by integer ops, lo = x - hi
 // exact in fp32; the tensor core reads lo's top 19 bits (truncation). Two integer ops and a subtract
 // instead of two cvt.rna.tf32 conversions per element (model.tf32_round, model.tf32_truncate).
@@ -166,8 +173,10 @@ __device__ __forceinline__ void zero_mirror(float* mirror, int ldc, int row0, in
 }
 
 // The products the blocked driver runs (struct Product): the panel, the trailing update, and (for the
-// look-ahead) one block column of the trailing update, C = C_in - P Q^T over every tile.
-enum Mode { kPanel = 0, kTrailing = 1, kColumn = 2 };
+// look-ahead) one block column of the trailing update, C = C_in - P Q^T over every tile; kPanelSplit is
+// the panel with each 128 x 128 tile of C shared by four CTAs instead of two (wgmma only: more CTAs
+// where a batch-1 panel leaves most SMs idle).
+enum Mode { kPanel = 0, kTrailing = 1, kColumn = 2, kPanelSplit = 3 };
 
 inline bool aligned16(const void* ptr) { return ((size_t)ptr & 15) == 0; }
 
