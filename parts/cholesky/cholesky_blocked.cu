@@ -63,11 +63,12 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
 // first tile factors that tile, the next diagonal block, while the others update the rest. The panel is
 // written out of place, into `panel` ((n - nb) x nb floats per matrix), and the update's diagonal-tile
-// CTAs copy it into L: no CTA then reads what another writes, so the panel's tiles may be shared by
-// several CTAs (split_panel: tf32x3::kPanelSplit). Same arguments, result and order of operations as
-// cholesky_blocked (model.blocked_tf32x3_model).
+// CTAs copy it into L: no CTA then reads what another writes, so each panel tile is shared by four CTAs
+// (tf32x3::kPanelSplit: H200 sweep at 339906f, us, split / two CTAs per tile: 1x4096 2001 / 2057, 8x2048
+// 1327 / 1343, 1x8192 5761 / 5894). Same arguments, result and order of operations as cholesky_blocked
+// (model.blocked_tf32x3_model).
 int blocked_lookahead(const float* A, float* L, float* xinv, float* panel, const float* diag_max, int batch, int n,
-                      int nb, bool split_panel) {
+                      int nb) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
     int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
@@ -80,7 +81,7 @@ int blocked_lookahead(const float* A, float* L, float* xinv, float* panel, const
         const long long panel_stride = (long long)(n - nb) * nb;
         const tf32x3::Product out_of_place = {a21, n, stride, xinv, nb, (long long)nb * nb, a21, panel, nb,
                                               panel_stride, nullptr, m, nb, nb};
-        err = tf32x3_product_wgmma(out_of_place, batch, split_panel ? tf32x3::kPanelSplit : tf32x3::kPanel);
+        err = tf32x3_product_wgmma(out_of_place, batch, tf32x3::kPanelSplit);
         if (err) break;
         // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
         const tf32x3::Product trailing = {panel, nb, panel_stride, panel, nb, panel_stride, a21 + nb, l21 + nb, n,
@@ -143,13 +144,12 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when nb < outer < n);
 // otherwise lookahead: take blocked_lookahead where it applies (nb = 128 and a panel buffer).
 // portable: use cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path).
-// split_panel: the look-ahead's panels as tf32x3::kPanelSplit (four CTAs per 128 x 128 tile: for small
-// batches, whose panels leave most SMs idle). n * n < 2^31 (the products' 32-bit row offsets). Step 0
-// reads A and writes L, later steps work in L, so A is never copied; the diagonal kernel writes zeros
-// above its block's diagonal and each panel's mirror gets zeros (from the panel kernel, or in the
-// look-ahead from the CTAs that copy the panel), which together cover L's upper triangle.
+// n * n < 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L,
+// so A is never copied; the diagonal kernel writes zeros above its block's diagonal and each panel's
+// mirror gets zeros (from the panel kernel, or in the look-ahead from the CTAs that copy the panel),
+// which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, float* panel, int batch, int n, int nb,
-                                   int tdim, int ts, int lookahead, int outer, int portable, int split_panel) {
+                                   int tdim, int ts, int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L || !work)
         return (int)cudaErrorInvalidValue;
@@ -162,7 +162,7 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, float*
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
         return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
     if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0 && nb == tf32x3::kTile && panel)
-        return blocked_lookahead(A, L, xinv, panel, diag_max, batch, n, nb, split_panel);   // aligned rows
+        return blocked_lookahead(A, L, xinv, panel, diag_max, batch, n, nb);   // aligned rows
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;

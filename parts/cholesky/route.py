@@ -72,10 +72,6 @@ LOOKAHEAD = ((1024, 0), (1 << 30, 1))
 # 27.3, 1x32768 257.3 / 205.1 / 196.6 / 177.6; at 1x8192 one level with the look-ahead wins (6.33 /
 # 6.91 / 6.63 / 6.61).
 OUTER_PANEL = ((8192, 0), (1 << 30, 1024))
-# (max batch, split panel) of the look-ahead driver: 1 runs each panel as tf32x3::kPanelSplit, four CTAs per
-# 128 x 128 tile instead of two (a batch-1 panel is issue-bound on one warpgroup per SM with most SMs
-# idle: ncu at ab0ce03, docs/priors.md). Safe at any batch: the look-ahead's panels are out of place.
-PANEL_SPLIT = ((2, 1), (1 << 30, 0))
 # "auto": wgmma products on the H200, mma.sync elsewhere; "portable": mma.sync everywhere (the path the
 # B200 and other non-Hopper GPUs take, checked and timed on the H200 with a sweep variant).
 PRODUCTS = "auto"
@@ -159,9 +155,9 @@ def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
     lookahead, outer = by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n)
     panels = lookahead and not outer and nb == 128    # the look-ahead's out-of-place panels
     panel = torch.empty(b * (n - nb) * nb if panels else 0, dtype=torch.float32, device=device)
-    return launch_plan(CUDA.function("cholesky_blocked", "ppppiiiiiiiii"), work.data_ptr(),
+    return launch_plan(CUDA.function("cholesky_blocked", "ppppiiiiiiii"), work.data_ptr(),
                        panel.data_ptr() if panels else NULL, b, n, nb, *diag_shape(nb), lookahead, outer,
-                       int(PRODUCTS == "portable"), first_row(PANEL_SPLIT, b), keep=(work, panel))
+                       int(PRODUCTS == "portable"), keep=(work, panel))
 
 
 def plan(data: torch.Tensor) -> Run:
@@ -192,7 +188,7 @@ def tunables() -> tuple:
     """Every table a plan reads (a plan made before one of them changed, as scripts/sweep_route.py
     changes them between variants, is made again)."""
     return (SMALL_WARPS_PER_CTA, TILED_SHAPE, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT, BLOCKED_DRIVER,
-            LOOKAHEAD, OUTER_PANEL, PANEL_SPLIT, PRODUCTS)
+            LOOKAHEAD, OUTER_PANEL, PRODUCTS)
 
 
 PLANS: dict = {}   # (shape, dtype, device) -> [(tunables(), plan), ...], the latest first
