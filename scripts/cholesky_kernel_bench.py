@@ -2,7 +2,7 @@
 
 Usage: python3 scripts/cholesky_kernel_bench.py BUILT.py [BUILT.py ...]
 For each file: cholesky_small on 4096 matrices of n = 32, cholesky_tiled on whole matrices (1024 x 64
-and 256 x 128), cholesky_tiled on a 128 x 128 SPD block with and without the inverse, at batch 1
+and 256 x 128), cholesky_tiled on a 128 x 128 SPD block with and without the inverse (and by halves), at batch 1
 (the latency of one diagonal block, what single large matrices wait on) and batch 264 (two per
 SM: throughput), cholesky_split on a 1 x 4096 matrix's first panel, and the whole route
 (custom_kernel) on the blocked shapes where the driver matters most. Each kernel's result is
@@ -52,7 +52,7 @@ def bench(path: str, tag: str) -> None:
             launch = lambda: cuda.call(entry, A, L, batch, n, *args)  # noqa: E731
         else:
             tdim, ts = (8, 8) if n == 64 else (16, 8)
-            launch = lambda: cuda.call(entry, A, L, *args, batch, n, n, n * n, tdim, ts)  # noqa: E731
+            launch = lambda: cuda.call(entry, A, L, *args, batch, n, n, n * n, tdim, ts, 0)  # noqa: E731
         t = per_launch_us(launch)
         print(f"{tag}: {entry} {batch}x{n}: {t:8.1f} us, residual {residual(A, L):.1e}")
     for batch in (1, 264):
@@ -60,15 +60,13 @@ def bench(path: str, tag: str) -> None:
         L = torch.empty_like(A)
         X = torch.empty_like(A)
         top = A.diagonal(dim1=1, dim2=2).amax(-1)
-        for tdim, ts in ((16, 8), (8, 8)):
-            if tdim * ts < 128:
-                continue
-            plain = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, None, top, batch, 128, 128, 128 * 128,
-                                                    tdim, ts))
+        plain = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, None, top, batch, 128, 128, 128 * 128,
+                                                16, 8, 0))
+        for halves in (0, 1):
             inverse = per_launch_us(lambda: cuda.call("cholesky_tiled", A, L, X, top, batch, 128, 128, 128 * 128,
-                                                      tdim, ts))
-            print(f"{tag}: tiled {tdim}x{ts} n=128 batch={batch}: factor {plain:8.1f} us, "
-                  f"with inverse {inverse:8.1f} us, residual {residual(A, L):.1e}, "
+                                                      16, 8, halves))
+            print(f"{tag}: tiled 16x8 n=128 batch={batch}: factor {plain:8.1f} us, "
+                  f"with inverse{' by halves' if halves else ''} {inverse:8.1f} us, residual {residual(A, L):.1e}, "
                   f"inverse error {(X.tril() @ L.tril() - torch.eye(128, device='cuda')).abs().amax().item():.1e}")
     n, w = 4096, 128
     M = torch.randn(1, n, n, device="cuda")

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
-                                  blocked_two_level_model, inverse_model, matmul_precision, pivot_floor,
+from parts.cholesky.model import (HALF, TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
+                                  blocked_two_level_model, halves_model, inverse_model, matmul_precision,
+                                  pivot_floor,
                                   right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
                                   trailing_update)
 
@@ -260,6 +261,7 @@ def test_tunables_fit_the_kernels():
         assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N <= max(t * s for _, t, s in route.TILED_SHAPE)
         assert nb % 32 == 0 and nb <= 128                     # cholesky_blocked.cu: K in chunks of 32, one tile
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
+    assert all(halves in (0, 1) for _, halves in route.DIAG_HALVES)
     assert all(row[-1] in ("fp32", "split_tf32") for row in route.TRAILING_PRODUCT)
 
 
@@ -516,3 +518,43 @@ def test_a_launch_plan_calls_its_entry_with_fresh_output_and_keeps_its_workspace
     L = run(A)
     assert L.shape == A.shape and L.data_ptr() != A.data_ptr()
     assert calls == [(A.data_ptr(), L.data_ptr(), work.data_ptr(), 3, 4)] and run.keep == (work,)
+
+
+@pytest.mark.parametrize("n", (65, 100, 128))
+def test_halves_give_the_factor_and_its_inverse(n):
+    """tiled_block.cuh's halves_steps (halves_model): two 64-blocks joined by products meet the gate on every
+    family, agree with the one-block factor on a well-conditioned matrix, and X is inv(L)."""
+    for case in ROUTE_FAMILIES:
+        A = spd(case, n, 2)
+        L, X = halves_model(A, pivot_floor(A))
+        assert_cholesky(A, L)
+        assert torch.count_nonzero(torch.triu(X, 1)) == 0
+        reference = torch.linalg.solve_triangular(L.double(), torch.eye(n, dtype=torch.float64), upper=False)
+        assert ((X.double() - reference).norm() / reference.norm()) < 1e-4, case
+    A = spd("dense", n, 2)
+    L, _ = halves_model(A, pivot_floor(A))
+    L1 = right_looking_model(A, step=STEP)
+    assert ((L - L1).norm() / L1.norm()) < 1e-5
+
+
+def test_halves_registers_are_the_quarters_of_the_block():
+    """halves_steps works on a[I0 + i][J0 + j] (i, j < 4) of the (16, 8) layout as on a 64-block: those registers
+    hold exactly the block's quarter, and the lower update of A22 (i > j, or i == j and ty >= tx) exactly its
+    lower triangle."""
+    for i0 in (0, 4):
+        for j0 in (0, 4):
+            quarter = entries(16, 8, lambda ty, tx, i, j: i0 <= i < i0 + 4 and j0 <= j < j0 + 4)
+            expected = torch.zeros(128, 128, dtype=torch.bool)
+            expected[16 * i0:16 * i0 + HALF, 16 * j0:16 * j0 + HALF] = True
+            assert torch.equal(quarter, expected)
+    lower = entries(16, 8, lambda ty, tx, i, j: i >= 4 and j >= 4 and (i > j or (i == j and ty >= tx)))
+    expected = torch.zeros(128, 128, dtype=torch.bool)
+    expected[HALF:, HALF:] = torch.ones(HALF, HALF, dtype=torch.bool).tril()
+    assert torch.equal(lower, expected)
+
+
+@pytest.mark.parametrize("case", ("dense", "rowscale", "lowrank"))
+def test_route_with_halves_meets_the_gates(case, monkeypatch):
+    monkeypatch.setattr(route, "DIAG_HALVES", ((1 << 30, 1),))
+    A = spd(case, 300, 2)
+    assert_cholesky(A, route.custom_kernel(A))

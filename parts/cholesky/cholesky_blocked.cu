@@ -25,7 +25,7 @@
 
 // The other parts' entry points (the same translation unit in the built file).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
-                                 int ld, int stride, int tdim, int ts);
+                                 int ld, int stride, int tdim, int ts, int halves);
 POPKIT_EXPORT int tf32x3_product_mma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int tf32x3_product_wgmma(tf32x3::Product op, int batch, int mode);
 POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, tf32x3::PanelCopy panel,
@@ -68,10 +68,10 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // 1327 / 1343, 1x8192 5761 / 5894). Same arguments, result and order of operations as cholesky_blocked
 // (model.blocked_tf32x3_model).
 int blocked_lookahead(const float* A, float* L, float* xinv, float* panel, const float* diag_max, int batch, int n,
-                      int nb) {
+                      int nb, int halves) {
     const long long stride = (long long)n * n;
     const int w0 = n < nb ? n : nb;
-    int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8);
+    int err = cholesky_tiled(A, L, w0 < n ? xinv : nullptr, diag_max, batch, w0, n, (int)stride, 16, 8, halves);
     for (int k0 = 0; !err && k0 + nb < n; k0 += nb) {    // block k0 is factored, its inverse in xinv
         const int next = k0 + nb, m = n - next, w2 = m < nb ? m : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
@@ -86,7 +86,7 @@ int blocked_lookahead(const float* A, float* L, float* xinv, float* panel, const
         // A22 -= L21 L21^T on the lower tiles, and block `next` (A22's first tile) factored in place
         const tf32x3::Product trailing = {panel, nb, panel_stride, panel, nb, panel_stride, a21 + nb, l21 + nb, n,
                                           stride, nullptr, m, m, nb};
-        const tiled::DiagBlock diag = {l21 + nb, l21 + nb, xinv, diag_max, w2, n, stride};
+        const tiled::DiagBlock diag = {l21 + nb, l21 + nb, xinv, diag_max, w2, n, stride, halves};
         err = cholesky_lookahead_step(trailing, diag, {l21, block + nb, n, stride}, batch);
     }
     return err;
@@ -99,7 +99,7 @@ int blocked_lookahead(const float* A, float* L, float* xinv, float* panel, const
 // outer panel with K = outer. A step with K = nb reads and writes the whole trailing triangle, ~n^3 /
 // (3 nb) x 4 bytes over the run (~0.37 TB at n = 32768, nb = 128): outer = 512 cuts that 4x.
 int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_max, int batch, int n, int nb,
-                      int outer, int tdim, int ts, decltype(&tf32x3_product_mma) product) {
+                      int outer, int tdim, int ts, int halves, decltype(&tf32x3_product_mma) product) {
     const long long stride = (long long)n * n;
     for (int s0 = 0; s0 < n; s0 += outer) {
         const int s1 = n - s0 < outer ? n : s0 + outer;
@@ -107,8 +107,8 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
             const int w = n - k0 < nb ? n - k0 : nb;
             const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
             float* block = L + (size_t)k0 * n + k0;
-            if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
-            int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
+            if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts, 0);
+            int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts, halves);
             if (err) return err;
             const int m = n - k0 - w, cols = s1 - k0 - w;
             const float* a21 = src + (size_t)w * n;
@@ -140,8 +140,9 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // inverses, then max_i a_ii of each matrix, which the driver's first kernel writes (the pivot floor;
 // torch's own reduction before the call cost ~10 us of host time, as much as a small step's kernel).
 // panel: NULL, or batch x (n - nb) x nb floats where the look-ahead writes each panel out of place.
-// (tdim, ts): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >= nb). nb: a multiple of 32,
-// at most 128. outer: 0, or a multiple of nb for blocked_two_level (taken when nb < outer < n);
+// (tdim, ts, halves): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >= nb) and whether its
+// 128-blocks go by halves (tiled_block.cuh halves_steps). nb: a multiple of 32, at most 128. outer: 0, or
+// a multiple of nb for blocked_two_level (taken when nb < outer < n);
 // otherwise lookahead: take blocked_lookahead where it applies (nb = 128 and a panel buffer).
 // portable: use cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path).
 // n * n < 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L,
@@ -149,7 +150,7 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // mirror gets zeros (from the panel kernel, or in the look-ahead from the CTAs that copy the panel),
 // which together cover L's upper triangle.
 POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, float* panel, int batch, int n, int nb,
-                                   int tdim, int ts, int lookahead, int outer, int portable) {
+                                   int tdim, int ts, int halves, int lookahead, int outer, int portable) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31) || nb < tf32x3::kChunk || nb > tf32x3::kTile ||
         nb % tf32x3::kChunk != 0 || tdim * ts < nb || outer < 0 || (outer && outer % nb != 0) || !A || !L || !work)
         return (int)cudaErrorInvalidValue;
@@ -160,16 +161,16 @@ POPKIT_EXPORT int cholesky_blocked(const float* A, float* L, float* work, float*
     const bool wgmma = !portable && has_wgmma();
     const auto product = wgmma ? tf32x3_product_wgmma : tf32x3_product_mma;
     if (outer > nb && outer < n && wgmma)                // kColumn is wgmma-only
-        return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, product);
+        return blocked_two_level(A, L, xinv, diag_max, batch, n, nb, outer, tdim, ts, halves, product);
     if (lookahead && wgmma && tdim == 16 && ts == 8 && n % 4 == 0 && nb == tf32x3::kTile && panel)
-        return blocked_lookahead(A, L, xinv, panel, diag_max, batch, n, nb);   // aligned rows
+        return blocked_lookahead(A, L, xinv, panel, diag_max, batch, n, nb, halves);   // aligned rows
     const long long stride = (long long)n * n;
     for (int k0 = 0; k0 < n; k0 += nb) {
         const int w = n - k0 < nb ? n - k0 : nb;
         const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;     // this step's input: A, then L
         float* block = L + (size_t)k0 * n + k0;
-        if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts);
-        int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts);
+        if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts, 0);
+        int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts, halves);
         if (err) return err;
         const int m = n - k0 - w;
         const float* a21 = src + (size_t)w * n;

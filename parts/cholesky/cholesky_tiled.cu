@@ -70,21 +70,24 @@ namespace {
 template <int TDIM, int TS, bool INV>
 __global__ void __launch_bounds__(TDIM * TDIM)
 cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, const float* __restrict__ diag_max,
-                      int n, int ld, int stride) {
+                      int n, int ld, int stride, int halves) {
     const size_t b = blockIdx.x;
-    // 128-blocks with the inverse take the grouped steps (16x512 228 against 255 us, H200 at 40c270a);
-    // 64-blocks keep the column steps (one grouped instantiation less in the cold compile)
-    tiled::factor_block<TDIM, TS, INV, INV && TDIM == 16>(src + b * stride, dst + b * stride,
-                                                          INV ? xinv + b * n * n : nullptr,
-                                                          diag_max ? diag_max + b : nullptr, n, ld);
+    // 128-blocks with the inverse take the grouped steps (16x512 228 against 255 us, H200 at 40c270a),
+    // or the halves; 64-blocks keep the column steps (one grouped instantiation less in the cold compile)
+    constexpr bool kGrouped = INV && TDIM == 16;
+    __shared__ __align__(16) float scratch[kGrouped ? tiled::kHalvesScratch : 1];
+    tiled::factor_block<TDIM, TS, INV, kGrouped>(src + b * stride, dst + b * stride, INV ? xinv + b * n * n : nullptr,
+                                                 diag_max ? diag_max + b : nullptr, n, ld,
+                                                 kGrouped && halves ? scratch : nullptr);
 }
 
 template <int TDIM, int TS>
-int launch(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n, int ld, int stride) {
+int launch(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n, int ld, int stride,
+           int halves) {
     if (xinv)
-        cholesky_tiled_kernel<TDIM, TS, true><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
+        cholesky_tiled_kernel<TDIM, TS, true><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride, halves);
     else
-        cholesky_tiled_kernel<TDIM, TS, false><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride);
+        cholesky_tiled_kernel<TDIM, TS, false><<<batch, TDIM * TDIM>>>(src, dst, xinv, diag_max, n, ld, stride, 0);
     return (int)cudaGetLastError();
 }
 
@@ -94,10 +97,11 @@ int launch(const float* src, float* dst, float* xinv, const float* diag_max, int
 // equal dst). xinv: NULL or batch x n x n for inv(L). diag_max: NULL (the pivot floor comes from
 // this block's own diagonal) or max_i a_ii of each block's whole matrix. (tdim, ts): the thread
 // grid and tile, tdim * ts >= n: (8, 8) or (16, 8) (each instantiation costs ~1 s of the cold compile).
+// halves: with xinv and (16, 8), factor by tiled_block.cuh's halves_steps.
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
-                                 int ld, int stride, int tdim, int ts) {
+                                 int ld, int stride, int tdim, int ts, int halves) {
     if (batch < 1 || n < 1 || n > tdim * ts || ld < n || stride < n) return (int)cudaErrorInvalidValue;
-    if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
-    if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, diag_max, batch, n, ld, stride);
+    if (tdim == 8 && ts == 8) return launch<8, 8>(src, dst, xinv, diag_max, batch, n, ld, stride, 0);
+    if (tdim == 16 && ts == 8) return launch<16, 8>(src, dst, xinv, diag_max, batch, n, ld, stride, halves);
     return (int)cudaErrorInvalidValue;
 }

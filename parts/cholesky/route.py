@@ -18,6 +18,7 @@ Every route reads the lower triangle of A only. A pivot at or below eps * max_i 
 floor (model.pivot_floor says why), so no route needs a host-side check or a second pass. The
 tunables below were measured on the H200 (docs/priors.md).
 """
+import functools
 from typing import Callable
 
 import torch
@@ -32,6 +33,9 @@ SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
 BLOCK_MAX_N = 128                # cholesky_tiled.cu holds up to 128 x 128
 # (max n, TDIM, TS) of cholesky_tiled.cu for whole matrices: TDIM^2 threads, TS x TS entries each
 TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
+# (max batch, halves) of the 128-blocks with the inverse (the blocked drivers' diagonal blocks): 1 factors
+# each as two 64-blocks joined by 64 x 64 products (tiled_block.cuh halves_steps, model.halves_model)
+DIAG_HALVES = ((1 << 30, 0),)
 # (max batch, diagonal block size): 128 lengthens the GEMMs (K = 128) and halves the chain of steps;
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
 # 128 is 1.3-1.9x faster from 64x256 to 1x8192, 1.4x slower at 640x512)
@@ -104,7 +108,7 @@ def factor_diag_cuda(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: tor
     """The tiled kernel on the diagonal block, in place, with the signature of model.factor_diag_model."""
     b, n, _ = L.shape
     block = L[:, k0:, k0:]                      # data_ptr() points at L[:, k0, k0]
-    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(w))
+    CUDA.call("cholesky_tiled", block, block, X, top, b, w, n, n * n, *diag_shape(w), first_row(DIAG_HALVES, b))
 
 
 def panel_cuda(L: torch.Tensor, k0: int, w: int, X: torch.Tensor, split_tf32: bool, workspace: torch.Tensor):
@@ -142,8 +146,8 @@ def small_plan(b: int, n: int) -> Run:
 
 def tiled_plan(b: int, n: int) -> Run:
     """cholesky_tiled.cu on whole matrices, one CTA per matrix."""
-    return launch_plan(CUDA.function("cholesky_tiled", "ppppiiiiii"), NULL, NULL, b, n, n, n * n,
-                       *by_n(TILED_SHAPE, n))
+    return launch_plan(CUDA.function("cholesky_tiled", "ppppiiiiiii"), NULL, NULL, b, n, n, n * n,
+                       *by_n(TILED_SHAPE, n), 0)
 
 
 def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
@@ -155,9 +159,9 @@ def blocked_tf32x3_plan(b: int, n: int, nb: int, device: torch.device) -> Run:
     lookahead, outer = by_n(LOOKAHEAD, n), by_n(OUTER_PANEL, n)
     panels = lookahead and not outer and nb == 128    # the look-ahead's out-of-place panels
     panel = torch.empty(b * (n - nb) * nb if panels else 0, dtype=torch.float32, device=device)
-    return launch_plan(CUDA.function("cholesky_blocked", "ppppiiiiiiii"), work.data_ptr(),
-                       panel.data_ptr() if panels else NULL, b, n, nb, *diag_shape(nb), lookahead, outer,
-                       int(PRODUCTS == "portable"), keep=(work, panel))
+    return launch_plan(CUDA.function("cholesky_blocked", "ppppiiiiiiiii"), work.data_ptr(),
+                       panel.data_ptr() if panels else NULL, b, n, nb, *diag_shape(nb), first_row(DIAG_HALVES, b),
+                       lookahead, outer, int(PRODUCTS == "portable"), keep=(work, panel))
 
 
 def plan(data: torch.Tensor) -> Run:
@@ -174,11 +178,12 @@ def plan(data: torch.Tensor) -> Run:
             return right_looking_model
         return small_plan(batch, n) if n <= SMALL_MAX_N else tiled_plan(batch, n)
     nb = by_n(BLOCK_NB, batch)
+    factor_diag_cpu = functools.partial(factor_diag_model, halves=bool(first_row(DIAG_HALVES, batch)))
     if first_row(BLOCKED_DRIVER, n, batch * n) == "tf32x3":
         if not data.is_cuda:
-            return lambda A: blocked_tf32x3_model(A, nb)
+            return lambda A: blocked_tf32x3_model(A, nb, factor_diag_cpu)
         return blocked_tf32x3_plan(batch, n, nb, data.device)
-    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if data.is_cuda else (factor_diag_model, panel_model)
+    factor_diag, solve_panel = (factor_diag_cuda, panel_cuda) if data.is_cuda else (factor_diag_cpu, panel_model)
     split_tf32 = first_row(TRAILING_PRODUCT, n, batch * n) == "split_tf32"
     chunk_rows = first_row(TRAILING_CHUNK_ROWS, n, batch * n)
     return lambda A: blocked_cholesky(A, nb, chunk_rows, factor_diag, solve_panel, split_tf32)
@@ -187,7 +192,7 @@ def plan(data: torch.Tensor) -> Run:
 def tunables() -> tuple:
     """Every table a plan reads (a plan made before one of them changed, as scripts/sweep_route.py
     changes them between variants, is made again)."""
-    return (SMALL_WARPS_PER_CTA, TILED_SHAPE, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT, BLOCKED_DRIVER,
+    return (SMALL_WARPS_PER_CTA, TILED_SHAPE, DIAG_HALVES, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT, BLOCKED_DRIVER,
             LOOKAHEAD, OUTER_PANEL, PRODUCTS)
 
 

@@ -11,10 +11,10 @@ namespace tiled {
 
 // One diagonal block of each matrix in a batch: at src (leading dimension ld, batch stride `stride`
 // floats) into dst (may equal src), X = inv(L) into xinv (batch x n x n) unless it is NULL; diag_max:
-// max_i a_ii of each whole matrix (the pivot floor).
+// max_i a_ii of each whole matrix (the pivot floor); halves: factor a 128-block by halves_steps.
 struct DiagBlock {
     const float* src; float* dst; float* xinv; const float* diag_max;
-    int n, ld; long long stride;
+    int n, ld; long long stride; int halves;
 };
 
 // Write a thread's TS x TS cyclic tile (entry (ty + TDIM i, tx + TDIM j)) of an n x n lower-triangular
@@ -291,16 +291,136 @@ __device__ __forceinline__ void grouped_steps(float (&a)[TS][TS], float (&x)[INV
     }
 }
 
+// Halves: a 128-block (16 x 16 threads, 8 x 8 entries each) as two 64-blocks. Thread (ty, tx)'s
+// entries of a quarter of the block are a[I0 + i][J0 + j], i, j < 4 (the cyclic layout is the same at
+// both sizes), so each half is factored by grouped_steps<16, 4> on its quarter of the registers, with
+// its inverse, and the halves are joined by four 64 x 64 x 64 products through shared memory:
+//   L21 = A21 X11^T, A22 -= L21 L21^T, (A22 factored), X21 = -X22 (L21 X11).
+// The chain is 2 x 16 grouped steps of a quarter of the work each, instead of 32 full ones
+// (model.halves_model is this order).
+constexpr int kHalf = 64;                                // rows of a half
+constexpr int kHalfLd = kHalf + 4;                       // padded staged row: float4 rows, distinct banks
+constexpr int kHalvesScratch = 2 * kHalf * kHalfLd;      // floats of shared memory halves_steps needs
+
+template <int I0, int J0>
+__device__ __forceinline__ void get_quarter(const float (&a)[8][8], float (&q)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) q[i][j] = a[I0 + i][J0 + j];
+}
+
+template <int I0, int J0>
+__device__ __forceinline__ void set_quarter(float (&a)[8][8], const float (&q)[4][4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) a[I0 + i][J0 + j] = q[i][j];
+}
+
+// A quarter into shared memory as s[r][c] (TRANSPOSED: s[c][r]), r = ty + 16 i, c = tx + 16 j.
+template <bool TRANSPOSED>
+__device__ __forceinline__ void stage_quarter(const float (&q)[4][4], float* s, int ty, int tx) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int r = ty + 16 * i, c = tx + 16 * j;
+            s[TRANSPOSED ? c * kHalfLd + r : r * kHalfLd + c] = q[i][j];
+        }
+}
+
+// acc[i][j] = sum_k rows[r][k] cols[k][c] over k < 64 for this thread's r = ty + 16 i, c = tx + 16 j: a row
+// pair's float4 reads are two broadcasts, a column read is 16 consecutive floats.
+__device__ __forceinline__ void product_quarter(const float* rows, const float* cols, float (&acc)[4][4], int ty,
+                                                int tx) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
+#pragma unroll 4
+    for (int k4 = 0; k4 < kHalf / 4; ++k4) {
+        float4 rv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) rv[i] = *reinterpret_cast<const float4*>(rows + (ty + 16 * i) * kHalfLd + 4 * k4);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+            float cv[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) cv[j] = cols[(4 * k4 + kk) * kHalfLd + tx + 16 * j];
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const float r = kk == 0 ? rv[i].x : kk == 1 ? rv[i].y : kk == 2 ? rv[i].z : rv[i].w;
+#pragma unroll
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(r, cv[j], acc[i][j]);
+            }
+        }
+    }
+}
+
+// Factor a 128-block held as factor_block<16, 8> holds it (x = I on entry) by halves (above); scratch:
+// kHalvesScratch floats of shared memory that no other thread of the CTA still reads.
+__device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8], float floor, int n, int ty, int tx,
+                                             float* scratch) {
+    float q[4][4], y[4][4], acc[4][4];
+    get_quarter<0, 0>(a, q);                             // 1. the first half
+    get_quarter<0, 0>(x, y);
+    grouped_steps<16, 4, true>(q, y, floor, n < kHalf ? n : kHalf, ty, tx);
+    set_quarter<0, 0>(a, q);
+    set_quarter<0, 0>(x, y);
+    if (n <= kHalf) return;
+    float* rows = scratch;
+    float* cols = scratch + kHalf * kHalfLd;
+    get_quarter<4, 0>(a, q);                             // 2. L21 = A21 X11^T
+    stage_quarter<false>(q, rows, ty, tx);
+    stage_quarter<true>(y, cols, ty, tx);
+    __syncthreads();
+    product_quarter(rows, cols, acc, ty, tx);
+    set_quarter<4, 0>(a, acc);
+    __syncthreads();                                     // 3. A22 -= L21 L21^T, its lower part
+    stage_quarter<false>(acc, rows, ty, tx);
+    stage_quarter<true>(acc, cols, ty, tx);
+    __syncthreads();
+    product_quarter(rows, cols, acc, ty, tx);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j <= i; ++j)
+            if (i > j || ty >= tx) a[4 + i][4 + j] -= acc[i][j];
+    get_quarter<4, 4>(a, q);                             // 4. the second half
+    get_quarter<4, 4>(x, y);
+    grouped_steps<16, 4, true>(q, y, floor, n - kHalf, ty, tx);
+    set_quarter<4, 4>(a, q);
+    set_quarter<4, 4>(x, y);
+    float t[4][4];                                       // 5. T = L21 X11 (rows still hold L21)
+    get_quarter<0, 0>(x, q);
+    __syncthreads();
+    stage_quarter<false>(q, cols, ty, tx);
+    __syncthreads();
+    product_quarter(rows, cols, t, ty, tx);
+    __syncthreads();                                     // 6. X21 = -X22 T
+    stage_quarter<false>(y, rows, ty, tx);
+    stage_quarter<false>(t, cols, ty, tx);
+    __syncthreads();
+    product_quarter(rows, cols, acc, ty, tx);
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) x[4 + i][j] = -acc[i][j];
+}
+
 // Factor the n x n block at A (leading dimension ld) into out (A's lower triangle is read; out may equal
 // A) and, with INV, X = inv(L) into xinv (n x n, leading dimension n). diag_max: this matrix's max_i a_ii
-// (the pivot floor), or NULL for the block's own. GROUPED: kStep columns per step, for a chain of
+// (the pivot floor), or NULL for the block's own. halves: NULL, or (16 x 8 with the inverse, GROUPED)
+// kHalvesScratch floats of shared memory for halves_steps. GROUPED: kStep columns per step, for a chain of
 // single blocks (128 x 128 with the inverse at batch 1: 38 against 44 us; at batch 264 81 against 93;
 // without the inverse it loses at large batch, 51 against 39: H200, de3f7a4). Each grouped
 // instantiation costs ~1.2 s of nvcc here (~3 s of the H200's cold compile; the column steps ~0.3 s),
 // so only the 128-blocks with the inverse take them (cholesky_tiled.cu, cholesky_lookahead.cu).
 template <int TDIM, int TS, bool INV, bool GROUPED = false>
 __device__ __forceinline__ void factor_block(const float* A, float* out, float* __restrict__ xinv,
-                                             const float* __restrict__ diag_max, int n, int ld) {
+                                             const float* __restrict__ diag_max, int n, int ld,
+                                             float* halves = nullptr) {
     constexpr int XS = INV ? TS : 1;                     // the inverse's tile (unused without INV)
     const int tx = threadIdx.x % TDIM, ty = threadIdx.x / TDIM;
     float a[TS][TS], x[XS][XS];
@@ -315,7 +435,12 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
         }
     }
     const float floor = pivot_floor<TDIM, TS>(a, diag_max, n, ty, tx);
-    if constexpr (GROUPED)
+    if constexpr (GROUPED && INV && TDIM == 16 && TS == 8) {
+        if (halves)
+            halves_steps(a, x, floor, n, ty, tx, halves);
+        else
+            grouped_steps<TDIM, TS, INV>(a, x, floor, n, ty, tx);
+    } else if constexpr (GROUPED)
         grouped_steps<TDIM, TS, INV>(a, x, floor, n, ty, tx);
     else
         column_steps<TDIM, TS, INV>(a, x, floor, n, ty, tx);
