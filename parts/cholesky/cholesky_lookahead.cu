@@ -174,7 +174,7 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag, const tf
         const float* src = diag.src + b * diag.stride;
         float* dst = diag.dst + b * diag.stride;
         tiled::factor_block<16, 8, true, true>(src, dst, diag.xinv + b * diag.n * diag.n, diag.diag_max + b,
-                                               diag.n, diag.ld, diag.halves ? reinterpret_cast<float*>(smem4) : nullptr);
+                                               diag.n, diag.ld, diag.halves, reinterpret_cast<float*>(smem4));
     }
 #else
     __trap();                                            // launched only where the build targets sm_90a

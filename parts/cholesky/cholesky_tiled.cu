@@ -77,8 +77,8 @@ cholesky_tiled_kernel(const float* src, float* dst, float* __restrict__ xinv, co
     constexpr bool kGrouped = INV && TDIM == 16;
     __shared__ __align__(16) float scratch[kGrouped ? tiled::kHalvesScratch : 1];
     tiled::factor_block<TDIM, TS, INV, kGrouped>(src + b * stride, dst + b * stride, INV ? xinv + b * n * n : nullptr,
-                                                 diag_max ? diag_max + b : nullptr, n, ld,
-                                                 kGrouped && halves ? scratch : nullptr);
+                                                 diag_max ? diag_max + b : nullptr, n, ld, kGrouped ? halves : 0,
+                                                 scratch);
 }
 
 template <int TDIM, int TS>
@@ -97,7 +97,7 @@ int launch(const float* src, float* dst, float* xinv, const float* diag_max, int
 // equal dst). xinv: NULL or batch x n x n for inv(L). diag_max: NULL (the pivot floor comes from
 // this block's own diagonal) or max_i a_ii of each block's whole matrix. (tdim, ts): the thread
 // grid and tile, tdim * ts >= n: (8, 8) or (16, 8) (each instantiation costs ~1 s of the cold compile).
-// halves: with xinv and (16, 8), factor by tiled_block.cuh's halves_steps.
+// halves: with xinv and (16, 8), factor by tiled_block.cuh's halves_steps, that many levels deep (0, 1, 2).
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
                                  int ld, int stride, int tdim, int ts, int halves) {
     if (batch < 1 || n < 1 || n > tdim * ts || ld < n || stride < n) return (int)cudaErrorInvalidValue;
