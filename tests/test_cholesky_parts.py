@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from parts.cholesky import route
-from parts.cholesky.model import (TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
+from parts.cholesky.model import (HALF, TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
                                   blocked_two_level_model, halves_model, inverse_model, matmul_precision,
                                   pivot_floor,
                                   right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
@@ -261,7 +261,7 @@ def test_tunables_fit_the_kernels():
         assert route.SMALL_MAX_N < nb <= route.BLOCK_MAX_N <= max(t * s for _, t, s in route.TILED_SHAPE)
         assert nb % 32 == 0 and nb <= 128                     # cholesky_blocked.cu: K in chunks of 32, one tile
     assert route.SMALL_MAX_N == 32 and 1 <= route.SMALL_WARPS_PER_CTA <= 16
-    assert all(levels in (0, 1, 2) for _, levels in route.DIAG_HALVES)
+    assert all(halves in (0, 1) for _, halves in route.DIAG_HALVES)
     assert all(row[-1] in ("fp32", "split_tf32") for row in route.TRAILING_PRODUCT)
 
 
@@ -520,49 +520,42 @@ def test_a_launch_plan_calls_its_entry_with_fresh_output_and_keeps_its_workspace
     assert calls == [(A.data_ptr(), L.data_ptr(), work.data_ptr(), 3, 4)] and run.keep == (work,)
 
 
-@pytest.mark.parametrize("levels", (1, 2))
 @pytest.mark.parametrize("n", (40, 65, 100, 128))
-def test_halves_give_the_factor_and_its_inverse(n, levels):
-    """tiled_block.cuh's halves_steps (halves_model): two 64-blocks (each two 32-blocks at two levels) joined
-    by products meet the gate on every family, agree with the one-block factor on a well-conditioned matrix,
-    and X is inv(L)."""
+def test_halves_give_the_factor_and_its_inverse(n):
+    """tiled_block.cuh's halves_steps (halves_model): two 64-blocks joined by products meet the gate on every
+    family, agree with the one-block factor on a well-conditioned matrix, and X is inv(L)."""
     for case in ROUTE_FAMILIES:
         A = spd(case, n, 2)
-        L, X = halves_model(A, pivot_floor(A), levels)
+        L, X = halves_model(A, pivot_floor(A))
         assert_cholesky(A, L)
         assert torch.count_nonzero(torch.triu(X, 1)) == 0
         reference = torch.linalg.solve_triangular(L.double(), torch.eye(n, dtype=torch.float64), upper=False)
         assert ((X.double() - reference).norm() / reference.norm()) < 1e-4, case
     A = spd("dense", n, 2)
-    L, _ = halves_model(A, pivot_floor(A), levels)
+    L, _ = halves_model(A, pivot_floor(A))
     L1 = right_looking_model(A, step=STEP)
     assert ((L - L1).norm() / L1.norm()) < 1e-5
 
 
-@pytest.mark.parametrize("ts", (8, 4))
-def test_halves_registers_are_the_quarters_of_the_block(ts):
-    """halves_steps<TS> works on a[I0 + i][J0 + j] (i, j < TS / 2) of the (16, TS) layout as on a block of half
-    the size: those registers hold exactly the block's quarter, the lower update of A22 (i > j, or i == j and
-    ty >= tx) exactly its lower triangle, and a column operand's place H tx + j (stage_cols) is one place per
-    column."""
-    h, half = ts // 2, 8 * ts
-    for i0 in (0, h):
-        for j0 in (0, h):
-            quarter = entries(16, ts, lambda ty, tx, i, j: i0 <= i < i0 + h and j0 <= j < j0 + h)
-            expected = torch.zeros(16 * ts, 16 * ts, dtype=torch.bool)
-            expected[16 * i0:16 * i0 + half, 16 * j0:16 * j0 + half] = True
+def test_halves_registers_are_the_quarters_of_the_block():
+    """halves_steps works on a[I0 + i][J0 + j] (i, j < 4) of the (16, 8) layout as on a 64-block: those registers
+    hold exactly the block's quarter, the lower update of A22 (i > j, or i == j and ty >= tx) exactly its lower
+    triangle, and a column operand's place 4 tx + j (stage_cols) is one place per column."""
+    for i0 in (0, 4):
+        for j0 in (0, 4):
+            quarter = entries(16, 8, lambda ty, tx, i, j: i0 <= i < i0 + 4 and j0 <= j < j0 + 4)
+            expected = torch.zeros(128, 128, dtype=torch.bool)
+            expected[16 * i0:16 * i0 + HALF, 16 * j0:16 * j0 + HALF] = True
             assert torch.equal(quarter, expected)
-    lower = entries(16, ts, lambda ty, tx, i, j: i >= h and j >= h and (i > j or (i == j and ty >= tx)))
-    expected = torch.zeros(16 * ts, 16 * ts, dtype=torch.bool)
-    expected[half:, half:] = torch.ones(half, half, dtype=torch.bool).tril()
+    lower = entries(16, 8, lambda ty, tx, i, j: i >= 4 and j >= 4 and (i > j or (i == j and ty >= tx)))
+    expected = torch.zeros(128, 128, dtype=torch.bool)
+    expected[HALF:, HALF:] = torch.ones(HALF, HALF, dtype=torch.bool).tril()
     assert torch.equal(lower, expected)
-    places = sorted(h * tx + j for tx in range(16) for j in range(h))
-    assert places == list(range(half))
+    assert sorted(4 * tx + j for tx in range(16) for j in range(4)) == list(range(HALF))
 
 
-@pytest.mark.parametrize("levels", (1, 2))
 @pytest.mark.parametrize("case", ("dense", "rowscale", "lowrank"))
-def test_route_with_halves_meets_the_gates(case, levels, monkeypatch):
-    monkeypatch.setattr(route, "DIAG_HALVES", ((1 << 30, levels),))
+def test_route_with_halves_meets_the_gates(case, monkeypatch):
+    monkeypatch.setattr(route, "DIAG_HALVES", ((1 << 30, 1),))
     A = spd(case, 300, 2)
     assert_cholesky(A, route.custom_kernel(A))

@@ -97,7 +97,7 @@ int launch(const float* src, float* dst, float* xinv, const float* diag_max, int
 // equal dst). xinv: NULL or batch x n x n for inv(L). diag_max: NULL (the pivot floor comes from
 // this block's own diagonal) or max_i a_ii of each block's whole matrix. (tdim, ts): the thread
 // grid and tile, tdim * ts >= n: (8, 8) or (16, 8) (each instantiation costs ~1 s of the cold compile).
-// halves: with xinv and (16, 8), factor by tiled_block.cuh's halves_steps, that many levels deep (0, 1, 2).
+// halves: with xinv and (16, 8), factor by tiled_block.cuh's halves_steps.
 POPKIT_EXPORT int cholesky_tiled(const float* src, float* dst, float* xinv, const float* diag_max, int batch, int n,
                                  int ld, int stride, int tdim, int ts, int halves) {
     if (batch < 1 || n < 1 || n > tdim * ts || ld < n || stride < n) return (int)cudaErrorInvalidValue;

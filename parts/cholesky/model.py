@@ -11,8 +11,7 @@ submission runs them on CPU tensors.
   matrix, n <= 32) and of cholesky_tiled.cu (n <= 128); `inverse_model` is cholesky_tiled.cu's
   inverse: column elimination of L X = I beside the factorization. With step = TILED_STEP both are
   tiled_block.cuh's grouped steps (4 columns, one rank-4 update each), which the 128-blocks with the
-  inverse take (factor_diag_model says which); `halves_model` is such a block as two 64-blocks
-  (and those as two 32-blocks).
+  inverse take (factor_diag_model says which); `halves_model` is such a block as two 64-blocks.
 - `blocked_cholesky`: the blocked right-looking driver with library GEMMs; the diagonal-block
   factor is a parameter, so the GPU route runs this very function with the CUDA block kernel. Its
   trailing update is fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose
@@ -30,6 +29,7 @@ import torch
 EPS = 1.1920928955078125e-07      # float32 machine epsilon
 TINY = 1.1754943508222875e-38     # smallest normal float32: the floor of an all-zero diagonal
 TILED_STEP = 4                    # columns per grouped step of cholesky_tiled.cu (tiled_block.cuh kStep)
+HALF = 64                         # rows of the first half of a block by halves (tiled_block.cuh kHalf)
 
 
 def diagonal_max(A: torch.Tensor) -> torch.Tensor:
@@ -91,16 +91,13 @@ def inverse_model(L: torch.Tensor, step: int = 1) -> torch.Tensor:
     return X
 
 
-def halves_model(A: torch.Tensor, floors: torch.Tensor, levels: int = 1,
-                 rows: int = 128) -> tuple[torch.Tensor, torch.Tensor]:
-    """(L, inv(L)) of each block (n <= rows, a padded block of `rows`) as tiled_block.cuh's halves_steps: the
-    first rows / 2 columns and the rest each with their inverses (by halves again while levels > 1, else by
-    grouped steps), joined by L21 = A21 X11^T, A22 -= L21 L21^T and X21 = -X22 (L21 X11)."""
-    n, h = A.shape[-1], min(A.shape[-1], rows // 2)
+def halves_model(A: torch.Tensor, floors: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(L, inv(L)) of each block (n <= 128) as tiled_block.cuh's halves_steps: the first HALF columns and
+    the rest each by grouped steps with their inverses, joined by L21 = A21 X11^T, A22 -= L21 L21^T and
+    X21 = -X22 (L21 X11)."""
+    n, h = A.shape[-1], min(A.shape[-1], HALF)
 
     def half(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if levels > 1:
-            return halves_model(M, floors, levels - 1, rows // 2)
         L = right_looking_model(M, floors, TILED_STEP)
         return L, inverse_model(L, TILED_STEP)
 
@@ -117,14 +114,14 @@ def halves_model(A: torch.Tensor, floors: torch.Tensor, levels: int = 1,
 
 
 def factor_diag_model(L: torch.Tensor, k0: int, w: int, top: torch.Tensor, X: torch.Tensor | None,
-                      halves: int = 0) -> None:
+                      halves: bool = False) -> None:
     """Factor the diagonal block L[:, k0:k0+w, k0:k0+w] in place (pivot floor from each whole
-    matrix's max diagonal `top`); write inv(L11) into X unless X is None. halves: the levels of halves_model
-    for the 128-blocks with the inverse (0: grouped steps)."""
+    matrix's max diagonal `top`); write inv(L11) into X unless X is None. halves: the 128-blocks with the
+    inverse by halves_model."""
     block = L[:, k0:k0 + w, k0:k0 + w]
     grouped = X is not None and w > 64          # cholesky_tiled.cu: 128-blocks with the inverse
     if grouped and halves:
-        L11, X11 = halves_model(block, floor_from_max(top), halves)
+        L11, X11 = halves_model(block, floor_from_max(top))
         block.copy_(L11)
         X.copy_(X11)
         return

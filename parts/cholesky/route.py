@@ -33,10 +33,10 @@ SMALL_WARPS_PER_CTA = 8          # matrices per CTA in the small kernel (1..16)
 BLOCK_MAX_N = 128                # cholesky_tiled.cu holds up to 128 x 128
 # (max n, TDIM, TS) of cholesky_tiled.cu for whole matrices: TDIM^2 threads, TS x TS entries each
 TILED_SHAPE = ((64, 8, 8), (1 << 30, 16, 8))
-# (max batch, levels) of halves for the 128-blocks with the inverse (the blocked drivers' diagonal blocks):
-# 1 factors each as two 64-blocks joined by 64 x 64 products, 2 the 64-blocks again as two 32-blocks
-# (tiled_block.cuh halves_steps, model.halves_model). H200 sweep at 976a2d1, one level against none, us:
-# 1x4096 1927 / 2029, 4x1024 457 / 519, 60x1024 986 / 1114, 64x256 105 / 125, 1x16384 26706 / 28311.
+# (max batch, halves) of the 128-blocks with the inverse (the blocked drivers' diagonal blocks): 1 factors
+# each as two 64-blocks joined by 64 x 64 products (tiled_block.cuh halves_steps, model.halves_model).
+# H200 sweep at 976a2d1, halves / none, us: 1x4096 1927 / 2029, 4x1024 457 / 519, 60x1024 986 / 1114,
+# 64x256 105 / 125, 1x16384 26706 / 28311.
 DIAG_HALVES = ((1 << 30, 1),)
 # (max batch, diagonal block size): 128 lengthens the GEMMs (K = 128) and halves the chain of steps;
 # at large batch the GEMMs are already big and 64 keeps more diagonal blocks per SM (H200, 479aad1:
@@ -180,7 +180,7 @@ def plan(data: torch.Tensor) -> Run:
             return right_looking_model
         return small_plan(batch, n) if n <= SMALL_MAX_N else tiled_plan(batch, n)
     nb = by_n(BLOCK_NB, batch)
-    factor_diag_cpu = functools.partial(factor_diag_model, halves=first_row(DIAG_HALVES, batch))
+    factor_diag_cpu = functools.partial(factor_diag_model, halves=bool(first_row(DIAG_HALVES, batch)))
     if first_row(BLOCKED_DRIVER, n, batch * n) == "tf32x3":
         if not data.is_cuda:
             return lambda A: blocked_tf32x3_model(A, nb, factor_diag_cpu)

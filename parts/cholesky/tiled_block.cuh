@@ -11,7 +11,7 @@ namespace tiled {
 
 // One diagonal block of each matrix in a batch: at src (leading dimension ld, batch stride `stride`
 // floats) into dst (may equal src), X = inv(L) into xinv (batch x n x n) unless it is NULL; diag_max:
-// max_i a_ii of each whole matrix (the pivot floor); halves: the levels of halves_steps for a 128-block.
+// max_i a_ii of each whole matrix (the pivot floor); halves: factor a 128-block by halves_steps.
 struct DiagBlock {
     const float* src; float* dst; float* xinv; const float* diag_max;
     int n, ld; long long stride; int halves;
@@ -291,177 +291,137 @@ __device__ __forceinline__ void grouped_steps(float (&a)[TS][TS], float (&x)[INV
     }
 }
 
-// Halves: a block of 16 TS rows (16 x 16 threads, TS x TS entries each) as two blocks of half the size.
-// Thread (ty, tx)'s entries of a quarter of the block are a[I0 + i][J0 + j], i, j < TS / 2 (the cyclic
-// layout is the same at every size), so each half is factored on its quarter of the registers, with its
-// inverse (by halves again while LEVELS > 1, else by grouped_steps), and the halves are joined by four
-// products of half the size through shared memory:
+// Halves: a 128-block (16 x 16 threads, 8 x 8 entries each) as two 64-blocks. Thread (ty, tx)'s
+// entries of a quarter of the block are a[I0 + i][J0 + j], i, j < 4 (the cyclic layout is the same at
+// both sizes), so each half is factored by grouped_steps<16, 4> on its quarter of the registers, with
+// its inverse, and the halves are joined by four 64 x 64 x 64 products through shared memory:
 //   L21 = A21 X11^T, A22 -= L21 L21^T, (A22 factored), X21 = -X22 (L21 X11).
-// The chain stays n / kStep grouped steps, but each does a quarter (a sixteenth) of the work
-// (model.halves_model is this order).
-constexpr int kHalvesScratch = 64 * (64 + 4) + 64 * 64;  // floats of shared memory halves_steps<8> needs
+// The chain stays 32 grouped steps, each with a quarter of the work (model.halves_model is this order).
+constexpr int kHalf = 64;                                // rows of a half
+constexpr int kHalfLd = kHalf + 4;                       // padded staged rows (below)
+constexpr int kHalvesScratch = 2 * kHalf * kHalfLd;      // floats of shared memory halves_steps needs
 
-template <int I0, int J0, int H, int TS>
-__device__ __forceinline__ void get_quarter(const float (&a)[TS][TS], float (&q)[H][H]) {
+template <int I0, int J0>
+__device__ __forceinline__ void get_quarter(const float (&a)[8][8], float (&q)[4][4]) {
 #pragma unroll
-    for (int i = 0; i < H; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < H; ++j) q[i][j] = a[I0 + i][J0 + j];
+        for (int j = 0; j < 4; ++j) q[i][j] = a[I0 + i][J0 + j];
 }
 
-template <int I0, int J0, int H, int TS>
-__device__ __forceinline__ void set_quarter(float (&a)[TS][TS], const float (&q)[H][H]) {
+template <int I0, int J0>
+__device__ __forceinline__ void set_quarter(float (&a)[8][8], const float (&q)[4][4]) {
 #pragma unroll
-    for (int i = 0; i < H; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < H; ++j) a[I0 + i][J0 + j] = q[i][j];
+        for (int j = 0; j < 4; ++j) a[I0 + i][J0 + j] = q[i][j];
 }
 
-// A product's operands in shared memory, for blocks of 16 H rows: the row operand as rows[r][k], the column
-// operand as cols[k][c] with column c = tx + 16 j at H tx + j, so a thread's H columns are one vector read.
-// (The static shared memory of cholesky_tiled.cu's kernel is at its 48 KiB limit: only rows are padded.)
-template <int H>
-struct HalfOperands {
-    static constexpr int kRows = 16 * H;
-    static constexpr int kLd = kRows + 4;                    // rows: a row pair's float4 reads in distinct banks
-    static constexpr int kColsLd = kRows;                    // columns: a warp's vector read is contiguous
-};
-
-// This thread's quarter q (entries r = ty + 16 i, c = tx + 16 j of M) as the row operand (M) or the column
-// operand (M, or TRANSPOSED: M^T).
-template <int H>
-__device__ __forceinline__ void stage_rows(const float (&q)[H][H], float* rows, int ty, int tx) {
+// A product's operands in shared memory (rows of kHalfLd floats): the row operand as rows[r][k], the column
+// operand as cols[k][p] with column c = tx + 16 j at p = 4 tx + j, so a thread's four columns are one float4
+// read. The padding puts a row pair's float4 reads, and a staging warp's stores, in distinct banks.
+__device__ __forceinline__ void stage_rows(const float (&q)[4][4], float* rows, int ty, int tx) {
 #pragma unroll
-    for (int i = 0; i < H; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < H; ++j) rows[(ty + 16 * i) * HalfOperands<H>::kLd + tx + 16 * j] = q[i][j];
+        for (int j = 0; j < 4; ++j) rows[(ty + 16 * i) * kHalfLd + tx + 16 * j] = q[i][j];
 }
 
-template <int H, bool TRANSPOSED>
-__device__ __forceinline__ void stage_cols(const float (&q)[H][H], float* cols, int ty, int tx) {
-    constexpr int ld = HalfOperands<H>::kColsLd;
+// This thread's quarter q (entries r = ty + 16 i, c = tx + 16 j of M) as the column operand M, or with
+// TRANSPOSED M^T.
+template <bool TRANSPOSED>
+__device__ __forceinline__ void stage_cols(const float (&q)[4][4], float* cols, int ty, int tx) {
 #pragma unroll
-    for (int i = 0; i < H; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < H; ++j) {
-            if constexpr (TRANSPOSED) cols[(tx + 16 * j) * ld + H * ty + i] = q[i][j];   // k = c, column r
-            else cols[(ty + 16 * i) * ld + H * tx + j] = q[i][j];                        // k = r, column c
+        for (int j = 0; j < 4; ++j) {
+            if constexpr (TRANSPOSED) cols[(tx + 16 * j) * kHalfLd + 4 * ty + i] = q[i][j];   // k = c, column r
+            else cols[(ty + 16 * i) * kHalfLd + 4 * tx + j] = q[i][j];                        // k = r, column c
         }
 }
 
-// acc[i][j] = sum_k rows[r][k] cols[k][c] over k < 16 H for this thread's r = ty + 16 i, c = tx + 16 j:
-// a row pair's float4 reads are two broadcasts, a thread's H columns one vector read.
-template <int H>
-__device__ __forceinline__ void product_quarter(const float* rows, const float* cols, float (&acc)[H][H], int ty,
+// acc[i][j] = sum_k rows[r][k] cols[k][c] over k < 64 for this thread's r = ty + 16 i, c = tx + 16 j.
+__device__ __forceinline__ void product_quarter(const float* rows, const float* cols, float (&acc)[4][4], int ty,
                                                 int tx) {
-    constexpr int ld = HalfOperands<H>::kLd;
 #pragma unroll
-    for (int i = 0; i < H; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < H; ++j) acc[i][j] = 0.f;
+        for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
 #pragma unroll 4
-    for (int k4 = 0; k4 < 4 * H; ++k4) {
-        float4 rv[H];
+    for (int k4 = 0; k4 < kHalf / 4; ++k4) {
+        float4 rv[4];
 #pragma unroll
-        for (int i = 0; i < H; ++i) rv[i] = *reinterpret_cast<const float4*>(rows + (ty + 16 * i) * ld + 4 * k4);
+        for (int i = 0; i < 4; ++i) rv[i] = *reinterpret_cast<const float4*>(rows + (ty + 16 * i) * kHalfLd + 4 * k4);
 #pragma unroll
         for (int kk = 0; kk < 4; ++kk) {
-            float cv[H];
-            const float* col = cols + (4 * k4 + kk) * HalfOperands<H>::kColsLd + H * tx;
-            if constexpr (H == 4) {
-                const float4 v = *reinterpret_cast<const float4*>(col);
-                cv[0] = v.x; cv[1] = v.y; cv[2] = v.z; cv[3] = v.w;
-            } else {
-                static_assert(H == 2, "quarters of 64 or 32 rows");
-                const float2 v = *reinterpret_cast<const float2*>(col);
-                cv[0] = v.x; cv[1] = v.y;
-            }
+            const float4 v = *reinterpret_cast<const float4*>(cols + (4 * k4 + kk) * kHalfLd + 4 * tx);
+            const float cv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-            for (int i = 0; i < H; ++i) {
+            for (int i = 0; i < 4; ++i) {
                 const float r = kk == 0 ? rv[i].x : kk == 1 ? rv[i].y : kk == 2 ? rv[i].z : rv[i].w;
 #pragma unroll
-                for (int j = 0; j < H; ++j) acc[i][j] = fmaf(r, cv[j], acc[i][j]);
+                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(r, cv[j], acc[i][j]);
             }
         }
     }
 }
 
-template <int TS, int LEVELS>
-__device__ __forceinline__ void halves_steps(float (&a)[TS][TS], float (&x)[TS][TS], float floor, int n, int ty,
-                                             int tx, float* scratch);
-
-// One half (a quarter of the registers, x = I on entry) factored with its inverse.
-template <int H, int LEVELS>
-__device__ __forceinline__ void factor_half(float (&q)[H][H], float (&y)[H][H], float floor, int n, int ty, int tx,
-                                            float* scratch) {
-    if constexpr (LEVELS > 1)
-        halves_steps<H, LEVELS - 1>(q, y, floor, n, ty, tx, scratch);
-    else
-        grouped_steps<16, H, true>(q, y, floor, n, ty, tx);
-}
-
-// Factor a block held as factor_block<16, TS> holds it (x = I on entry) by halves (above), LEVELS deep;
-// scratch: kHalvesScratch floats of 16-byte aligned shared memory that no other thread still reads.
-template <int TS, int LEVELS>
-__device__ __forceinline__ void halves_steps(float (&a)[TS][TS], float (&x)[TS][TS], float floor, int n, int ty,
-                                             int tx, float* scratch) {
-    constexpr int H = TS / 2, kRows = 16 * H;
-    float q[H][H], y[H][H], acc[H][H];
+// Factor a 128-block held as factor_block<16, 8> holds it (x = I on entry) by halves (above); scratch:
+// kHalvesScratch floats of 16-byte aligned shared memory that no other thread of the CTA still reads.
+__device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8], float floor, int n, int ty, int tx,
+                                             float* scratch) {
+    float q[4][4], y[4][4], acc[4][4];
     get_quarter<0, 0>(a, q);                             // 1. the first half
     get_quarter<0, 0>(x, y);
-    factor_half<H, LEVELS>(q, y, floor, n < kRows ? n : kRows, ty, tx, scratch);
+    grouped_steps<16, 4, true>(q, y, floor, n < kHalf ? n : kHalf, ty, tx);
     set_quarter<0, 0>(a, q);
     set_quarter<0, 0>(x, y);
-    if (n <= kRows) return;
+    if (n <= kHalf) return;
     float* rows = scratch;
-    float* cols = scratch + kRows * HalfOperands<H>::kLd;
-    get_quarter<H, 0>(a, q);                             // 2. L21 = A21 X11^T
-    __syncthreads();                                     // the scratch is free (the half's own use of it)
-    stage_rows<H>(q, rows, ty, tx);
-    stage_cols<H, true>(y, cols, ty, tx);
+    float* cols = scratch + kHalf * kHalfLd;
+    get_quarter<4, 0>(a, q);                             // 2. L21 = A21 X11^T
+    stage_rows(q, rows, ty, tx);
+    stage_cols<true>(y, cols, ty, tx);
     __syncthreads();
-    product_quarter<H>(rows, cols, acc, ty, tx);
-    set_quarter<H, 0>(a, acc);
+    product_quarter(rows, cols, acc, ty, tx);
+    set_quarter<4, 0>(a, acc);
     __syncthreads();                                     // 3. A22 -= L21 L21^T, its lower part
-    stage_rows<H>(acc, rows, ty, tx);
-    stage_cols<H, true>(acc, cols, ty, tx);
+    stage_rows(acc, rows, ty, tx);
+    stage_cols<true>(acc, cols, ty, tx);
     __syncthreads();
-    product_quarter<H>(rows, cols, acc, ty, tx);
+    product_quarter(rows, cols, acc, ty, tx);
 #pragma unroll
-    for (int i = 0; i < H; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j <= i; ++j)
-            if (i > j || ty >= tx) a[H + i][H + j] -= acc[i][j];
-    get_quarter<H, H>(a, q);                             // 4. the second half
-    get_quarter<H, H>(x, y);
+            if (i > j || ty >= tx) a[4 + i][4 + j] -= acc[i][j];
+    get_quarter<4, 4>(a, q);                             // 4. the second half
+    get_quarter<4, 4>(x, y);
+    grouped_steps<16, 4, true>(q, y, floor, n - kHalf, ty, tx);
+    set_quarter<4, 4>(a, q);
+    set_quarter<4, 4>(x, y);
+    float t[4][4];                                       // 5. T = L21 X11 (rows still hold L21)
+    get_quarter<0, 0>(x, q);
     __syncthreads();
-    factor_half<H, LEVELS>(q, y, floor, n - kRows, ty, tx, scratch);
-    set_quarter<H, H>(a, q);
-    set_quarter<H, H>(x, y);
-    float t[H][H];                                       // 5. T = L21 X11
-    get_quarter<H, 0>(a, q);
-    get_quarter<0, 0>(x, t);
+    stage_cols<false>(q, cols, ty, tx);
     __syncthreads();
-    stage_rows<H>(q, rows, ty, tx);
-    stage_cols<H, false>(t, cols, ty, tx);
-    __syncthreads();
-    product_quarter<H>(rows, cols, t, ty, tx);
+    product_quarter(rows, cols, t, ty, tx);
     __syncthreads();                                     // 6. X21 = -X22 T
-    stage_rows<H>(y, rows, ty, tx);
-    stage_cols<H, false>(t, cols, ty, tx);
+    stage_rows(y, rows, ty, tx);
+    stage_cols<false>(t, cols, ty, tx);
     __syncthreads();
-    product_quarter<H>(rows, cols, acc, ty, tx);
+    product_quarter(rows, cols, acc, ty, tx);
 #pragma unroll
-    for (int i = 0; i < H; ++i)
+    for (int i = 0; i < 4; ++i)
 #pragma unroll
-        for (int j = 0; j < H; ++j) x[H + i][j] = -acc[i][j];
+        for (int j = 0; j < 4; ++j) x[4 + i][j] = -acc[i][j];
 }
 
 // Factor the n x n block at A (leading dimension ld) into out (A's lower triangle is read; out may equal
 // A) and, with INV, X = inv(L) into xinv (n x n, leading dimension n). diag_max: this matrix's max_i a_ii
-// (the pivot floor), or NULL for the block's own. halves: 0, or (16 x 8 with the inverse, GROUPED) the
-// levels of halves_steps (1 or 2) with scratch (kHalvesScratch floats of shared memory). GROUPED: kStep columns per step, for a chain of
-// single blocks (128 x 128 with the inverse at batch 1: 38 against 44 us; at batch 264 81 against 93;
+// (the pivot floor), or NULL for the block's own. halves: (16 x 8 with the inverse, GROUPED) factor by
+// halves_steps in scratch (kHalvesScratch floats of shared memory). GROUPED: kStep columns per step, for
+// a chain of single blocks (128 x 128 with the inverse at batch 1: 38 against 44 us; at batch 264 81 against 93;
 // without the inverse it loses at large batch, 51 against 39: H200, de3f7a4). Each grouped
 // instantiation costs ~1.2 s of nvcc here (~3 s of the H200's cold compile; the column steps ~0.3 s),
 // so only the 128-blocks with the inverse take them (cholesky_tiled.cu, cholesky_lookahead.cu).
@@ -484,10 +444,8 @@ __device__ __forceinline__ void factor_block(const float* A, float* out, float* 
     }
     const float floor = pivot_floor<TDIM, TS>(a, diag_max, n, ty, tx);
     if constexpr (GROUPED && INV && TDIM == 16 && TS == 8) {
-        if (halves == 2)
-            halves_steps<TS, 2>(a, x, floor, n, ty, tx, scratch);
-        else if (halves)
-            halves_steps<TS, 1>(a, x, floor, n, ty, tx, scratch);
+        if (halves)
+            halves_steps(a, x, floor, n, ty, tx, scratch);
         else
             grouped_steps<TDIM, TS, INV>(a, x, floor, n, ty, tx);
     } else if constexpr (GROUPED)
