@@ -75,6 +75,23 @@ def test_add_records_the_task_and_scaffolds_parts(toy, tmp_path):
     assert task_folder.harness_folder(prob) == toy.resolve()              # remembered in the local config
 
 
+def test_the_scaffold_lets_the_parts_import_every_module_the_runner_places(toy, tmp_path, monkeypatch):
+    # Every folder's own template starts `from task import input_t, output_t`; the scaffold allowed only
+    # `reference`, so pasting the template into route.py was refused by the build.
+    write(toy / "task.py", "input_t = output_t = list\n")
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('  - {"name": "reference.py"',
+                                         '  - {"name": "task.py", "source": "task.py"}\n  - {"name": "reference.py"'))
+    problem_add.add_problem("addone", toy)
+    manifest = yaml.safe_load((tmp_path / "parts" / "addone" / "manifest.yml").read_text())
+    assert manifest["run_folder_imports"] == ["reference", "task"]
+    write(tmp_path / "parts" / "addone" / "route.py", "from task import input_t, output_t\n\n\n" + GOOD)
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    assert build.build("addone", tmp_path / "s.py").preflight.ok
+    assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
+
+
 def test_add_refuses_an_existing_name_unless_forced_and_keeps_parts_and_extra_keys(toy, tmp_path):
     problem_add.add_problem("addone", toy)
     record = problems.record_path("addone")
