@@ -78,9 +78,12 @@ class EvalRun:
         """Why the run as a whole went wrong, in one line (None when it ended normally)."""
         if self.exit_code == TIMEOUT_EXIT:
             return f"eval.py timed out after {self.timeout_s:g} s (the task's {self.mode} timeout)"
+        error = self.lines.get("error")     # the whole run's error, written instead of any case (princeton's)
         if self.exit_code not in (0, 112):
             meaning = EXIT_MEANINGS.get(self.exit_code, "crashed")
-            return f"eval.py exit code {self.exit_code} ({meaning}): {last_line(self.stderr)}"
+            return f"eval.py exit code {self.exit_code} ({meaning}): {error or last_line(self.stderr)}"
+        if error:
+            return f"eval.py: {error}"
         if not self.lines:
             return f"eval.py wrote nothing to POPCORN_FD (exit code {self.exit_code}): {last_line(self.stderr)}"
         return None

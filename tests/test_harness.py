@@ -302,6 +302,19 @@ def test_a_case_count_no_run_can_have_reads_the_cases_that_were_sent(count):
         ("pass", None), ("fail", "eval.py reported no result for this case")]
 
 
+@pytest.mark.parametrize("code, reason", [
+    (112, "eval.py: No CUDA GPU available. This script requires a GPU."),
+    (2, "eval.py exit code 2 (crashed): No CUDA GPU available. This script requires a GPU."),
+])
+def test_an_error_eval_py_writes_before_any_case_is_each_cases_reason(code, reason):
+    # princeton's eval.py writes `check: fail` and `error: WHY` (the submission does not load, no GPU, a mode it
+    # lacks) and no case: every case said "eval.py reported no result for this case", and WHY was shown nowhere.
+    lines = {"check": "fail", "error": "No CUDA GPU available. This script requires a GPU."}
+    run = harness.EvalRun("test", [{"vocab_size": 32000}, {"vocab_size": 50264}], lines, code, "", 300)
+    assert [(r["status"], r["error"]) for r in run.results()] == [("fail", reason)] * 2
+    assert harness.run_notes([run]) == [f"eval.py test: {reason}"]
+
+
 def test_a_run_that_writes_nothing_is_named(toy, tmp_path):
     added(toy)
     silent = write(tmp_path / "s.py", "import os, sys\nif 'POPCORN_FD' in os.environ:\n"
