@@ -493,6 +493,28 @@ def test_the_functions_eval_calls_come_from_the_folders_template(toy, path, temp
     assert task_folder.read_task_folder(toy).entry_points == called
 
 
+def test_check_runs_the_problems_own_parts_when_submission_py_is_another_problems_of_its_board(toy, tmp_path,
+                                                                                               monkeypatch):
+    # Two problems may share a board (a folder added twice, or our qr_v2 beside linalg/qr_v2): submission.py built
+    # from the one's parts was checked as the other, judged by its leaderboard line alone.
+    from popcorn.cli import loop as cli_loop
+    problem_add.add_problem("addone", toy)
+    problem_add.add_problem("addtwo", toy)
+    write(tmp_path / "parts" / "addone" / "route.py", GOOD)
+    write(tmp_path / "parts" / "addtwo" / "route.py", "def custom_kernel(data):\n    return data\n")
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", tmp_path / "submission.py")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    build.build("addone", tmp_path / "submission.py")
+    mine = CliRunner().invoke(main, ["check", "addone", "--device", "cpu", "--log", str(tmp_path / "l")])
+    assert mine.exit_code == 0 and "not built for" not in mine.output, mine.output
+    other = CliRunner().invoke(main, ["check", "addtwo", "--device", "cpu", "--log", str(tmp_path / "l")])
+    assert "submission.py is not built for addtwo: built parts/addtwo to" in other.output
+    assert other.exit_code == 1 and "FAIL" in other.output       # addtwo's own (wrong) route ran
+
+
 def test_a_task_without_ranking_by_is_ranked_and_timed_by_its_last_benchmark(toy, tmp_path):
     # The pmpp folders name no ranking_by; the runner then ranks by the last benchmark and gives eval.py only
     # that case, in benchmark mode too. The record said geom, and bench and diff timed every case.
