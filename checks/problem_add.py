@@ -10,6 +10,7 @@ and a failed write (or Ctrl-C) removes what this call created, so nothing is lef
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -142,7 +143,10 @@ def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[
 def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None) -> AddResult:
     """Record problem NAME from a competition folder and scaffold parts/NAME/ where it does not exist."""
     if not problems.NAME_PATTERN.match(name or ""):
-        raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a letter")
+        like = re.sub(r"[^a-z0-9_]", "_", (name or "").lower())     # fp8-mm, the folder's name, is fp8_mm
+        hint = f" (such as {like})" if problems.NAME_PATTERN.match(like) else ""
+        raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a "
+                           f"letter{hint}")
     folder = task_folder.read_task_folder(source)
     record_path = problems.record_path(name)
     exists = record_path.is_file()

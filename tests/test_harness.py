@@ -183,9 +183,14 @@ def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
 
 
-def test_add_rejects_a_name_that_is_not_a_package_name(toy):
-    with pytest.raises(ProblemError, match="lower-case"):
-        problem_add.add_problem("Add-One", toy)
+@pytest.mark.parametrize("name, hint", [("Add-One", " (such as add_one)"), ("fp8-mm", " (such as fp8_mm)"),
+                                        ("3d", ""), ("", "")])
+def test_add_rejects_a_name_that_is_not_a_package_name_and_suggests_one(toy, name, hint):
+    # Folders are named fp8-mm or mixed-mla; the refusal gave the rule but not the name it would take.
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem(name, toy)
+    assert str(info.value) == (f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting "
+                               f"with a letter{hint}")
 
 
 @pytest.mark.parametrize("board", ["Bad Board", "AddOne_v1", ""])
