@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from checks import task_folder
-from checks.problems import Problem, format_spec
+from checks.problems import Problem, format_spec, world_size
 from popcorn.errors import ProblemError
 
 PRERUN_TIMEOUT_S = 120
@@ -162,7 +162,7 @@ def gpus_for(problem: Problem, specs: list[dict], device: str) -> int:
     of rank processes. Fewer than a case's world_size would leave its ranks waiting for each other until the
     timeout, so that is refused before anything runs."""
     gpus = visible_gpus(device)
-    ranks = max((s["world_size"] for s in specs if isinstance(s.get("world_size"), int)), default=1)
+    ranks = world_size(specs)
     if ranks > gpus:
         raise ProblemError(f"{problem.name} runs each case on world_size GPUs: its cases need {ranks} and {gpus} "
                            "are visible here, so nothing ran; run it on a host with that many")

@@ -432,6 +432,9 @@ def test_a_multi_gpu_task_gets_the_runners_gpu_count_and_too_few_gpus_are_refuse
     write(toy.parent / "eval.py", RANKS_EVAL)
     assert added(toy).multi_gpu
     good = write(tmp_path / "s.py", GOOD)
+    shown = CliRunner().invoke(main, ["problem", "show", "addone"])     # it said nothing of the GPUs a case needs
+    assert ("multi-GPU: each case runs on world_size GPUs (up to 4): check, bench and diff need a host with that "
+            "many") in shown.output.splitlines()
     monkeypatch.setattr(harness, "visible_gpus", lambda device: 4)
     outcome = runner.check("addone", good, device="cpu", log_path=None)
     assert outcome.passed and {c["message"] for c in outcome.record["cases"]} == {"a pool of 4"}
@@ -665,6 +668,7 @@ def test_problem_verbs_add_list_show(toy):
     assert listing.exit_code == 0 and "addone" in listing.output and "harness" in listing.output
     shown = cli.invoke(main, ["problem", "show", "addone"])
     assert shown.exit_code == 0 and "size: 64; seed: 13; mode: wide" in shown.output
+    assert "eval.py calls: custom_kernel" in shown.output and "multi-GPU" not in shown.output
     missing = cli.invoke(main, ["problem", "add", "other", "--from", str(toy.parent / "nope")])
     assert missing.exit_code == 1 and "no such folder" in missing.output
 
