@@ -288,6 +288,21 @@ def test_seeds_rerun_the_list_with_popcorn_seed_and_show_the_remapped_seed(toy, 
     assert str(seeds[8]) in outcome.table
 
 
+def test_seeds_for_cases_without_a_seed_are_refused_before_anything_runs(toy, tmp_path, monkeypatch):
+    # princeton's cases have no seed: POPCORN_SEED changed nothing in them, and the same cases were run again and
+    # counted as new seeds.
+    task = toy / "task.yml"
+    write(task, re.sub(r', "seed": \d+', "", task.read_text()))
+    added(toy)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    good = write(tmp_path / "s.py", GOOD)
+    refusal = "--seeds 2: addone's cases have no seed, and POPCORN_SEED remaps only a case's seed"
+    with pytest.raises(runner.PopkitError, match=re.escape(refusal)):
+        runner.check("addone", good, seeds=2, device="cpu", log_path=None)
+    cli = CliRunner().invoke(main, ["check", "addone", "--submission", str(good), "--seeds", "2", "--device", "cpu"])
+    assert cli.exit_code == 1 and refusal in cli.output
+
+
 def test_a_crashing_submission_fails_every_case_and_shows_stderr(toy, tmp_path):
     added(toy)
     crash = write(tmp_path / "s.py", "raise RuntimeError('kernel build failed: no nvcc')\n")
