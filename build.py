@@ -38,6 +38,7 @@ TEMPLATE = "submission.py.j2"
 CASES_DIR = problems.CASES_DIR
 DEFAULT_GPU = "B200"
 INLINE_MARK = "# popkit: inline"
+PARTS_PACKAGE = "parts"     # a cross-part import: from parts.PROBLEM.module import ...
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 BUILT_FROM = re.compile(r"^# Built by popkit from parts/([^/:\s]+):", re.MULTILINE)   # the template's third line
 COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
@@ -206,9 +207,10 @@ def inputs_commit() -> str:
     return out if out and Path(top).resolve() == ROOT else "uncommitted"
 
 
-def check_imports(text: str, where: str, run_folder: list[str] = ()) -> None:
+def check_imports(text: str, where: str, run_folder: list[str] = (), placed: set[str] | None = None) -> None:
     """Code that goes into the built file may import only torch, the standard library and the modules
-    the runner places beside it (the manifest's run_folder_imports)."""
+    the runner places beside it (the manifest's run_folder_imports); a refusal names the fix for its kind of
+    module: another part, a module of the run folder (PLACED) not listed yet, or a package the file may not use."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
@@ -222,10 +224,18 @@ def check_imports(text: str, where: str, run_folder: list[str] = ()) -> None:
         else:
             continue
         for name in names:
-            if name.split(".")[0] not in allowed:
-                raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; only torch, the standard library and "
-                                  f"the manifest's run_folder_imports are allowed: mark cross-part imports with "
-                                  f"'{INLINE_MARK}'")
+            top = name.split(".")[0]
+            if top in allowed:
+                continue
+            if top == PARTS_PACKAGE:
+                fix = f"a cross-part import ends with '{INLINE_MARK}'"
+            elif placed and top in placed:
+                fix = f"the runner places {top}.py beside submission.py: add {top} to the manifest's " \
+                      "run_folder_imports"
+            else:
+                fix = ("the built file may import only torch, the standard library and the modules the runner "
+                       "places beside it (the manifest's run_folder_imports)")
+            raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; {fix}")
 
 
 def render(problem: str) -> BuildResult:
@@ -242,7 +252,7 @@ def render(problem: str) -> BuildResult:
     python_parts = [read_part(rel) for rel in manifest["python"]]
     python_texts = [python_part_text(p) for p in python_parts]
     for part, text in zip(python_parts, python_texts):
-        check_imports(text, str(PARTS / part.path), run_folder)
+        check_imports(text, str(PARTS / part.path), run_folder, placed)
     if cuda_parts and not any(defines(ast.parse(text), "CUDA") for text in python_texts):
         raise PopkitError(f"{manifest_path}: CUDA parts need a Python part that defines CUDA, the loader: "
                           "add common/cuda_loader.py to 'python'")
@@ -258,7 +268,7 @@ def render(problem: str) -> BuildResult:
     except jinja2.TemplateError as exc:
         where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"
         raise PopkitError(f"{where}: template error: {exc}") from None
-    check_imports(text, "the built file", run_folder)
+    check_imports(text, "the built file", run_folder, placed)
     report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
 

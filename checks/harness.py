@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from checks import task_folder
-from checks.problems import Problem, format_spec
+from checks.problems import Problem, format_spec, world_size
 from popcorn.errors import ProblemError
 
 PRERUN_TIMEOUT_S = 120
@@ -78,9 +78,12 @@ class EvalRun:
         """Why the run as a whole went wrong, in one line (None when it ended normally)."""
         if self.exit_code == TIMEOUT_EXIT:
             return f"eval.py timed out after {self.timeout_s:g} s (the task's {self.mode} timeout)"
+        error = self.lines.get("error")     # the whole run's error, written instead of any case (princeton's)
         if self.exit_code not in (0, 112):
             meaning = EXIT_MEANINGS.get(self.exit_code, "crashed")
-            return f"eval.py exit code {self.exit_code} ({meaning}): {last_line(self.stderr)}"
+            return f"eval.py exit code {self.exit_code} ({meaning}): {error or last_line(self.stderr)}"
+        if error:
+            return f"eval.py: {error}"
         if not self.lines:
             return f"eval.py wrote nothing to POPCORN_FD (exit code {self.exit_code}): {last_line(self.stderr)}"
         return None
@@ -159,7 +162,7 @@ def gpus_for(problem: Problem, specs: list[dict], device: str) -> int:
     of rank processes. Fewer than a case's world_size would leave its ranks waiting for each other until the
     timeout, so that is refused before anything runs."""
     gpus = visible_gpus(device)
-    ranks = max((s["world_size"] for s in specs if isinstance(s.get("world_size"), int)), default=1)
+    ranks = world_size(specs)
     if ranks > gpus:
         raise ProblemError(f"{problem.name} runs each case on world_size GPUs: its cases need {ranks} and {gpus} "
                            "are visible here, so nothing ran; run it on a host with that many")

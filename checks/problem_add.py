@@ -10,6 +10,7 @@ and a failed write (or Ctrl-C) removes what this call created, so nothing is lef
 from __future__ import annotations
 
 import itertools
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -54,7 +55,7 @@ Empty until the first route of our own: write the model of its algorithm here.
 MANIFEST_TEMPLATE = '''# What the {name} submission is built from, in order.
 problem: {name}
 title: {leaderboard} (from {source})
-run_folder_imports: [reference]   # the runner places reference.py beside submission.py
+run_folder_imports: [{imports}]   # modules the runner places beside submission.py (task.yml's files)
 cuda: []
 python:
   - {name}/model.py
@@ -116,11 +117,21 @@ def _flow(case: dict) -> str:
     return yaml.safe_dump(case, default_flow_style=True, sort_keys=False, width=10_000).strip()
 
 
-def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[str]) -> dict[Path, str]:
+def placed_modules(files: list[dict], main: str) -> list[str]:
+    """The modules the runner places beside submission.py that a submission may import: every Python file of
+    task.yml's files but the submission and eval.py (the folders' templates import `task`, the route `reference`)."""
+    return sorted(Path(f["name"]).stem for f in files if f["name"].endswith(".py")
+                  and f["source"] != task_folder.SUBMISSION_SOURCE and f["name"] != main)
+
+
+def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[str],
+                   imports: list[str]) -> dict[Path, str]:
     """parts/NAME/: a route that calls the folder's reference.ref_kernel, or stubs where eval.py calls other
-    functions than custom_kernel (the reference then has nothing to stand in for them)."""
+    functions than custom_kernel (the reference then has nothing to stand in for them); the manifest lets
+    the parts import IMPORTS, the modules the runner places."""
     folder = PARTS_DIR / name
-    values = {"name": name, "leaderboard": leaderboard, "source": source, "entry_list": ", ".join(entry_points)}
+    values = {"name": name, "leaderboard": leaderboard, "source": source, "entry_list": ", ".join(entry_points),
+              "imports": ", ".join(imports)}
     route = (ROUTE_TEMPLATE.format(**values) if entry_points == [problems.ENTRY_POINT] else
              STUB_ROUTE_TEMPLATE.format(**values) + "".join(STUB.format(entry=e, **values) for e in entry_points))
     return {folder / "__init__.py": "",
@@ -132,7 +143,10 @@ def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[
 def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None) -> AddResult:
     """Record problem NAME from a competition folder and scaffold parts/NAME/ where it does not exist."""
     if not problems.NAME_PATTERN.match(name or ""):
-        raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a letter")
+        like = re.sub(r"[^a-z0-9_]", "_", (name or "").lower())     # fp8-mm, the folder's name, is fp8_mm
+        hint = f" (such as {like})" if problems.NAME_PATTERN.match(like) else ""
+        raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a "
+                           f"letter{hint}")
     folder = task_folder.read_task_folder(source)
     record_path = problems.record_path(name)
     exists = record_path.is_file()
@@ -153,7 +167,8 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
             problems.generic_spec(case)
     previous = record_path.read_text(encoding="utf-8") if exists else None
     text = render_record(name, record, previous, record_path)
-    scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"])
+    scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"],
+                              placed_modules(folder.files, folder.main))
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
                        record["entry_points"], kept=sorted(p for p in scaffold if p.exists()), replaced=exists)

@@ -57,6 +57,11 @@ class Problem:
         return native_checker(self.name)
 
 
+def world_size(specs: list[dict]) -> int:
+    """The most GPUs one of a multi-GPU task's cases runs on (its `world_size` key; 1 without one)."""
+    return max((s["world_size"] for s in specs if isinstance(s.get("world_size"), int)), default=1)
+
+
 def leaderboard_error(board: str) -> str | None:
     """Why BOARD cannot be a leaderboard's name (None when it can): a submission's '#!POPCORN leaderboard'
     line holds one word, and the server looks boards up in lower case (a directive that differs is refused)."""

@@ -132,17 +132,25 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
     """What can be judged of a run's options before anything is built or run (the CLI asks first): --harness,
     --seeds, --rounds and every --case. A wrong one ended the verb only after a build of the parts."""
     prob = load_problem(problem)
-    resolve_backend(prob, harness, mode)
+    backend = resolve_backend(prob, harness, mode)
     _require_seeds(seeds)
     if rounds is not None:
         _require_rounds(rounds)
-    for text in custom:
-        checked_spec(prob, text)
+    specs = [checked_spec(prob, text) for text in custom]
+    _require_seeded(prob, specs or prob.tests, seeds, backend)
 
 
 def _require_seeds(seeds: int) -> None:
     if seeds < 0:
         raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+
+
+def _require_seeded(prob: Problem, specs: list[dict], seeds: int, backend: str) -> None:
+    """--seeds through eval.py sets POPCORN_SEED, which the runner's protocol applies to each case's seed: cases
+    without one (princeton's) would be run again unchanged, and counted as new seeds."""
+    if seeds and backend != "native" and not any("seed" in spec for spec in specs):
+        raise PopkitError(f"--seeds {seeds}: {prob.name}'s cases have no seed, and POPCORN_SEED remaps only a case's "
+                          "seed: the extra runs would repeat the same cases; nothing ran")
 
 
 def _require_rounds(rounds: int) -> None:
@@ -478,6 +486,7 @@ def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0
     each; native gates, the folder's eval.py, or both (which must agree)."""
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "check", log_path)
     specs, notes = select_specs(prob, "tests", custom, seeds if backend != "official" else 0, device, robust, backend)
+    _require_seeded(prob, specs, seeds, backend)
     if backend == "official":
         runs = [official.run_eval(prob, submission, "test", specs, device, seed, progress)
                 for seed in [None] + list(range(1, seeds + 1))]

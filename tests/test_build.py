@@ -176,11 +176,17 @@ def _add_numpy_import(parts):
     model.write_text(model.read_text().replace("import torch\n", "import numpy as np\nimport torch\n", 1))
 
 
-def test_non_stdlib_import_without_inline_mark_is_rejected(parts_copy, tmp_path):
+def test_non_stdlib_import_is_rejected_and_a_cross_part_one_asks_for_the_inline_mark(parts_copy, tmp_path):
+    # A package was told to "mark cross-part imports with '# popkit: inline'", which is no fix for numpy.
     _add_numpy_import(parts_copy[0])
-    with pytest.raises(PopkitError, match=r"imports 'numpy'.*popkit: inline"):
+    with pytest.raises(PopkitError, match=r"imports 'numpy'; the built file may import only torch, the standard "
+                                          r"library and the modules the runner places"):
         build.build("qr_v2", tmp_path / "out.py")
     assert not (tmp_path / "out.py").exists()
+    model = parts_copy[0] / "qr_v2" / "model.py"
+    model.write_text(model.read_text().replace("import numpy as np\n", "from parts.common import helpers\n"))
+    with pytest.raises(PopkitError, match=r"imports 'parts.common'; a cross-part import ends with '# popkit: inline'"):
+        build.build("qr_v2", tmp_path / "out.py")
 
 
 def test_non_stdlib_import_error_names_the_part(parts_copy, tmp_path):
@@ -331,7 +337,8 @@ def test_run_folder_import_needs_the_manifest_declaration(toy, tmp_path):
 def test_run_folder_imports_allow_only_the_declared_names(toy, tmp_path):
     route = toy / "route.py"
     route.write_text("import utils\n" + route.read_text())
-    with pytest.raises(PopkitError, match=r"toy/route\.py:1: imports 'utils'"):
+    with pytest.raises(PopkitError, match=r"toy/route\.py:1: imports 'utils'; the runner places utils\.py beside "
+                                          r"submission\.py: add utils to the manifest's run_folder_imports"):
         build.build("toy", tmp_path / "toy.py")
     manifest = toy / "manifest.yml"
     manifest.write_text(manifest.read_text().replace("[reference]", "[reference, utils]"))

@@ -75,6 +75,23 @@ def test_add_records_the_task_and_scaffolds_parts(toy, tmp_path):
     assert task_folder.harness_folder(prob) == toy.resolve()              # remembered in the local config
 
 
+def test_the_scaffold_lets_the_parts_import_every_module_the_runner_places(toy, tmp_path, monkeypatch):
+    # Every folder's own template starts `from task import input_t, output_t`; the scaffold allowed only
+    # `reference`, so pasting the template into route.py was refused by the build.
+    write(toy / "task.py", "input_t = output_t = list\n")
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('  - {"name": "reference.py"',
+                                         '  - {"name": "task.py", "source": "task.py"}\n  - {"name": "reference.py"'))
+    problem_add.add_problem("addone", toy)
+    manifest = yaml.safe_load((tmp_path / "parts" / "addone" / "manifest.yml").read_text())
+    assert manifest["run_folder_imports"] == ["reference", "task"]
+    write(tmp_path / "parts" / "addone" / "route.py", "from task import input_t, output_t\n\n\n" + GOOD)
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    assert build.build("addone", tmp_path / "s.py").preflight.ok
+    assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
+
+
 def test_add_refuses_an_existing_name_unless_forced_and_keeps_parts_and_extra_keys(toy, tmp_path):
     problem_add.add_problem("addone", toy)
     record = problems.record_path("addone")
@@ -166,9 +183,14 @@ def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
 
 
-def test_add_rejects_a_name_that_is_not_a_package_name(toy):
-    with pytest.raises(ProblemError, match="lower-case"):
-        problem_add.add_problem("Add-One", toy)
+@pytest.mark.parametrize("name, hint", [("Add-One", " (such as add_one)"), ("fp8-mm", " (such as fp8_mm)"),
+                                        ("3d", ""), ("", "")])
+def test_add_rejects_a_name_that_is_not_a_package_name_and_suggests_one(toy, name, hint):
+    # Folders are named fp8-mm or mixed-mla; the refusal gave the rule but not the name it would take.
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem(name, toy)
+    assert str(info.value) == (f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting "
+                               f"with a letter{hint}")
 
 
 @pytest.mark.parametrize("board", ["Bad Board", "AddOne_v1", ""])
@@ -266,6 +288,21 @@ def test_seeds_rerun_the_list_with_popcorn_seed_and_show_the_remapped_seed(toy, 
     assert str(seeds[8]) in outcome.table
 
 
+def test_seeds_for_cases_without_a_seed_are_refused_before_anything_runs(toy, tmp_path, monkeypatch):
+    # princeton's cases have no seed: POPCORN_SEED changed nothing in them, and the same cases were run again and
+    # counted as new seeds.
+    task = toy / "task.yml"
+    write(task, re.sub(r', "seed": \d+', "", task.read_text()))
+    added(toy)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    good = write(tmp_path / "s.py", GOOD)
+    refusal = "--seeds 2: addone's cases have no seed, and POPCORN_SEED remaps only a case's seed"
+    with pytest.raises(runner.PopkitError, match=re.escape(refusal)):
+        runner.check("addone", good, seeds=2, device="cpu", log_path=None)
+    cli = CliRunner().invoke(main, ["check", "addone", "--submission", str(good), "--seeds", "2", "--device", "cpu"])
+    assert cli.exit_code == 1 and refusal in cli.output
+
+
 def test_a_crashing_submission_fails_every_case_and_shows_stderr(toy, tmp_path):
     added(toy)
     crash = write(tmp_path / "s.py", "raise RuntimeError('kernel build failed: no nvcc')\n")
@@ -283,6 +320,19 @@ def test_a_case_count_no_run_can_have_reads_the_cases_that_were_sent(count):
     run = harness.EvalRun("test", [{"size": 3, "seed": 1}, {"size": 4, "seed": 2}], lines, 0, "", 20)
     assert [(r["status"], r["error"]) for r in run.results()] == [
         ("pass", None), ("fail", "eval.py reported no result for this case")]
+
+
+@pytest.mark.parametrize("code, reason", [
+    (112, "eval.py: No CUDA GPU available. This script requires a GPU."),
+    (2, "eval.py exit code 2 (crashed): No CUDA GPU available. This script requires a GPU."),
+])
+def test_an_error_eval_py_writes_before_any_case_is_each_cases_reason(code, reason):
+    # princeton's eval.py writes `check: fail` and `error: WHY` (the submission does not load, no GPU, a mode it
+    # lacks) and no case: every case said "eval.py reported no result for this case", and WHY was shown nowhere.
+    lines = {"check": "fail", "error": "No CUDA GPU available. This script requires a GPU."}
+    run = harness.EvalRun("test", [{"vocab_size": 32000}, {"vocab_size": 50264}], lines, code, "", 300)
+    assert [(r["status"], r["error"]) for r in run.results()] == [("fail", reason)] * 2
+    assert harness.run_notes([run]) == [f"eval.py test: {reason}"]
 
 
 def test_a_run_that_writes_nothing_is_named(toy, tmp_path):
@@ -397,6 +447,9 @@ def test_a_multi_gpu_task_gets_the_runners_gpu_count_and_too_few_gpus_are_refuse
     write(toy.parent / "eval.py", RANKS_EVAL)
     assert added(toy).multi_gpu
     good = write(tmp_path / "s.py", GOOD)
+    shown = CliRunner().invoke(main, ["problem", "show", "addone"])     # it said nothing of the GPUs a case needs
+    assert ("multi-GPU: each case runs on world_size GPUs (up to 4): check, bench and diff need a host with that "
+            "many") in shown.output.splitlines()
     monkeypatch.setattr(harness, "visible_gpus", lambda device: 4)
     outcome = runner.check("addone", good, device="cpu", log_path=None)
     assert outcome.passed and {c["message"] for c in outcome.record["cases"]} == {"a pool of 4"}
@@ -461,6 +514,28 @@ def test_the_functions_eval_calls_come_from_the_folders_template(toy, path, temp
     if path == "../template.py":         # a template outside the folder is found only where task.yml names it
         write(toy / "task.yml", (toy / "task.yml").read_text() + f"templates:\n  Python: {path!r}\n")
     assert task_folder.read_task_folder(toy).entry_points == called
+
+
+def test_check_runs_the_problems_own_parts_when_submission_py_is_another_problems_of_its_board(toy, tmp_path,
+                                                                                               monkeypatch):
+    # Two problems may share a board (a folder added twice, or our qr_v2 beside linalg/qr_v2): submission.py built
+    # from the one's parts was checked as the other, judged by its leaderboard line alone.
+    from popcorn.cli import loop as cli_loop
+    problem_add.add_problem("addone", toy)
+    problem_add.add_problem("addtwo", toy)
+    write(tmp_path / "parts" / "addone" / "route.py", GOOD)
+    write(tmp_path / "parts" / "addtwo" / "route.py", "def custom_kernel(data):\n    return data\n")
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    monkeypatch.setattr(cli_loop, "DEFAULT_SUBMISSION", tmp_path / "submission.py")
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    build.build("addone", tmp_path / "submission.py")
+    mine = CliRunner().invoke(main, ["check", "addone", "--device", "cpu", "--log", str(tmp_path / "l")])
+    assert mine.exit_code == 0 and "not built for" not in mine.output, mine.output
+    other = CliRunner().invoke(main, ["check", "addtwo", "--device", "cpu", "--log", str(tmp_path / "l")])
+    assert "submission.py is not built for addtwo: built parts/addtwo to" in other.output
+    assert other.exit_code == 1 and "FAIL" in other.output       # addtwo's own (wrong) route ran
 
 
 def test_a_task_without_ranking_by_is_ranked_and_timed_by_its_last_benchmark(toy, tmp_path):
@@ -608,6 +683,7 @@ def test_problem_verbs_add_list_show(toy):
     assert listing.exit_code == 0 and "addone" in listing.output and "harness" in listing.output
     shown = cli.invoke(main, ["problem", "show", "addone"])
     assert shown.exit_code == 0 and "size: 64; seed: 13; mode: wide" in shown.output
+    assert "eval.py calls: custom_kernel" in shown.output and "multi-GPU" not in shown.output
     missing = cli.invoke(main, ["problem", "add", "other", "--from", str(toy.parent / "nope")])
     assert missing.exit_code == 1 and "no such folder" in missing.output
 

@@ -45,19 +45,22 @@ def _exit_with(outcome) -> None:
 
 
 def _submission_for(problem: str, given: Path | None) -> Path:
-    """The given file; else submission.py when it is built for PROBLEM; else PROBLEM's parts, built now
-    to a file outside the tree (so checking one problem right after building another just works)."""
+    """The given file; else submission.py when it is built for PROBLEM (its leaderboard, and its parts when
+    popkit built it: two problems may share a board); else PROBLEM's parts, built now to a file outside the
+    tree (so checking one problem right after building another just works)."""
     if given is not None:
         return given
+    import build as builder
     from checks.problems import load_problem
     from checks.preflight import leading_directives
     board = load_problem(problem).leaderboard
     if DEFAULT_SUBMISSION.is_file():
         text = DEFAULT_SUBMISSION.read_text(encoding="utf-8", errors="replace")
-        if leading_directives(text).get("leaderboard") == board:
+        built_from = builder.BUILT_FROM.search(text)
+        parts_of = built_from.group(1) if built_from else None        # None: a file popkit did not build
+        if leading_directives(text).get("leaderboard") == board and parts_of in (None, problem):
             _warn_if_older_than_parts(problem)
             return DEFAULT_SUBMISSION
-    import build as builder
     target = Path(tempfile.gettempdir()) / "popkit-builds" / f"{problem}.py"
     builder.build(problem, target)
     click.echo(f"note: {DEFAULT_SUBMISSION.name} is not built for {problem}: built parts/{problem} to {target}")

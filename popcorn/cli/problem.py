@@ -75,7 +75,7 @@ def register(main):
     def show_cmd(name):
         """One problem: its facts, where its folder is on this machine, and its case lists."""
         from checks import task_folder
-        from checks.problems import format_spec, load_problem, record_path
+        from checks.problems import format_spec, load_problem, record_path, world_size
         from popcorn.errors import ProblemError
         prob = load_problem(name)
         try:
@@ -87,6 +87,10 @@ def register(main):
         click.echo(f"folder: {folder}")
         click.echo("timeouts: " + ", ".join(f"{k} {v} s" for k, v in prob.timeouts_s.items()))
         click.echo(f"ranking: {prob.ranking or '-'}")
+        click.echo(f"eval.py calls: {', '.join(prob.entry_points)}")
+        if prob.multi_gpu:
+            click.echo(f"multi-GPU: each case runs on world_size GPUs (up to {world_size(prob.tests + prob.benchmarks)}"
+                       "): check, bench and diff need a host with that many")
         for label, specs in (("tests", prob.tests), ("benchmarks", prob.benchmarks)):
             click.echo(f"{label} ({len(specs)}):")
             for spec in specs:
