@@ -559,3 +559,30 @@ def test_route_with_halves_meets_the_gates(case, monkeypatch):
     monkeypatch.setattr(route, "DIAG_HALVES", ((1 << 30, 1),))
     A = spd(case, 300, 2)
     assert_cholesky(A, route.custom_kernel(A))
+
+
+# tiled_block.cuh's Terms: which terms of the halves' products a thread computes, by k's 16-wide segment s
+LIVE_TERMS = {
+    "kColsFromS": lambda s, i, j: j >= s,
+    "kColsUpToS": lambda s, i, j: j <= s,
+    "kRowsFromS": lambda s, i, j: i >= s,
+}
+# ... and where the operand is structurally zero: (r, c, k) -> True when the term is an exact zero
+ZERO_TERMS = {
+    "kColsFromS": lambda r, c, k: k > c,          # cols[k][c] = X11[c][k], X11 lower (L21 = A21 X11^T)
+    "kColsUpToS": lambda r, c, k: k < c,          # cols[k][c] = X11[k][c] (T = L21 X11)
+    "kRowsFromS": lambda r, c, k: k > r,          # rows[r][k] = X22[r][k] (X21 = -X22 T)
+}
+
+
+@pytest.mark.parametrize("terms", sorted(LIVE_TERMS))
+def test_halves_products_skip_only_zero_terms(terms):
+    """Every term that product_quarter<TERMS> skips multiplies a structural zero of a triangular operand."""
+    live, zero = LIVE_TERMS[terms], ZERO_TERMS[terms]
+    for s in range(4):
+        for i in range(4):
+            for j in range(4):
+                if live(s, i, j):
+                    continue
+                assert all(zero(ty + 16 * i, tx + 16 * j, k)
+                           for ty in range(16) for tx in range(16) for k in range(16 * s, 16 * s + 16)), (s, i, j)
