@@ -1,11 +1,11 @@
 #!POPCORN leaderboard cholesky
 #!POPCORN gpu B200
 # Built by popkit from parts/cholesky: do not edit; change the parts and rebuild.
-# toolkit commit: 28c21c4
+# toolkit commit: 8b9736e
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part cholesky/pivot.cuh sha256 fd29776d31b168dd5db1a4d2e23e9ac9b7a433851b6788a206e6d1e97d4fa458
 # part cholesky/cholesky_small.cu sha256 9b8a656953761e31334068669a71a99b610d22a2dcce9f25396df1c001d3a698
-# part cholesky/tiled_block.cuh sha256 2c9fa8e98e1d4ad929ba30a0b3766758ab6dace5f81e6f77878be80a9f214223
+# part cholesky/tiled_block.cuh sha256 327a8ce8e89a1585e07983d4ddaf8e62856fa33654eb1be809759654570d0fef
 # part cholesky/cholesky_tiled.cu sha256 d425cb51c560c776ee5297f6bbcb6595a71bbc45777f0537281e23b13bd889db
 # part cholesky/cholesky_split.cu sha256 d4dbcff8bb19abad1903230f029164b69d1c60e4f70988439fc1fc5dcadfe80c
 # part cholesky/tf32x3.cuh sha256 629a763e893d9e938260f4481c6e2935a79963d3613406022343f94a8a3a9d7d
@@ -569,27 +569,51 @@ __device__ __forceinline__ void stage_cols(const float (&q)[4][4], float* cols, 
         }
 }
 
-// acc[i][j] = sum_k rows[r][k] cols[k][c] over k < 64 for this thread's r = ty + 16 i, c = tx + 16 j.
+// Which terms of a product can be nonzero, by the 16-wide segment s of k (k in [16 s, 16 s + 16)) and the
+// thread's quarter entry (i, j) (row r = ty + 16 i, column c = tx + 16 j): the operands are triangular, so
+// a segment meets only some of a thread's rows or columns; the skipped terms are exact zeros (or, kLower,
+// entries above the diagonal that nobody reads). About 10 of 16 terms remain in each product.
+enum Terms {
+    kColsFromS,     // cols[k][c] = M[c][k], M lower triangular: k <= c, so j >= s
+    kColsUpToS,     // cols[k][c] = M[k][c], M lower triangular: k >= c, so j <= s
+    kRowsFromS,     // rows[r][k] = M[r][k], M lower triangular: k <= r, so i >= s
+    kLower,         // only the lower triangle of the result is used: i >= j
+};
+
+template <int TERMS>
+__device__ __forceinline__ constexpr bool live_term(int s, int i, int j) {
+    return TERMS == kColsFromS ? j >= s : TERMS == kColsUpToS ? j <= s : TERMS == kRowsFromS ? i >= s : i >= j;
+}
+
+// acc[i][j] = sum_k rows[r][k] cols[k][c] over k < 64 for this thread's r = ty + 16 i, c = tx + 16 j, the
+// terms TERMS says can be nonzero (acc[i][j] of a dead entry is 0 under kLower).
+template <int TERMS>
 __device__ __forceinline__ void product_quarter(const float* rows, const float* cols, float (&acc)[4][4], int ty,
                                                 int tx) {
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
         for (int j = 0; j < 4; ++j) acc[i][j] = 0.f;
-#pragma unroll 4
-    for (int k4 = 0; k4 < kHalf / 4; ++k4) {
-        float4 rv[4];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) rv[i] = *reinterpret_cast<const float4*>(rows + (ty + 16 * i) * kHalfLd + 4 * k4);
+    for (int s = 0; s < 4; ++s) {
+#pragma unroll 1                                         // unrolled, cholesky_tiled.cu's kernel spilled
+        for (int k4 = 4 * s; k4 < 4 * s + 4; ++k4) {
+            float4 rv[4];
 #pragma unroll
-        for (int kk = 0; kk < 4; ++kk) {
-            const float4 v = *reinterpret_cast<const float4*>(cols + (4 * k4 + kk) * kHalfLd + 4 * tx);
-            const float cv[4] = {v.x, v.y, v.z, v.w};
+            for (int i = 0; i < 4; ++i)
+                if (live_term<TERMS>(s, i, 0) || live_term<TERMS>(s, i, 3))
+                    rv[i] = *reinterpret_cast<const float4*>(rows + (ty + 16 * i) * kHalfLd + 4 * k4);
 #pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const float r = kk == 0 ? rv[i].x : kk == 1 ? rv[i].y : kk == 2 ? rv[i].z : rv[i].w;
+            for (int kk = 0; kk < 4; ++kk) {
+                const float4 v = *reinterpret_cast<const float4*>(cols + (4 * k4 + kk) * kHalfLd + 4 * tx);
+                const float cv[4] = {v.x, v.y, v.z, v.w};
 #pragma unroll
-                for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(r, cv[j], acc[i][j]);
+                for (int i = 0; i < 4; ++i) {
+                    const float r = kk == 0 ? rv[i].x : kk == 1 ? rv[i].y : kk == 2 ? rv[i].z : rv[i].w;
+#pragma unroll
+                    for (int j = 0; j < 4; ++j)
+                        if (live_term<TERMS>(s, i, j)) acc[i][j] = fmaf(r, cv[j], acc[i][j]);
+                }
             }
         }
     }
@@ -612,13 +636,13 @@ __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8],
     stage_rows(q, rows, ty, tx);
     stage_cols<true>(y, cols, ty, tx);
     __syncthreads();
-    product_quarter(rows, cols, acc, ty, tx);
+    product_quarter<kColsFromS>(rows, cols, acc, ty, tx);
     set_quarter<4, 0>(a, acc);
     __syncthreads();                                     // 3. A22 -= L21 L21^T, its lower part
     stage_rows(acc, rows, ty, tx);
     stage_cols<true>(acc, cols, ty, tx);
     __syncthreads();
-    product_quarter(rows, cols, acc, ty, tx);
+    product_quarter<kLower>(rows, cols, acc, ty, tx);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -634,12 +658,12 @@ __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8],
     __syncthreads();
     stage_cols<false>(q, cols, ty, tx);
     __syncthreads();
-    product_quarter(rows, cols, t, ty, tx);
+    product_quarter<kColsUpToS>(rows, cols, t, ty, tx);
     __syncthreads();                                     // 6. X21 = -X22 T
     stage_rows(y, rows, ty, tx);
     stage_cols<false>(t, cols, ty, tx);
     __syncthreads();
-    product_quarter(rows, cols, acc, ty, tx);
+    product_quarter<kRowsFromS>(rows, cols, acc, ty, tx);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
