@@ -62,8 +62,8 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
 // multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
 // first tile factors that tile, the next diagonal block, while the others update the rest. The panel is
-// written out of place, into `panel` ((n - nb) x nb floats per matrix), and the update's diagonal-tile
-// CTAs copy it into L: no CTA then reads what another writes, so each panel tile is shared by four CTAs
+// written out of place, into `panel` ((n - nb) x nb floats per matrix), and CTAs of the update that
+// staged its rows copy it into L: no CTA then reads what another writes, so each panel tile is shared by four CTAs
 // (tf32x3::kPanelSplit: H200 sweep at 339906f, us, split / two CTAs per tile: 1x4096 2001 / 2057, 8x2048
 // 1327 / 1343, 1x8192 5761 / 5894). Same arguments, result and order of operations as cholesky_blocked
 // (model.blocked_tf32x3_model).

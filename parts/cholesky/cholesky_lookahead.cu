@@ -164,9 +164,13 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag, const tf
     int ti, tj;
     tf32x3::tile_of_block<true>(blockIdx.x, op.ncols, ti, tj);
     update_tile<VEC>(op, ti, tj, reinterpret_cast<float*>(smem4));
-    if (ti == tj) {                                      // the diagonal tiles' CTAs write the panel into L
-        const int row0 = ti * kTile, rows = min(kTile, op.m - row0);
-        copy_panel_rows(reinterpret_cast<const float*>(smem4), panel, row0, rows, op.K);
+    // The panel's row tile t goes into L from the CTA of tile (t + 1, t), which holds it staged as Q's rows,
+    // and only the last one from its diagonal tile's CTA (as P's rows): tile 0's CTA, whose factorization
+    // is the step's chain, copies nothing while another tile is there.
+    const int last = (op.m - 1) / kTile;
+    if (ti == tj + 1 || (ti == tj && ti == last)) {
+        const int row0 = tj * kTile, rows = min(kTile, op.m - row0);
+        copy_panel_rows(reinterpret_cast<const float*>(smem4) + (ti == tj ? 0 : kRawWords), panel, row0, rows, op.K);
     }
     if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
         __syncthreads();                                 // its update is written (and visible to this CTA)
