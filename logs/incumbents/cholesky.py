@@ -1,7 +1,7 @@
 #!POPCORN leaderboard cholesky
 #!POPCORN gpu B200
 # Built by popkit from parts/cholesky: do not edit; change the parts and rebuild.
-# toolkit commit: 8b9736e
+# toolkit commit: 60e87d4
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part cholesky/pivot.cuh sha256 fd29776d31b168dd5db1a4d2e23e9ac9b7a433851b6788a206e6d1e97d4fa458
 # part cholesky/cholesky_small.cu sha256 9b8a656953761e31334068669a71a99b610d22a2dcce9f25396df1c001d3a698
@@ -12,8 +12,8 @@
 # part cholesky/cholesky_product_mma.cu sha256 aac5100aa2b1613761441bc8491524d6c160b69d40aeaea02f7d6b75d3343e03
 # part cholesky/wgmma_tf32.cuh sha256 71bd5bc190cd9a84a9dafdaf8b5e27cc2d7a84f731da1dcf256c1aebebd444f1
 # part cholesky/cholesky_product_wgmma.cu sha256 a5717be62ca2af29db1155550640d2be4f7ba16889371879c4c55c6728aad011
-# part cholesky/cholesky_lookahead.cu sha256 c32b55388587d27ef141cd6a30329f44b85938edc7575223bd2e67ef41bce788
-# part cholesky/cholesky_blocked.cu sha256 e87512bfaa27eadf80e83bd55cdd235e5e46a0e8c95471e39f3deb26561e3301
+# part cholesky/cholesky_lookahead.cu sha256 af1626325d640cf74d6b3bd1c83de7d96268015b3ed22a0e1e51879a4c52c7a5
+# part cholesky/cholesky_blocked.cu sha256 5cfe5cabfb8f7b1de2b25871207ced03cc5be7be88a331302762b6d5b3b783b0
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part cholesky/model.py sha256 aa5fcd44b5ae4e6b677d042e0a8db2b2f78677b2bfeaaf53713b0c8b94dcdfd1
 # part cholesky/route.py sha256 3be5f3287f328ed0b0a79ae91071fb96e3f20921b95f61cd8b5e56fb5427f4d3
@@ -1668,9 +1668,13 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag, const tf
     int ti, tj;
     tf32x3::tile_of_block<true>(blockIdx.x, op.ncols, ti, tj);
     update_tile<VEC>(op, ti, tj, reinterpret_cast<float*>(smem4));
-    if (ti == tj) {                                      // the diagonal tiles' CTAs write the panel into L
-        const int row0 = ti * kTile, rows = min(kTile, op.m - row0);
-        copy_panel_rows(reinterpret_cast<const float*>(smem4), panel, row0, rows, op.K);
+    // The panel's row tile t goes into L from the CTA of tile (t + 1, t), which holds it staged as Q's rows,
+    // and only the last one from its diagonal tile's CTA (as P's rows): tile 0's CTA, whose factorization
+    // is the step's chain, copies nothing while another tile is there.
+    const int last = (op.m - 1) / kTile;
+    if (ti == tj + 1 || (ti == tj && ti == last)) {
+        const int row0 = tj * kTile, rows = min(kTile, op.m - row0);
+        copy_panel_rows(reinterpret_cast<const float*>(smem4) + (ti == tj ? 0 : kRawWords), panel, row0, rows, op.K);
     }
     if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
         __syncthreads();                                 // its update is written (and visible to this CTA)
@@ -1775,8 +1779,8 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // The blocked loop with a look-ahead (cholesky_lookahead.cu; wgmma GPUs, 16 x 16 diagonal blocks, n a
 // multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
 // first tile factors that tile, the next diagonal block, while the others update the rest. The panel is
-// written out of place, into `panel` ((n - nb) x nb floats per matrix), and the update's diagonal-tile
-// CTAs copy it into L: no CTA then reads what another writes, so each panel tile is shared by four CTAs
+// written out of place, into `panel` ((n - nb) x nb floats per matrix), and CTAs of the update that
+// staged its rows copy it into L: no CTA then reads what another writes, so each panel tile is shared by four CTAs
 // (tf32x3::kPanelSplit: H200 sweep at 339906f, us, split / two CTAs per tile: 1x4096 2001 / 2057, 8x2048
 // 1327 / 1343, 1x8192 5761 / 5894). Same arguments, result and order of operations as cholesky_blocked
 // (model.blocked_tf32x3_model).
