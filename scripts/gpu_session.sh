@@ -7,7 +7,7 @@
 # built first (DIR/builds/PROBLEM.py); each command then runs with --submission DIR/builds/PROBLEM.py and
 # --log DIR/performance.jsonl, and its table goes to DIR/NN-VERB-PROBLEM.txt (DIR/gpu.txt names the GPU).
 # The CUDA builds go to a fresh extension cache (outside DIR), so each problem's first record holds its
-# cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}. Bring DIR back to your working copy and run
+# cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is refused. Bring DIR back to your working copy and run
 #   popkit merge DIR/performance.jsonl --tables DIR
 # to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
 # root; a copy without .git records the commit from POPKIT_COMMIT (commit first, pass its sha).
@@ -42,6 +42,12 @@ if ! git rev-parse --git-dir >/dev/null 2>&1 && [ -z "${POPKIT_COMMIT:-}" ]; the
   echo "warning: no git repository and no POPKIT_COMMIT: the records will name no commit" >&2
 fi
 
+# A folder that already holds a run's records would mix two runs: the records of both in one log, and this
+# run's tables over the other's NN-VERB names (a warm GPU host keeps /tmp between calls).
+if [ -e "$out/performance.jsonl" ] || [ -e "$out/builds" ]; then
+  echo "error: $out already holds a run (performance.jsonl or builds/): give -o a new folder" >&2
+  exit 2
+fi
 mkdir -p "$out/builds" || exit 1
 log="$out/performance.jsonl"
 if command -v nvidia-smi >/dev/null; then

@@ -28,6 +28,20 @@ def test_run_from_another_folder_says_where_to_run_it(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("left", ["performance.jsonl", "builds"])
+def test_a_folder_that_holds_another_run_is_refused(tmp_path, left):
+    # On a warm GPU host /tmp outlives the call: -o /tmp/s/gs appended this run's records to the last run's
+    # log and wrote its tables over the last run's 01-, 02-, ... names, which merge then refused.
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / left).mkdir() if left == "builds" else (out / left).write_text('{"time": "earlier"}\n')
+    done = session(ROOT, "-o", str(out), "check qr_v2")
+    assert done.returncode == 2
+    assert done.stderr.splitlines()[-1] == (f"error: {out} already holds a run (performance.jsonl or builds/): "
+                                            "give -o a new folder")
+    assert sorted(p.name for p in out.iterdir()) == [left]
+
+
 def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=cwd, env=env,
