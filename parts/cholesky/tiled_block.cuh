@@ -390,6 +390,19 @@ __device__ __forceinline__ void product_quarter(const float* rows, const float* 
     }
 }
 
+// acc = R C (C^T with TRANSPOSED) through the scratch's rows and cols, the terms TERMS says can be nonzero;
+// the caller has freed the scratch (a barrier after its last reads). acc may be R or C.
+template <bool TRANSPOSED, int TERMS>
+__device__ __forceinline__ void staged_product(const float (&r)[4][4], const float (&c)[4][4], float* scratch,
+                                               float (&acc)[4][4], int ty, int tx) {
+    float* rows = scratch;
+    float* cols = scratch + kHalf * kHalfLd;
+    stage_rows(r, rows, ty, tx);
+    stage_cols<TRANSPOSED>(c, cols, ty, tx);
+    __syncthreads();
+    product_quarter<TERMS>(rows, cols, acc, ty, tx);
+}
+
 // Factor a 128-block held as factor_block<16, 8> holds it (x = I on entry) by halves (above); scratch:
 // kHalvesScratch floats of 16-byte aligned shared memory that no other thread of the CTA still reads.
 __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8], float floor, int n, int ty, int tx,
@@ -401,19 +414,11 @@ __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8],
     set_quarter<0, 0>(a, q);
     set_quarter<0, 0>(x, y);
     if (n <= kHalf) return;
-    float* rows = scratch;
-    float* cols = scratch + kHalf * kHalfLd;
     get_quarter<4, 0>(a, q);                             // 2. L21 = A21 X11^T
-    stage_rows(q, rows, ty, tx);
-    stage_cols<true>(y, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kColsFromS>(rows, cols, acc, ty, tx);
+    staged_product<true, kColsFromS>(q, y, scratch, acc, ty, tx);
     set_quarter<4, 0>(a, acc);
     __syncthreads();                                     // 3. A22 -= L21 L21^T, its lower part
-    stage_rows(acc, rows, ty, tx);
-    stage_cols<true>(acc, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kLower>(rows, cols, acc, ty, tx);
+    staged_product<true, kLower>(acc, acc, scratch, acc, ty, tx);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -424,17 +429,13 @@ __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8],
     grouped_steps<16, 4, true>(q, y, floor, n - kHalf, ty, tx);
     set_quarter<4, 4>(a, q);
     set_quarter<4, 4>(x, y);
-    float t[4][4];                                       // 5. T = L21 X11 (rows still hold L21)
-    get_quarter<0, 0>(x, q);
+    float l21[4][4], x11[4][4], t[4][4];                 // 5. T = L21 X11
+    get_quarter<4, 0>(a, l21);
+    get_quarter<0, 0>(x, x11);
     __syncthreads();
-    stage_cols<false>(q, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kColsUpToS>(rows, cols, t, ty, tx);
+    staged_product<false, kColsUpToS>(l21, x11, scratch, t, ty, tx);
     __syncthreads();                                     // 6. X21 = -X22 T
-    stage_rows(y, rows, ty, tx);
-    stage_cols<false>(t, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kRowsFromS>(rows, cols, acc, ty, tx);
+    staged_product<false, kRowsFromS>(y, t, scratch, acc, ty, tx);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
