@@ -1,11 +1,11 @@
 #!POPCORN leaderboard cholesky
 #!POPCORN gpu B200
 # Built by popkit from parts/cholesky: do not edit; change the parts and rebuild.
-# toolkit commit: 60e87d4
+# toolkit commit: 1d638e1
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part cholesky/pivot.cuh sha256 fd29776d31b168dd5db1a4d2e23e9ac9b7a433851b6788a206e6d1e97d4fa458
 # part cholesky/cholesky_small.cu sha256 9b8a656953761e31334068669a71a99b610d22a2dcce9f25396df1c001d3a698
-# part cholesky/tiled_block.cuh sha256 327a8ce8e89a1585e07983d4ddaf8e62856fa33654eb1be809759654570d0fef
+# part cholesky/tiled_block.cuh sha256 234a8f68d1fe840f6cc30af79fe1806ab320a2f2b3742f3f03563cc797d52a4f
 # part cholesky/cholesky_tiled.cu sha256 d425cb51c560c776ee5297f6bbcb6595a71bbc45777f0537281e23b13bd889db
 # part cholesky/cholesky_split.cu sha256 d4dbcff8bb19abad1903230f029164b69d1c60e4f70988439fc1fc5dcadfe80c
 # part cholesky/tf32x3.cuh sha256 629a763e893d9e938260f4481c6e2935a79963d3613406022343f94a8a3a9d7d
@@ -619,6 +619,19 @@ __device__ __forceinline__ void product_quarter(const float* rows, const float* 
     }
 }
 
+// acc = R C (C^T with TRANSPOSED) through the scratch's rows and cols, the terms TERMS says can be nonzero;
+// the caller has freed the scratch (a barrier after its last reads). acc may be R or C.
+template <bool TRANSPOSED, int TERMS>
+__device__ __forceinline__ void staged_product(const float (&r)[4][4], const float (&c)[4][4], float* scratch,
+                                               float (&acc)[4][4], int ty, int tx) {
+    float* rows = scratch;
+    float* cols = scratch + kHalf * kHalfLd;
+    stage_rows(r, rows, ty, tx);
+    stage_cols<TRANSPOSED>(c, cols, ty, tx);
+    __syncthreads();
+    product_quarter<TERMS>(rows, cols, acc, ty, tx);
+}
+
 // Factor a 128-block held as factor_block<16, 8> holds it (x = I on entry) by halves (above); scratch:
 // kHalvesScratch floats of 16-byte aligned shared memory that no other thread of the CTA still reads.
 __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8], float floor, int n, int ty, int tx,
@@ -630,19 +643,11 @@ __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8],
     set_quarter<0, 0>(a, q);
     set_quarter<0, 0>(x, y);
     if (n <= kHalf) return;
-    float* rows = scratch;
-    float* cols = scratch + kHalf * kHalfLd;
     get_quarter<4, 0>(a, q);                             // 2. L21 = A21 X11^T
-    stage_rows(q, rows, ty, tx);
-    stage_cols<true>(y, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kColsFromS>(rows, cols, acc, ty, tx);
+    staged_product<true, kColsFromS>(q, y, scratch, acc, ty, tx);
     set_quarter<4, 0>(a, acc);
     __syncthreads();                                     // 3. A22 -= L21 L21^T, its lower part
-    stage_rows(acc, rows, ty, tx);
-    stage_cols<true>(acc, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kLower>(rows, cols, acc, ty, tx);
+    staged_product<true, kLower>(acc, acc, scratch, acc, ty, tx);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
@@ -653,17 +658,13 @@ __device__ __forceinline__ void halves_steps(float (&a)[8][8], float (&x)[8][8],
     grouped_steps<16, 4, true>(q, y, floor, n - kHalf, ty, tx);
     set_quarter<4, 4>(a, q);
     set_quarter<4, 4>(x, y);
-    float t[4][4];                                       // 5. T = L21 X11 (rows still hold L21)
-    get_quarter<0, 0>(x, q);
+    float l21[4][4], x11[4][4], t[4][4];                 // 5. T = L21 X11
+    get_quarter<4, 0>(a, l21);
+    get_quarter<0, 0>(x, x11);
     __syncthreads();
-    stage_cols<false>(q, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kColsUpToS>(rows, cols, t, ty, tx);
+    staged_product<false, kColsUpToS>(l21, x11, scratch, t, ty, tx);
     __syncthreads();                                     // 6. X21 = -X22 T
-    stage_rows(y, rows, ty, tx);
-    stage_cols<false>(t, cols, ty, tx);
-    __syncthreads();
-    product_quarter<kRowsFromS>(rows, cols, acc, ty, tx);
+    staged_product<false, kRowsFromS>(y, t, scratch, acc, ty, tx);
 #pragma unroll
     for (int i = 0; i < 4; ++i)
 #pragma unroll
