@@ -5,11 +5,11 @@ part's text, and the translation units the loader compiles them as: see
 assemble_cuda), inlines the Python parts into one module, renders
 templates/submission.py.j2, checks the result (preflight rules, imports limited
 to torch, the standard library, the manifest's run_folder_imports and its
-packages) and writes it atomically. The header's leaderboard and GPU come from the problem's
-record (checks/cases/PROBLEM.yml) when it has one. A manifest with no CUDA parts
-builds a pure-Python file that compiles nothing. Same parts in, same bytes out:
-the provenance names the last commit that touched the builder's inputs, not the
-current HEAD.
+packages) and writes it atomically. The header's leaderboard and GPU come from
+the problem's record (checks/cases/PROBLEM.yml) when it has one. A manifest with
+no CUDA parts builds a pure-Python file that compiles nothing. Same parts in,
+same bytes out: the provenance names the last commit that touched the builder's
+inputs, not the current HEAD.
 """
 from __future__ import annotations
 

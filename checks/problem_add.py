@@ -4,8 +4,8 @@ Writes checks/cases/NAME.yml from DIR/task.yml (case lists, leaderboard, GPUs, t
 runner's files list, the functions eval.py calls) and, where missing, parts/NAME/ with a route whose
 custom_kernel calls the folder's own reference (correct from the first build; the user replaces it), or
 stubs for a task whose eval.py calls other functions, and a manifest whose packages are the third-party
-modules the folder's templates and reference.py import (so the folder's own template builds unchanged). The folder's path on this machine
-goes to .popkit/harness.yml, outside git. Everything is validated and rendered before the first write,
+modules the folder's templates and reference.py import (so the folder's own template builds unchanged).
+The folder's path on this machine goes to .popkit/harness.yml, outside git. Everything is validated and rendered before the first write,
 and a failed write (or Ctrl-C) removes what this call created, so nothing is left half-written.
 """
 from __future__ import annotations
