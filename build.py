@@ -4,12 +4,12 @@ build(problem) reads parts/PROBLEM/manifest.yml, embeds the CUDA parts (each
 part's text, and the translation units the loader compiles them as: see
 assemble_cuda), inlines the Python parts into one module, renders
 templates/submission.py.j2, checks the result (preflight rules, imports limited
-to torch, the standard library and the manifest's run_folder_imports) and
-writes it atomically. The header's leaderboard and GPU come from the problem's
-record (checks/cases/PROBLEM.yml) when it has one. A manifest with no CUDA parts
-builds a pure-Python file that compiles nothing. Same parts in, same bytes out:
-the provenance names the last commit that touched the builder's inputs, not the
-current HEAD.
+to torch, the standard library, the manifest's run_folder_imports and its
+packages) and writes it atomically. The header's leaderboard and GPU come from
+the problem's record (checks/cases/PROBLEM.yml) when it has one. A manifest with
+no CUDA parts builds a pure-Python file that compiles nothing. Same parts in,
+same bytes out: the provenance names the last commit that touched the builder's
+inputs, not the current HEAD.
 """
 from __future__ import annotations
 
@@ -18,14 +18,13 @@ import hashlib
 import os
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import jinja2
 import yaml
 
-from checks import problems
+from checks import packages, problems
 from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError, ProblemError
@@ -42,7 +41,6 @@ PARTS_PACKAGE = "parts"     # a cross-part import: from parts.PROBLEM.module imp
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 BUILT_FROM = re.compile(r"^# Built by popkit from parts/([^/:\s]+):", re.MULTILINE)   # the template's third line
 COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
-ALLOWED_IMPORTS = {"torch"} | set(sys.stdlib_module_names)
 
 
 @dataclass(frozen=True)
@@ -79,7 +77,8 @@ def read_part(rel: str) -> Part:
 
 
 def load_manifest(problem: str) -> dict:
-    """The manifest, checked: problem (= its folder), title, cuda and python lists, run_folder_imports."""
+    """The manifest, checked: problem (= its folder), title, cuda and python lists, run_folder_imports and
+    packages (third-party modules the built file may import: the runner has them)."""
     path = PARTS / problem / "manifest.yml"
     if not path.is_file():
         record = problems.record_path(problem, CASES_DIR)
@@ -99,13 +98,15 @@ def load_manifest(problem: str) -> dict:
             raise PopkitError(f"{path}: missing key {key!r}")
     if manifest["problem"] != problem:
         raise PopkitError(f"{path}: problem: {manifest['problem']!r} does not match its folder {problem!r}")
-    for key in ("cuda", "python", "run_folder_imports"):
+    for key in ("cuda", "python", "run_folder_imports", "packages"):
         manifest[key] = _string_list(manifest.get(key), key, path)
     if not manifest["python"]:
         raise PopkitError(f"{path}: 'python' lists no parts; the last one must define custom_kernel")
-    for name in manifest["run_folder_imports"]:
-        if not name.isidentifier():
-            raise PopkitError(f"{path}: run_folder_imports: {name!r} is not a module name (reference, not reference.py)")
+    for key in ("run_folder_imports", "packages"):
+        for name in manifest[key]:
+            if not name.isidentifier():
+                raise PopkitError(f"{path}: {key}: {name!r} is not a module name (a top-level one: reference, "
+                                  "not reference.py; triton, not triton.language)")
     return manifest
 
 
@@ -207,35 +208,29 @@ def inputs_commit() -> str:
     return out if out and Path(top).resolve() == ROOT else "uncommitted"
 
 
-def check_imports(text: str, where: str, run_folder: list[str] = (), placed: set[str] | None = None) -> None:
-    """Code that goes into the built file may import only torch, the standard library and the modules
-    the runner places beside it (the manifest's run_folder_imports); a refusal names the fix for its kind of
-    module: another part, a module of the run folder (PLACED) not listed yet, or a package the file may not use."""
+def check_imports(text: str, where: str, run_folder: list[str] = (), placed: set[str] | None = None,
+                  allowed_packages: list[str] = ()) -> None:
+    """Code that goes into the built file may import only torch, the standard library, the modules the runner
+    places beside it (the manifest's run_folder_imports) and the third-party packages the manifest lists (its
+    packages); a refusal names the fix for its kind of module: another part (or a relative import), a module
+    of the run folder (PLACED) not listed yet, or a package not listed yet."""
     try:
         tree = ast.parse(text)
     except SyntaxError as exc:
         raise PopkitError(f"{where}:{exc.lineno}: not valid Python ({exc.msg})") from None
-    allowed = ALLOWED_IMPORTS | set(run_folder)
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names = [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom):
-            names = [node.module or ""]
-        else:
+    allowed = packages.STANDARD | set(run_folder) | set(allowed_packages)
+    for name, node in packages.imports(tree):
+        top = name.split(".")[0]
+        if top in allowed:
             continue
-        for name in names:
-            top = name.split(".")[0]
-            if top in allowed:
-                continue
-            if top == PARTS_PACKAGE:
-                fix = f"a cross-part import ends with '{INLINE_MARK}'"
-            elif placed and top in placed:
-                fix = f"the runner places {top}.py beside submission.py: add {top} to the manifest's " \
-                      "run_folder_imports"
-            else:
-                fix = ("the built file may import only torch, the standard library and the modules the runner "
-                       "places beside it (the manifest's run_folder_imports)")
-            raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; {fix}")
+        if top in (PARTS_PACKAGE, ""):
+            fix = f"a cross-part import ends with '{INLINE_MARK}'"
+        elif placed and top in placed:
+            fix = f"the runner places {top}.py beside submission.py: add {top} to the manifest's run_folder_imports"
+        else:
+            fix = (f"a package beyond torch and the standard library: add {top} to the manifest's packages when the "
+                   "leaderboard's runner has it")
+        raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; {fix}")
 
 
 def render(problem: str) -> BuildResult:
@@ -243,7 +238,7 @@ def render(problem: str) -> BuildResult:
     manifest = load_manifest(problem)
     manifest_path = PARTS / problem / "manifest.yml"
     leaderboard, gpu, placed = header_facts(problem)
-    run_folder = manifest["run_folder_imports"]
+    run_folder, allowed_packages = manifest["run_folder_imports"], manifest["packages"]
     if placed is not None and set(run_folder) - placed:
         missing = ", ".join(sorted(set(run_folder) - placed))
         raise PopkitError(f"{manifest_path}: run_folder_imports names {missing}, which the runner does not place "
@@ -252,7 +247,7 @@ def render(problem: str) -> BuildResult:
     python_parts = [read_part(rel) for rel in manifest["python"]]
     python_texts = [python_part_text(p) for p in python_parts]
     for part, text in zip(python_parts, python_texts):
-        check_imports(text, str(PARTS / part.path), run_folder, placed)
+        check_imports(text, str(PARTS / part.path), run_folder, placed, allowed_packages)
     if cuda_parts and not any(defines(ast.parse(text), "CUDA") for text in python_texts):
         raise PopkitError(f"{manifest_path}: CUDA parts need a Python part that defines CUDA, the loader: "
                           "add common/cuda_loader.py to 'python'")
@@ -263,12 +258,13 @@ def render(problem: str) -> BuildResult:
         text = template.render(
             problem=problem, title=manifest["title"], leaderboard=leaderboard, gpu=gpu,
             commit=inputs_commit(), parts=cuda_parts + python_parts, has_cuda=bool(cuda_parts),
+            packages_line=packages.header_line(allowed_packages),
             cuda=assemble_cuda(cuda_parts),
             python_parts=[{"path": p.path, "text": t} for p, t in zip(python_parts, python_texts)])
     except jinja2.TemplateError as exc:
         where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"
         raise PopkitError(f"{where}: template error: {exc}") from None
-    check_imports(text, "the built file", run_folder, placed)
+    check_imports(text, "the built file", run_folder, placed, allowed_packages)
     report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
 

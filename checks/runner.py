@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from checks import harness as official
-from checks import baselines, timing, verdicts, worker
+from checks import baselines, packages, timing, verdicts, worker
 from checks.preflight import leading_directives
 from checks.problems import ENTRY_POINT, Problem, format_spec, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
@@ -406,6 +406,8 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
     backend = resolve_backend(prob, harness, mode)
     device = resolve_device(device)
     require_device_for(prob, device)
+    for path in submissions.values():
+        packages.require_installed(Path(path))
     return prob, device, backend
 
 

@@ -62,6 +62,16 @@ class TaskFolder:
             return functions if functions and ENTRY_POINT not in functions else [ENTRY_POINT]
         return [ENTRY_POINT]
 
+    @property
+    def own_sources(self) -> list[Path]:
+        """The folder's own Python a submission starts from or calls: every template task.yml names (any
+        language), its submission.py and template.py, and reference.py; only the files that are there."""
+        templates = self.task.get("templates")
+        named = [str(t) for t in templates.values()] if isinstance(templates, dict) else []
+        paths = [(self.path / name).resolve() for name in [*named, *TEMPLATE_NAMES, "reference.py"]
+                 if name.endswith(".py")]
+        return list(dict.fromkeys(p for p in paths if p.is_file()))
+
     def timeouts_s(self) -> dict:
         return {key: int(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))
                 for key in ("test", "benchmark", "ranked")}

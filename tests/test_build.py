@@ -179,14 +179,38 @@ def _add_numpy_import(parts):
 def test_non_stdlib_import_is_rejected_and_a_cross_part_one_asks_for_the_inline_mark(parts_copy, tmp_path):
     # A package was told to "mark cross-part imports with '# popkit: inline'", which is no fix for numpy.
     _add_numpy_import(parts_copy[0])
-    with pytest.raises(PopkitError, match=r"imports 'numpy'; the built file may import only torch, the standard "
-                                          r"library and the modules the runner places"):
+    with pytest.raises(PopkitError, match=r"imports 'numpy'; a package beyond torch and the standard library: add "
+                                          r"numpy to the manifest's packages when the leaderboard's runner has it$"):
         build.build("qr_v2", tmp_path / "out.py")
     assert not (tmp_path / "out.py").exists()
     model = parts_copy[0] / "qr_v2" / "model.py"
     model.write_text(model.read_text().replace("import numpy as np\n", "from parts.common import helpers\n"))
     with pytest.raises(PopkitError, match=r"imports 'parts.common'; a cross-part import ends with '# popkit: inline'"):
         build.build("qr_v2", tmp_path / "out.py")
+    model.write_text(model.read_text().replace("from parts.common import helpers\n", "from .panel_model import x\n"))
+    with pytest.raises(PopkitError, match=r"imports '.panel_model'; a cross-part import ends with '# popkit: inline'"):
+        build.build("qr_v2", tmp_path / "out.py")
+
+
+def test_a_package_the_manifest_lists_may_be_imported_and_the_built_file_names_it(parts_copy, tmp_path):
+    # Every package but torch was refused, so no triton, helion or cutlass kernel could be built.
+    _add_numpy_import(parts_copy[0])
+    manifest = parts_copy[0] / "qr_v2" / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("python:", "packages: [numpy, triton]\npython:", 1))
+    result = build.build("qr_v2", tmp_path / "out.py")
+    assert result.preflight.ok and "import numpy as np" in result.text
+    header = result.text.split('"""', 1)[0].splitlines()
+    assert header[-1] == "# packages: numpy, triton" and header[-2].startswith("# part qr_v2/route.py sha256 ")
+    model = parts_copy[0] / "qr_v2" / "model.py"
+    model.write_text("import scipy.linalg\n" + model.read_text())
+    with pytest.raises(PopkitError, match=r"model\.py:1: imports 'scipy.linalg'; .*add scipy to the manifest's packages"):
+        build.build("qr_v2", tmp_path / "out.py")
+
+
+@pytest.mark.parametrize("problem", ["qr_v2", "eigh", "cholesky"])
+def test_our_native_problems_import_no_package(problem):
+    assert build.load_manifest(problem)["packages"] == []
+    assert "# packages:" not in build.render(problem).text
 
 
 def test_non_stdlib_import_error_names_the_part(parts_copy, tmp_path):
@@ -228,7 +252,10 @@ def test_manifest_problem_must_name_its_folder(parts_copy, tmp_path):
     ("cuda:\n", "cuda: common/device_utils.cuh\nold_cuda:\n", r"'cuda' must be a list of names"),
     ("python:\n", "python: []\nold_python:\n", r"'python' lists no parts"),
     ("python:\n", "run_folder_imports: [reference.py]\npython:\n", r"'reference\.py' is not a module name"),
-], ids=["cuda-not-a-list", "no-python-parts", "file-not-module"])
+    ("python:\n", "packages: triton\npython:\n", r"'packages' must be a list of names"),
+    ("python:\n", "packages: [triton.language]\npython:\n", r"packages: 'triton\.language' is not a module name "
+                                                             r"\(a top-level one"),
+], ids=["cuda-not-a-list", "no-python-parts", "file-not-module", "packages-not-a-list", "packages-submodule"])
 def test_bad_manifest_lists(parts_copy, tmp_path, old, new, message):
     manifest = parts_copy[0] / "eigh" / "manifest.yml"
     manifest.write_text(manifest.read_text().replace(old, new, 1))

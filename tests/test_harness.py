@@ -92,6 +92,44 @@ def test_the_scaffold_lets_the_parts_import_every_module_the_runner_places(toy, 
     assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
 
 
+FANCY_TEMPLATE = """import fancylib.ops as ops
+
+
+def custom_kernel(data):
+    return [ops.add_one(x) for x in data]
+"""
+
+
+def test_the_scaffold_lists_the_packages_the_folders_files_import_and_check_needs_them_installed(toy, tmp_path,
+                                                                                                 monkeypatch):
+    # Every third-party import was refused, so a folder whose template is a triton/helion/cutlass kernel could
+    # not be built unchanged; the package then failed as a traceback inside eval.py where it is not installed.
+    write(toy / "submission.py", FANCY_TEMPLATE)
+    write(toy / "reference.py", (toy / "reference.py").read_text() + "\n\ndef _fast(data):\n    import refpkg\n")
+    added_cli = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)])
+    assert added_cli.exit_code == 0, added_cli.output
+    assert "packages: fancylib, refpkg (third-party modules the folder's templates" in added_cli.output
+    manifest = yaml.safe_load((tmp_path / "parts" / "addone" / "manifest.yml").read_text())
+    assert manifest["packages"] == ["fancylib", "refpkg"]
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    shown = CliRunner().invoke(main, ["problem", "show", "addone"])
+    assert "packages: fancylib, refpkg\n" in shown.output
+    write(tmp_path / "parts" / "addone" / "route.py", FANCY_TEMPLATE)       # the folder's template, unchanged
+    built = build.build("addone", tmp_path / "s.py")
+    assert built.preflight.ok and "# packages: fancylib, refpkg\n" in built.text
+    with pytest.raises(runner.PopkitError, match=r"s\.py imports fancylib, refpkg \(its manifest's packages\), not "
+                                                 r"installed for .*: install them here.*; nothing ran$"):
+        runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None)
+    lib = tmp_path / "site"
+    write(lib.joinpath("fancylib").mkdir(parents=True) or lib / "fancylib" / "__init__.py", "")
+    write(lib / "fancylib" / "ops.py", "def add_one(x):\n    return x + 1\n")
+    write(lib / "refpkg.py", "")
+    monkeypatch.syspath_prepend(str(lib))                                   # installed here, and for eval.py
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(lib), os.environ.get("PYTHONPATH", "")]))
+    assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
+
+
 def test_add_refuses_an_existing_name_unless_forced_and_keeps_parts_and_extra_keys(toy, tmp_path):
     problem_add.add_problem("addone", toy)
     record = problems.record_path("addone")

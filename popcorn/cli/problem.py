@@ -40,6 +40,11 @@ def register(main):
             click.echo(f"  created {path}")
         for path in result.kept:
             click.echo(f"  kept {path}")
+        if result.packages:
+            listed = ("the new manifest's packages list them" if any(p.name == "manifest.yml" for p in result.created)
+                      else "add those your parts import to the manifest's packages")
+            click.echo(f"packages: {', '.join(result.packages)} (third-party modules the folder's templates and "
+                       f"reference.py import; {listed})")
         if result.entry_points != [ENTRY_POINT]:
             click.echo(f"note: its eval.py calls {', '.join(result.entry_points)}, not {ENTRY_POINT}: a scaffolded "
                        "route has a stub for each, which fails until you write it")
@@ -73,21 +78,28 @@ def register(main):
     @fail_cleanly
     @loads_torch
     def show_cmd(name):
-        """One problem: its facts, where its folder is on this machine, and its case lists."""
+        """One problem: its facts, where its folder is on this machine, the packages its built file may import,
+        and its case lists."""
+        from build import load_manifest
         from checks import task_folder
         from checks.problems import format_spec, load_problem, record_path, world_size
-        from popcorn.errors import ProblemError
+        from popcorn.errors import PopkitError, ProblemError
         prob = load_problem(name)
         try:
             folder = str(task_folder.harness_folder(prob))
         except ProblemError as exc:
             folder = f"not found ({exc})"
+        try:
+            listed = ", ".join(load_manifest(name)["packages"]) or "none (torch and the standard library)"
+        except PopkitError as exc:
+            listed = f"unknown ({exc})"
         click.echo(f"{name}: {_kind(prob)} problem, leaderboard {prob.leaderboard} on {', '.join(prob.gpus)}")
         click.echo(f"record: {record_path(name)}")
         click.echo(f"folder: {folder}")
         click.echo("timeouts: " + ", ".join(f"{k} {v} s" for k, v in prob.timeouts_s.items()))
         click.echo(f"ranking: {prob.ranking or '-'}")
         click.echo(f"eval.py calls: {', '.join(prob.entry_points)}")
+        click.echo(f"packages: {listed}")
         if prob.multi_gpu:
             click.echo(f"multi-GPU: each case runs on world_size GPUs (up to {world_size(prob.tests + prob.benchmarks)}"
                        "): check, bench and diff need a host with that many")
