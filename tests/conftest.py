@@ -3,15 +3,22 @@ for the leaderboard client's tests the local server's address and a record of th
 
 Nothing here writes inside the repository: built files, logs and incumbents all live under pytest's
 tmp folders.
+
+torch runs one CPU thread in the tests and in every process they start (OMP_NUM_THREADS, set before torch is
+imported; a value already set is kept). Their ops are small; while anything else used the second of two cores,
+the second thread's waits made them 5-10 times slower (test_native_robustness.py: 82 s -> 15 s).
 """
 from __future__ import annotations
 
 import importlib.util
 import itertools
+import os
 import sys
 from pathlib import Path
 
 import pytest
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ("qr_v2", "eigh")

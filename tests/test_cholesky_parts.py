@@ -23,15 +23,6 @@ MODEL_FAMILIES = ("dense", "spectrum", "diagonal")
 ROUTE_FAMILIES = ("dense", "spectrum", "diagonal", "lowrank", "rowscale", "tridiagonal")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Many tiny ops: torch's CPU thread pool only adds spin-wait time (seconds on a loaded machine)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @functools.lru_cache(maxsize=None)
 def spd(case: str, n: int, batch: int) -> torch.Tensor:
     """SPD float32 batch of one family (as in cholesky.yml, at the hardest dynamic range: eigenvalues to 1e-5)."""

@@ -47,25 +47,54 @@ def nvcc(source: Path, arch: str, out: Path, include: Path | None = None) -> Non
     assert out.is_file() and out.stat().st_size > 0
 
 
+def compile_part(rel: str, arch: str, folder: Path) -> None:
+    nvcc(build.PARTS / rel, arch, folder / "part.o", include=build.PARTS / "common")
+
+
+def compile_assembled(problem: str, arch: str, folder: Path) -> None:
+    manifest = build.load_manifest(problem)
+    source = build.assemble_cuda([build.read_part(rel) for rel in manifest["cuda"]]).source()
+    path = folder / f"{problem}.cu"
+    path.write_text(source)
+    nvcc(path, arch, folder / f"{problem}.o")
+
+
+COMPILES = {"test_each_cuda_part_compiles": (compile_part, "rel"),
+            "test_assembled_translation_unit_compiles": (compile_assembled, "problem")}
+
+
+@pytest.fixture(scope="module")
+def compiles(request, tmp_path_factory):
+    """The full compiles of this session's selected tests below, all started at once on every CPU (one nvcc
+    process each): {(part or problem, arch): future}; a test waits for its own, which raises as it would."""
+    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    futures = {}
+    for item in request.session.items:
+        if item.module is request.module and item.originalname in COMPILES:
+            job, name = COMPILES[item.originalname]
+            key = (item.callspec.params[name], item.callspec.params["arch"])
+            futures[key] = pool.submit(job, *key, tmp_path_factory.mktemp("nvcc"))
+    try:
+        yield futures
+    finally:
+        pool.shutdown(cancel_futures=True)
+
+
 def test_there_are_cuda_parts():
     assert CU_FILES, "no .cu files under parts/"
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("rel", CU_FILES)
-def test_each_cuda_part_compiles(rel, arch, tmp_path):
-    nvcc(build.PARTS / rel, arch, tmp_path / "part.o", include=build.PARTS / "common")
+def test_each_cuda_part_compiles(rel, arch, compiles):
+    compiles[rel, arch].result()
 
 
 @pytest.mark.parametrize("arch", ARCHS)
 @pytest.mark.parametrize("problem", PROBLEMS)
-def test_assembled_translation_unit_compiles(problem, arch, tmp_path):
+def test_assembled_translation_unit_compiles(problem, arch, compiles):
     """The single TU the built file embeds, with no include path: it must be self-contained."""
-    manifest = build.load_manifest(problem)
-    source = build.assemble_cuda([build.read_part(rel) for rel in manifest["cuda"]]).source()
-    path = tmp_path / f"{problem}.cu"
-    path.write_text(source)
-    nvcc(path, arch, tmp_path / f"{problem}.o")
+    compiles[problem, arch].result()
 
 
 def test_the_export_pattern_finds_entry_points():

@@ -8,6 +8,7 @@ H_i = I and R_ii = alpha_i. The reconstruction makes the same choice (s_i = -sig
 compared with geqrf's as it is: no sign normalization."""
 from __future__ import annotations
 
+import functools
 import math
 
 import pytest
@@ -43,6 +44,18 @@ def factor(A: torch.Tensor, config: str):
     return blocked_qr_multi_cta_model(A, panel, rows, fan_in)
 
 
+@functools.cache
+def _factored(case: str, config: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    A = qr_input(case, CONFIGS[config][0])
+    return (A, *factor(A, config))
+
+
+def factored(case: str, config: str) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(A, H, tau): a family's input at the config's n and its factors, computed once per session (the
+    whole-QR tests share them); copies, so no test sees another's changes."""
+    return tuple(t.clone() for t in _factored(case, config))
+
+
 def rel(x: torch.Tensor, ref: torch.Tensor) -> float:
     return float((x - ref).norm() / ref.norm().clamp(min=1e-30))
 
@@ -62,15 +75,14 @@ def householder_product(V: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("config", CONFIGS)
 @pytest.mark.parametrize("case", qr_v2.families())
 def test_every_family_passes_the_native_gates(case, config):
-    A = qr_input(case, CONFIGS[config][0])
-    report = qr_v2.check_output(A, factor(A, config))
+    A, H, tau = factored(case, config)
+    report = qr_v2.check_output(A, (H, tau))
     assert report.passed, report.message
 
 
 @pytest.mark.parametrize("case", qr_v2.families())
 def test_r_is_geqrfs_with_its_signs(case):
-    A = qr_input(case, 200)
-    H, _ = factor(A, "w32-rows32-fan2")
+    A, H, _ = factored(case, "w32-rows32-fan2")
     H_ref, _ = torch.geqrf(A)
     assert rel(torch.triu(H), torch.triu(H_ref)) < 1e-4
     if case in FULL_RANK:
@@ -80,8 +92,7 @@ def test_r_is_geqrfs_with_its_signs(case):
 
 @pytest.mark.parametrize("case", UNIQUE_REFLECTORS)
 def test_h_and_tau_are_geqrfs(case):
-    A = qr_input(case, 154)
-    H, tau = factor(A, "w16-rows24-fan3")
+    A, H, tau = factored(case, "w16-rows24-fan3")
     H_ref, tau_ref = torch.geqrf(A)
     assert rel(H, H_ref) < 1e-4
     assert rel(tau, tau_ref) < 1e-4
@@ -90,15 +101,13 @@ def test_h_and_tau_are_geqrfs(case):
 @pytest.mark.parametrize("case", ("upper", "diagonal"))
 def test_triangular_input_is_its_own_factor(case):
     # every tail is exactly zero: slarfg gives tau = 0 everywhere and leaves A as it is; so must TSQR
-    A = qr_input(case, 200)
-    H, tau = factor(A, "w32-rows32-fan2")
+    A, H, tau = factored(case, "w32-rows32-fan2")
     assert torch.equal(H, A) and torch.equal(tau, torch.zeros_like(tau))
 
 
 def test_last_tau_is_zero():
     # the last column of a square matrix has an empty tail: geqrf's tau[n-1] is 0
-    A = qr_input("dense", 200)
-    _, tau = factor(A, "w32-rows32-fan2")
+    _, _, tau = factored("dense", "w32-rows32-fan2")
     assert torch.all(tau[:, -1] == 0) and torch.all(tau[:, :-1] >= 1)
 
 
@@ -107,8 +116,7 @@ def test_zero_columns_of_rankdef_get_tau_zero(config):
     n = CONFIGS[config][0]
     rank = kept_rank(n)
     assert rank % CONFIGS[config][1], "the zero columns should start inside a panel"
-    A = qr_input("rankdef", n)
-    H, tau = factor(A, config)
+    _, H, tau = factored("rankdef", config)
     assert torch.all(tau[:, rank:] == 0) and torch.all(H[:, :, rank:] == 0)
     assert torch.all(tau[:, :rank] >= 1)
 
