@@ -110,7 +110,9 @@ def time_calls(calls: dict[str, list[Call]], reps: int, budget_s: float, flush: 
     """Alternating rounds of one sample per candidate; a candidate stops at reps samples or once its samples
     sum past its share of budget_s (after one at least). Returns a cell per candidate: {'us': median, 'runs'},
     or {'error': why} for one whose call raised."""
-    share = budget_s / max(len(calls), 1)
+    if not calls:                    # every candidate of the case missing or failed: nothing to alternate
+        return {}
+    share = budget_s / len(calls)
     spent = dict.fromkeys(calls, 0.0)
     errors: dict[str, str] = {}
 

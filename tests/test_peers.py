@@ -65,6 +65,7 @@ def test_a_missing_library_and_a_failure_become_cells_and_notes(script):
     preparers = {"ours": lambda x: lambda: x + 1, "jax": missing, "other": broken}
     calls, cells = script.prepare(preparers, lambda: [1, 2], "cpu")
     assert list(calls) == ["ours"] and len(calls["ours"]) == 2
+    assert script.time_calls({}, 3, 1.0, lambda: None, "cpu") == {}      # a case none could run
     assert cells == {"jax": {"missing": "not installed (No module named 'jax')"},
                      "other": {"error": "RuntimeError: CUDA error: out of memory"}}
     spec = {"batch": 2, "n": 8, "cond": 1, "seed": 1, "case": "dense"}
