@@ -20,7 +20,7 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 from checks import task_folder
 from checks.problems import Problem, format_spec, world_size
@@ -124,10 +124,6 @@ def run_eval(problem: Problem, submission: Path, mode: str, specs: list[dict], d
     """Assemble a run folder, pre-run the submission, run eval.py MODE on specs; failures are reported, not raised."""
     if mode not in TIMEOUT_KEYS:
         raise ProblemError(f"unknown eval.py mode {mode!r} (known: {', '.join(TIMEOUT_KEYS)})")
-    if not problem.harness.get("files"):
-        raise ProblemError(f"{problem.name} has no harness files list: run `popkit problem add {problem.name} "
-                           "--from DIR --force` to record it from task.yml")
-    folder = task_folder.harness_folder(problem)
     timeout_s = float(problem.timeouts_s.get(TIMEOUT_KEYS[mode], task_folder.DEFAULT_TIMEOUT_S))
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.pop("POPCORN_SEED", None)
@@ -135,9 +131,7 @@ def run_eval(problem: Problem, submission: Path, mode: str, specs: list[dict], d
         env["CUDA_VISIBLE_DEVICES"] = ""
     if problem.multi_gpu:
         env["POPCORN_GPUS"] = str(gpus_for(problem, specs, device))
-    with tempfile.TemporaryDirectory(prefix=f"popkit-{problem.name}-") as tmp:
-        workdir = Path(tmp)
-        task_folder.assemble_run_folder(problem.harness["files"], folder, Path(submission), workdir)
+    with run_folder(problem, submission) as workdir:
         progress(f"pre-run: python submission.py ({Path(submission).name})")
         prerun_error, info = prerun(workdir, env)
         (workdir / "cases.txt").write_text("".join(format_spec(s) + "\n" for s in specs))
@@ -147,6 +141,18 @@ def run_eval(problem: Problem, submission: Path, mode: str, specs: list[dict], d
         lines, exit_code, stderr = _run_main(workdir, problem.harness.get("main", "eval.py"), mode, timeout_s,
                                              run_env, progress)
     return EvalRun(mode, specs, lines, exit_code, stderr, timeout_s, prerun_error, info, seed)
+
+
+@contextlib.contextmanager
+def run_folder(problem: Problem, submission: Path) -> Iterator[Path]:
+    """A fresh folder assembled from task.yml's files, with SUBMISSION as submission.py; removed afterwards."""
+    if not problem.harness.get("files"):
+        raise ProblemError(f"{problem.name} has no harness files list: run `popkit problem add {problem.name} "
+                           "--from DIR --force` to record it from task.yml")
+    folder = task_folder.harness_folder(problem)
+    with tempfile.TemporaryDirectory(prefix=f"popkit-{problem.name}-") as tmp:
+        task_folder.assemble_run_folder(problem.harness["files"], folder, Path(submission), Path(tmp))
+        yield Path(tmp)
 
 
 def visible_gpus(device: str) -> int:

@@ -1,5 +1,6 @@
-"""Shared fixtures: submissions built once per session into a temporary folder, a module importer, and
-for the leaderboard client's tests the local server's address and a record of the client's pauses.
+"""Shared fixtures: submissions built once per session into a temporary folder, a module importer, the toy
+harness problem's folder, and for the leaderboard client's tests the local server's address and a record of
+the client's pauses.
 
 Nothing here writes inside the repository: built files, logs and incumbents all live under pytest's
 tmp folders.
@@ -13,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import itertools
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -22,6 +24,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 PROBLEMS = ("qr_v2", "eigh")
+TOY = ROOT / "tests" / "toy_reference"
 
 _counter = itertools.count()
 
@@ -53,6 +56,24 @@ def built(tmp_path_factory) -> dict[str, Path]:
 
     folder = tmp_path_factory.mktemp("built")
     return {problem: build.build(problem, folder / f"{problem}.py").output for problem in PROBLEMS}
+
+
+@pytest.fixture
+def toy(tmp_path, monkeypatch):
+    """A copy of the toy reference tree (tests/toy_reference: our own tiny problem in the reference-kernels layout,
+    a collection index, task.yml with `../eval.py`, a pure-Python eval.py that speaks the POPCORN_FD protocol),
+    and the project's record, parts and config folders in tmp_path; returns the problem folder."""
+    from checks import problem_add, problems, task_folder
+
+    root = tmp_path / "reference-kernels"
+    shutil.copytree(TOY, root)
+    monkeypatch.setattr(problems, "CASES_DIR", tmp_path / "cases")
+    monkeypatch.setattr(problem_add, "PARTS_DIR", tmp_path / "parts")
+    monkeypatch.setattr(task_folder, "LOCAL_CONFIG", tmp_path / ".popkit" / "harness.yml")
+    monkeypatch.setattr(task_folder, "VENDOR_ROOT", tmp_path / "no-vendor")
+    for key in ("POPKIT_REFERENCE_KERNELS", task_folder.env_key("addone")):
+        monkeypatch.delenv(key, raising=False)
+    return root / "problems" / "toy" / "addone_py"
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,7 @@
 """Harness problems on CPU: `problem add` from a folder, then check, bench and diff through the folder's eval.py.
 
-The folder is tests/toy_reference (our own tiny problem in the reference-kernels layout: a collection
-index, task.yml with `../eval.py`, a pure-Python eval.py that speaks the POPCORN_FD protocol), copied
-to a temporary place; records, parts and the local config go to tmp_path, never into the project.
+The folder is tests/toy_reference (conftest.py's `toy` fixture: our own tiny problem in the reference-kernels
+layout, copied to a temporary place); records, parts and the local config go to tmp_path, never into the project.
 """
 from __future__ import annotations
 
@@ -26,23 +25,8 @@ from popcorn.errors import ProblemError
 from popcorn.cli import main
 from popcorn.evidence import logs
 
-TOY = Path(__file__).resolve().parent / "toy_reference"
 GOOD = "def custom_kernel(data):\n    return [x + 1 for x in data]\n"
 SLOWER = "import time\n\ndef custom_kernel(data):\n    time.sleep(0.002)\n    return [x + 1 for x in data]\n"
-
-
-@pytest.fixture
-def toy(tmp_path, monkeypatch):
-    """A copy of the toy reference tree, and the project's record, parts and config folders in tmp_path."""
-    root = tmp_path / "reference-kernels"
-    shutil.copytree(TOY, root)
-    monkeypatch.setattr(problems, "CASES_DIR", tmp_path / "cases")
-    monkeypatch.setattr(problem_add, "PARTS_DIR", tmp_path / "parts")
-    monkeypatch.setattr(task_folder, "LOCAL_CONFIG", tmp_path / ".popkit" / "harness.yml")
-    monkeypatch.setattr(task_folder, "VENDOR_ROOT", tmp_path / "no-vendor")
-    for key in ("POPKIT_REFERENCE_KERNELS", task_folder.env_key("addone")):
-        monkeypatch.delenv(key, raising=False)
-    return root / "problems" / "toy" / "addone_py"
 
 
 def write(path: Path, text: str) -> Path:

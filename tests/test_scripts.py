@@ -1,5 +1,5 @@
 """scripts/: the refusals that come before anything is built or run, from any folder (sweep_route itself:
-test_sweep_route.py)."""
+test_sweep_route.py; peers: test_peers.py)."""
 from __future__ import annotations
 
 import os
@@ -48,7 +48,7 @@ def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py"]
+PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "peers.py"]
 
 
 @pytest.mark.parametrize("name", PY_SCRIPTS)
@@ -63,6 +63,7 @@ def test_help_from_another_folder_prints_the_usage(tmp_path, name):
     ("profile_route.py", ["missing.py", "cholesky", "batch: 1; n: 8; cond: 1; seed: 1"]),
     ("sweep_route.py", ["missing.py", "cholesky", "variants.json"]),
     ("cholesky_kernel_bench.py", ["missing.py"]),
+    ("peers.py", ["missing.py", "cholesky"]),
 ])
 def test_a_missing_submission_is_one_line(tmp_path, name, args):
     # A FileNotFoundError traceback from importlib.
@@ -77,3 +78,17 @@ def test_without_arguments_the_usage_is_the_error(tmp_path, name):
     # profile_route: a TypeError traceback; cholesky_kernel_bench: nothing at all, exit 0.
     done = script(tmp_path, name)
     assert done.returncode == 2 and done.stderr.startswith("usage: ") and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("args, line", [
+    (["nope"], "error: unknown problem 'nope' (known: "),
+    (["cholesky", "--case", "batch: 2; n: 8"], "error: case spec {'batch': 2, 'n': 8} lacks 'cond', 'seed' "),
+    (["cholesky", "--reps", "2"], "error: --reps 2 --budget 10: at least 3 samples and a positive budget"),
+    (["cholesky", "--json", "."], "error: --json .: a folder; name the file to write"),
+])
+def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, args, line):
+    # Refused before the built file is imported (on a GPU host: a CUDA compile), which here would exit 'imported'.
+    (tmp_path / "built.py").write_text("raise SystemExit('imported')\n")
+    done = script(tmp_path, "peers.py", "built.py", *args)
+    assert done.returncode == 2 and done.stdout == ""
+    assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(line), done.stderr

@@ -1,9 +1,10 @@
 """Native checkers: checks/native/PROBLEM.py holds one problem's generators, gates, baseline and suites.
 
 A problem is native when a module of its name exists here and defines check_output; such a module
-must offer the whole checker interface (INTERFACE). The shared helpers beside them (draw, blocks,
-profiles, matrix_specs, gate_tools) define no check_output. Nothing here lists problem names:
-lookup is by module name only.
+must offer the whole checker interface (INTERFACE), and may add what scripts/peers.py reports beside
+it: PEERS (other libraries' solvers, peers.py) and floor_bytes(spec). The shared helpers beside them
+(draw, blocks, profiles, matrix_specs, gate_tools, peers) define no check_output. Nothing here lists
+problem names: lookup is by module name only.
 """
 from __future__ import annotations
 

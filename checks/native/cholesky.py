@@ -19,7 +19,7 @@ import contextlib
 
 import torch
 
-from checks.native import matrix_specs
+from checks.native import matrix_specs, peers
 from checks.native.blocks import orthogonal, sym
 from checks.native.draw import EPS, F32, Draw
 from checks.native.gate_tools import (Gate, GateReport, describe, nan_as_inf, require_matrix_batch,
@@ -33,6 +33,17 @@ _BENCH_SEED_FIRST = 0   # eval.py generates with the spec seed first, then adds 
 
 def baseline(A: torch.Tensor) -> torch.Tensor:
     return torch.linalg.cholesky_ex(A, check_errors=False).L
+
+
+# JAX reads the lower triangle only (symmetrize_input=False), as torch's baseline does: its default adds a
+# symmetrizing pass over A that the task's inputs (symmetric already) do not need.
+PEERS = {"jax": peers.jax_peer(lambda jax, A: jax.numpy.linalg.cholesky(A, symmetrize_input=False))}
+
+
+def floor_bytes(spec: dict) -> int:
+    """The least a call moves: the lower triangle of each A read, each L written whole (float32)."""
+    b, n = spec["batch"], spec["n"]
+    return 4 * b * (n * (n + 1) // 2 + n * n)
 
 
 # ---------------------------------------------------------------- families

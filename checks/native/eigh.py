@@ -14,7 +14,7 @@ from typing import Callable
 
 import torch
 
-from checks.native import matrix_specs, profiles
+from checks.native import matrix_specs, peers, profiles
 from checks.native.blocks import band_mask, band_width, kept_rank, orthogonal, sym
 from checks.native.draw import F32, HIGH, LOW, ULP, Draw
 from checks.native.gate_tools import (EPS, Gate, GateReport, l1, matrix_vector_report, orthogonality, scaled)
@@ -32,6 +32,17 @@ _BENCH_SEED_FIRST = 1   # eval.py adds 42 to the seed before each benchmark inpu
 def baseline(A: torch.Tensor):
     L, Q = torch.linalg.eigh(A)
     return Q, L
+
+
+# JAX reads the lower triangle only (symmetrize_input=False), as torch's baseline does: the inputs are
+# symmetric already, and its default adds a symmetrizing pass over A.
+PEERS = {"jax": peers.jax_peer(lambda jax, A: jax.numpy.linalg.eigh(A, symmetrize_input=False))}
+
+
+def floor_bytes(spec: dict) -> int:
+    """The least a call moves: the lower triangle of each A read, each Q and L written (float32)."""
+    b, n = spec["batch"], spec["n"]
+    return 4 * b * (n * (n + 1) // 2 + n * n + n)
 
 
 # ---------------------------------------------------------------- helpers

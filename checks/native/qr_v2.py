@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from checks.native import matrix_specs, profiles
+from checks.native import matrix_specs, peers, profiles
 from checks.native.blocks import band_mask, band_width, kept_rank
 from checks.native.draw import EPS, F32, Draw
 from checks.native.gate_tools import (Gate, GateReport, l1, matrix_vector_report, orthogonality, require_finite,
@@ -25,6 +25,17 @@ _BENCH_SEED_FIRST = 1   # eval.py adds 42 to the seed before each benchmark inpu
 
 def baseline(A: torch.Tensor):
     return torch.geqrf(A)
+
+
+# The task returns geqrf's compact (H, tau), as the baseline does; jnp.linalg.qr would go on to form Q
+# (householder_product), work the task does not ask for, so JAX's peer is the geqrf it starts with.
+PEERS = {"jax": peers.jax_peer(lambda jax, A: jax.lax.linalg.geqrf(A))}
+
+
+def floor_bytes(spec: dict) -> int:
+    """The least a call moves: each A read, each H and tau written (float32)."""
+    b, n = spec["batch"], spec["n"]
+    return 4 * b * (2 * n * n + n)
 
 
 # ---------------------------------------------------------------- profiles on a base A0
