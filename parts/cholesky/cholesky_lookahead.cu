@@ -3,12 +3,14 @@
 //
 // Step k of the blocked driver factors block k, forms the panel L21 and updates A22 -= L21 L21^T; block
 // k + 1 is A22's first 128 x 128 tile. Here one CTA per lower tile of A22 runs the update, and the CTA
-// of tile 0 then factors that tile in place (tiled_block.cuh's grouped steps, with the inverse, ~38 us
-// at batch 1), while the other CTAs are still updating theirs: the diagonal block runs under the rest
-// of the update instead of after it, and the step costs two launches (panel, this) instead of three.
+// of tile 0 then factors that tile in place (tiled_block.cuh, by halves with the inverse, ~35 us at
+// batch 1), while the other CTAs are still updating theirs: the diagonal block runs under the rest of
+// the update instead of after it, and the step costs two launches (panel, this) instead of three.
 // The tile's own writes are visible to its CTA after a barrier; no other CTA reads or writes that tile.
-// Launch: grid (lower tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the product role's;
-// the diagonal role adds 8 KiB of static), one CTA per SM.
+// The panel arrives out of place (cholesky_blocked.cu): the CTAs that staged a panel row tile as Q's
+// rows copy it into L, never tile 0's CTA while another tile is there (its factorization is the chain).
+// Launch: grid (lower tiles, batch), 256 threads, 208 KiB of dynamic shared memory (the product role's,
+// then the halves' scratch; the diagonal role adds 12 KiB of static), one CTA per SM.
 // Product role, C = C_in - P Q^T on one 128 x 128 lower tile (tf32x3 as in cholesky_product_wgmma.cu,
 // model.tf32x3_product): two warpgroups of 64 rows each (wgmma m64n128k8). All of the tile's P and Q
 // rows (K <= 128) are copied into shared memory by cp.async at the start, one group per chunk of 32

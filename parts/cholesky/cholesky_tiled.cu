@@ -51,9 +51,14 @@
 //   The chain is n / 4 steps instead of n: 128 x 128 with the inverse 44 -> 38 us at batch 1, 93 -> 81
 //   at batch 264 (H200, de3f7a4). model.right_looking_model(step = 4) and model.inverse_model(step = 4)
 //   are this order.
+// Halves (the `halves` argument, route.DIAG_HALVES; tiled_block.cuh halves_steps): the (16, 8) block
+// with its inverse as two 64-blocks of grouped steps in the same registers (a quarter of this layout is
+// a 64-block's), joined by four 64 x 64 x 64 products through 34 KiB of shared memory: 42.9 -> 35.1 us
+// at batch 1, 104.8 -> 75.2 at batch 264 (H200, 28c21c4); model.halves_model is this order.
 //
 // Launch: grid = batch, TDIM^2 threads; (TDIM, TS) = (8, 8) for n <= 64, (16, 8) for n <= 128.
-// Shared memory, static: 2 NP floats (v, w).
+// Shared memory, static: 2 NP floats (v, w), and for (16, 8) with the inverse the halves' 34 KiB (47 of
+// the 48 KiB a kernel may have statically).
 // Why it is fast: the arithmetic runs from registers (shared memory carries one or two vectors per
 // step, not the matrix); global memory is read and written once, 16-float row segments per
 // half-warp; one CTA per matrix keeps hundreds of matrices in flight on 132 SMs. The inverse's
