@@ -7,13 +7,17 @@
 # built first (DIR/builds/PROBLEM.py); each command then runs with --submission DIR/builds/PROBLEM.py and
 # --log DIR/performance.jsonl, and its table goes to DIR/NN-VERB-PROBLEM.txt (DIR/gpu.txt names the GPU).
 # The CUDA builds go to a fresh extension cache (outside DIR), so each problem's first record holds its
-# cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is refused. Bring DIR back to your working copy and run
+# cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is
+# refused. Bring DIR back to your working copy and run
 #   popkit merge DIR/performance.jsonl --tables DIR
 # to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
 # root; a copy without .git records the commit from POPKIT_COMMIT (commit first, pass its sha).
 # PYTHON picks the interpreter (default: .venv/bin/python when present, else python3).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
+
+# -h/--help: the comment above, from any folder.
+case "${1:-}" in -h|--help) sed -n '2,/^[^#]/{/^#/s/^# \{0,1\}//p}' "$0"; exit 0 ;; esac
 
 # The verbs run as `python -m popcorn` from here: elsewhere they fail, or run another copy's popcorn.
 root=$(cd "$(dirname "$0")/.." && pwd -P)
@@ -25,7 +29,7 @@ if [ "${1:-}" = "-o" ]; then
   out=$2
   shift 2
 fi
-[ $# -ge 1 ] || { echo "error: name at least one verb, e.g. \"check qr_v2\" (see the comment at the top)" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "error: name at least one verb, e.g. \"check qr_v2\" (scripts/gpu_session.sh --help)" >&2; exit 2; }
 if [ -x .venv/bin/python ]; then PYTHON=${PYTHON:-.venv/bin/python}; else PYTHON=${PYTHON:-python3}; fi
 
 problems=()

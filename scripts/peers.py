@@ -233,7 +233,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("submission", metavar="BUILT.py")
     parser.add_argument("problem")
     parser.add_argument("--case", action="append", default=[], metavar="SPEC")
-    parser.add_argument("--reps", type=int, default=20, help="samples per candidate and case (at least 3)")
+    parser.add_argument("--reps", type=int, default=20, help="samples per candidate and case (at least 3; default 20)")
     parser.add_argument("--budget", type=float, default=10.0,
                         help="seconds of samples per case, shared by the candidates (default 10)")
     parser.add_argument("--json", metavar="OUT")

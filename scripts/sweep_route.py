@@ -86,7 +86,7 @@ def main() -> None:
     parser.add_argument("problem")
     parser.add_argument("variants")
     parser.add_argument("--case", action="append", default=[])
-    parser.add_argument("--reps", type=int, default=5, help="alternating rounds per case (at least 3)")
+    parser.add_argument("--reps", type=int, default=5, help="alternating rounds per case (at least 3; default 5)")
     parser.add_argument("--json")
     args = parser.parse_args()
     try:

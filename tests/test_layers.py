@@ -153,6 +153,16 @@ def test_the_picture_draws_a_never_for_each_pair_of_its_parts_the_layers_keep_ap
     assert sorted((a, b) for a, b, *_ in picture["never"]) == sorted(kept_apart)
 
 
+def test_the_pictures_arrows_are_the_imports_between_its_parts_today():
+    # scripts/peers.py imports popcorn.errors and popcorn.evidence, and the picture drew no scripts -> bottom.
+    picture = json.loads(PICTURE.read_text(encoding="utf-8"))
+    part = {m: picture_part(path.relative_to(ROOT).as_posix(), picture["parts"])
+            for m, path in project_modules().items()}
+    today = {(part[m], part[n]) for m, names in import_graph().items() for n in names
+             if part[m] and part[n] and part[m] != part[n]}
+    assert sorted(tuple(arrow) for arrow in picture["arrows"]) == sorted(today)
+
+
 def test_no_modules_import_each_other_in_a_circle():
     assert circles(import_graph()) == []
 

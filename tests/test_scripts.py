@@ -28,6 +28,16 @@ def test_run_from_another_folder_says_where_to_run_it(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_help_prints_the_usage_from_any_folder(tmp_path, flag):
+    # It said: error: "--help": only check, bench and diff write records (got '--help').
+    done = session(tmp_path, flag)
+    assert done.returncode == 0 and done.stderr == ""
+    assert done.stdout.splitlines()[0] == "Run a batch of popkit verbs on a GPU host and write their records and " \
+                                          "tables to one folder."
+    assert "scripts/gpu_session.sh [-o DIR]" in done.stdout and "#" not in done.stdout
+
+
 @pytest.mark.parametrize("left", ["performance.jsonl", "builds"])
 def test_a_folder_that_holds_another_run_is_refused(tmp_path, left):
     # On a warm GPU host /tmp outlives the call: -o /tmp/s/gs appended this run's records to the last run's
@@ -57,6 +67,14 @@ def test_help_from_another_folder_prints_the_usage(tmp_path, name):
     # folder each imported `checks` from wherever the interpreter found one, or failed to.
     done = script(tmp_path, name, "--help")
     assert done.returncode == 0 and done.stderr == "" and "usage" in done.stdout.lower(), done.stderr
+
+
+@pytest.mark.parametrize("name, default", [("peers.py", "--reps REPS samples per candidate and case (at least 3; default 20)"),
+                                           ("sweep_route.py", "--reps REPS alternating rounds per case (at least 3; default 5)")])
+def test_help_names_the_default_of_reps(tmp_path, name, default):
+    # Neither said how many samples or rounds --reps takes when it is not given.
+    done = script(tmp_path, name, "--help")
+    assert default in " ".join(done.stdout.split()), done.stdout
 
 
 @pytest.mark.parametrize("name, args", [

@@ -15,8 +15,8 @@ def register(main):
     @main.command("merge")
     @click.argument("files", nargs=-1, required=True, type=click.Path(dir_okay=False, path_type=Path))
     @click.option("--tables", type=click.Path(file_okay=False, path_type=Path),
-                  help="also copy the run's .txt tables from this folder into logs/device/ (named after "
-                       "the run's first record time)")
+                  help="also copy the run's .txt tables from this folder into device/ beside the log "
+                       "(logs/device/; named after the run's first record time)")
     @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_LOG,
                   show_default=True, help="the evidence log to merge into")
     @fail_cleanly
