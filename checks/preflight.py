@@ -74,8 +74,12 @@ def name_error(name: str, python: bool = False) -> str | None:
     return f"{name}: file name must end in {', '.join(SUFFIXES)}"
 
 
-def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -> PreflightReport:
-    """The server's own rules on the file's bytes (no external tools)."""
+def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None,
+                stand_in: dict[str, str] | None = None) -> PreflightReport:
+    """The server's own rules on the file's bytes (no external tools). STAND_IN gives directives (leaderboard,
+    gpu) that a file without them is checked under, as a problem's record gives them; report.directives keeps
+    only the file's own."""
+    stand_in = stand_in or {}
     report = PreflightReport()
     refused = name_error(name)
     if refused:
@@ -96,13 +100,13 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None) -
     report.directives = leading_directives(text)
     if is_python_name(name):
         tree = check_syntax(report, text, name)
-        called = entry_points_of(report.directives.get("leaderboard"))
+        called = entry_points_of(report.directives.get("leaderboard", stand_in.get("leaderboard")))
         missing = [entry for entry in called if tree is not None and not defines(tree, entry)]
         if missing:
             report.errors.append(f"{name}: defines no {', '.join(missing)} at its top level (the grader runs "
                                  f"`from submission import {', '.join(called)}`)")
     for key in ("leaderboard", "gpu"):
-        if key not in report.directives:
+        if key not in report.directives and key not in stand_in:
             report.errors.append(f"{name}: missing '#!POPCORN {key} ...' in the leading comment block")
     board = report.directives.get("leaderboard")
     if expect_leaderboard and board and board != expect_leaderboard:
@@ -188,15 +192,15 @@ def apply_kernelguard(report: PreflightReport, text: str, name: str) -> None:
 
 
 def preflight_bytes(data: bytes, name: str, expect_leaderboard: str | None = None,
-                    kernelguard: bool = True) -> PreflightReport:
-    report = check_rules(data, name, expect_leaderboard)
+                    kernelguard: bool = True, stand_in: dict[str, str] | None = None) -> PreflightReport:
+    report = check_rules(data, name, expect_leaderboard, stand_in)
     if kernelguard and report.ok:
         apply_kernelguard(report, data.decode("utf-8"), name)
     return report
 
 
 def preflight_file(path: Path | str, expect_leaderboard: str | None = None,
-                   kernelguard: bool = True) -> PreflightReport:
+                   kernelguard: bool = True, stand_in: dict[str, str] | None = None) -> PreflightReport:
     """All rules on a file on disk; an unreadable file is an error in the report."""
     path = Path(path)
     try:
@@ -205,4 +209,4 @@ def preflight_file(path: Path | str, expect_leaderboard: str | None = None,
         report = PreflightReport()
         report.errors.append(f"{path}: cannot read ({exc.strerror})")
         return report
-    return preflight_bytes(data, path.name, expect_leaderboard, kernelguard)
+    return preflight_bytes(data, path.name, expect_leaderboard, kernelguard, stand_in)

@@ -292,3 +292,22 @@ def test_cli_check_expects_the_problems_leaderboard_not_its_name(tmp_path):
     path.write_text(CLEAN.replace("leaderboard qr_v2", "leaderboard vectoradd"))
     result = invoke_check("vectoradd", "--check", str(path))
     assert result.exit_code == 1 and "expected 'vectoradd_v2'" in result.output
+
+
+def test_cli_check_without_directives_assumes_the_problems_board(tmp_path):
+    """As submit's --leaderboard/--gpu: the record gives what a file without directives lacks, in one line;
+    a directive naming another problem's board is still refused, and without a problem nothing is assumed."""
+    path = tmp_path / "submission.py"
+    path.write_text(BODY)
+    result = invoke_check("vectoradd", "--check", str(path))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines() == [
+        "note: submission.py has no leaderboard or gpu directive: assumed leaderboard vectoradd_v2, gpu B200 "
+        "from vectoradd's record", "preflight: ok"]
+    path.write_text("#!POPCORN gpu H100\n" + BODY)
+    result = invoke_check("vectoradd", "--check", str(path))
+    assert result.exit_code == 0 and "assumed leaderboard vectoradd_v2 from" in result.output, result.output
+    path.write_text("#!POPCORN leaderboard qr_v2\n" + BODY)
+    result = invoke_check("vectoradd", "--check", str(path))
+    assert result.exit_code == 1 and "expected 'vectoradd_v2'" in result.output.splitlines()[-1], result.output
+    assert invoke_check("--check", str(path)).exit_code == 1        # no gpu, and no problem to give one

@@ -127,11 +127,20 @@ def register(main):
         import build as builder
         from checks.preflight import preflight_file
         if check_file:
-            board = None
+            board, record_facts = None, None
             if problem:
                 from checks.problems import load_problem
-                board = load_problem(problem).leaderboard     # e.g. vectoradd's board is vectoradd_v2
-            report = preflight_file(check_file, expect_leaderboard=board)
+                record = load_problem(problem)
+                board = record.leaderboard                     # e.g. vectoradd's board is vectoradd_v2
+                # The record gives the board and GPU, as submit's --leaderboard/--gpu do: a file without the
+                # directives is checked under them, and told so.
+                record_facts = {"leaderboard": board, "gpu": record.gpu}
+            report = preflight_file(check_file, expect_leaderboard=board, stand_in=record_facts)
+            missing = [key for key in record_facts or {} if key not in report.directives]
+            if missing:
+                assumed = ", ".join(f"{key} {record_facts[key]}" for key in missing)
+                click.echo(f"note: {check_file.name} has no {' or '.join(missing)} directive: assumed {assumed} "
+                           f"from {problem}'s record")
         elif not problem:
             raise PopkitError("name a problem (popkit build qr_v2) or a file to check (--check FILE)")
         else:
