@@ -3,7 +3,7 @@
 Writes checks/cases/NAME.yml from DIR/task.yml (case lists, leaderboard, GPUs, timeouts, ranking, the
 runner's files list, the functions eval.py calls) and, where missing, parts/NAME/ with a route whose
 custom_kernel calls the folder's own reference (correct from the first build; the user replaces it), or
-stubs for a task whose eval.py calls other functions, and a manifest whose packages are the third-party
+stubs for a task whose eval.py calls other functions or whose reference.py has no ref_kernel, and a manifest whose packages are the third-party
 modules the folder's templates and reference.py import (so the folder's own template builds unchanged).
 The folder's path on this machine goes to .popkit/harness.yml, outside git. Everything is validated and rendered before the first write,
 and a failed write (or Ctrl-C) removes what this call created, so nothing is left half-written.
@@ -74,6 +74,7 @@ class AddResult:
     benchmarks: int
     entry_points: list[str]
     packages: list[str]         # third-party modules the folder's own files import
+    has_ref_kernel: bool        # the folder's reference.py defines ref_kernel, so the route may call it
     created: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)
     replaced: bool = False
@@ -128,14 +129,15 @@ def placed_modules(files: list[dict], main: str) -> list[str]:
 
 
 def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[str],
-                   imports: list[str], third_party: list[str]) -> dict[Path, str]:
+                   imports: list[str], third_party: list[str], has_ref_kernel: bool = True) -> dict[Path, str]:
     """parts/NAME/: a route that calls the folder's reference.ref_kernel, or stubs where eval.py calls other
-    functions than custom_kernel (the reference then has nothing to stand in for them); the manifest lets
-    the parts import IMPORTS, the modules the runner places, and THIRD_PARTY, its packages."""
+    functions than custom_kernel or the reference has no ref_kernel (nothing stands in for them then; an import
+    of it would fail the built file at import); the manifest lets the parts import IMPORTS, the modules the
+    runner places, and THIRD_PARTY, its packages."""
     folder = PARTS_DIR / name
     values = {"name": name, "leaderboard": leaderboard, "source": source, "entry_list": ", ".join(entry_points),
               "imports": ", ".join(imports), "packages": ", ".join(third_party)}
-    route = (ROUTE_TEMPLATE.format(**values) if entry_points == [problems.ENTRY_POINT] else
+    route = (ROUTE_TEMPLATE.format(**values) if entry_points == [problems.ENTRY_POINT] and has_ref_kernel else
              STUB_ROUTE_TEMPLATE.format(**values) + "".join(STUB.format(entry=e, **values) for e in entry_points))
     return {folder / "__init__.py": "",
             folder / "manifest.yml": MANIFEST_TEMPLATE.format(**values),
@@ -172,10 +174,10 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
     text = render_record(name, record, previous, record_path)
     third_party = packages.folder_packages(folder.own_sources, {Path(f["name"]).stem for f in folder.files})
     scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"],
-                              placed_modules(folder.files, folder.main), third_party)
+                              placed_modules(folder.files, folder.main), third_party, folder.has_ref_kernel)
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
-                       record["entry_points"], third_party, kept=sorted(p for p in scaffold if p.exists()),
+                       record["entry_points"], third_party, folder.has_ref_kernel, kept=sorted(p for p in scaffold if p.exists()),
                        replaced=exists)
     part_folder = PARTS_DIR / name
     made_folder = not part_folder.exists()

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import yaml
 
+from checks.preflight import defines
 from checks.problems import ENTRY_POINT, Problem
 from popcorn.errors import ProblemError
 
@@ -61,6 +62,16 @@ class TaskFolder:
                          and not node.name.startswith("_")]
             return functions if functions and ENTRY_POINT not in functions else [ENTRY_POINT]
         return [ENTRY_POINT]
+
+    @property
+    def has_ref_kernel(self) -> bool:
+        """Whether the reference.py the runner places beside the submission defines ref_kernel at its top level
+        (parsed, never imported): the scaffold's route imports it. A missing or unparsable one has none."""
+        sources = [f["source"] for f in self.files if f["name"] == "reference.py"]
+        try:
+            return bool(sources) and defines(ast.parse((self.path / sources[0]).read_bytes()), "ref_kernel")
+        except (OSError, SyntaxError, ValueError):
+            return False
 
     @property
     def own_sources(self) -> list[Path]:

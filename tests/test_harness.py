@@ -522,6 +522,27 @@ def test_a_task_whose_eval_calls_other_functions_is_scaffolded_checked_and_prefl
         runner.diff("addone", mine, "reference", device="cpu", log_path=None)
 
 
+def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_to_write(toy, tmp_path, monkeypatch):
+    # eval.py calls custom_kernel but reference.py has no ref_kernel: the scaffold imported it, so the built file
+    # failed at import on every case. reference.py is read with ast: importing it would fail here.
+    write(toy / "reference.py", "raise RuntimeError('imported')\n" +
+          (toy / "reference.py").read_text().replace("def ref_kernel", "def reference_kernel"))
+    added_cli = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)])
+    assert added_cli.exit_code == 0, added_cli.output
+    assert ("note: its reference.py has no ref_kernel to start from: a scaffolded route's custom_kernel raises "
+            "NotImplementedError until you write it") in added_cli.output.splitlines()
+    assert problems.load_problem("addone").entry_points == ["custom_kernel"]
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    scaffolded = build.build("addone", tmp_path / "scaffolded.py")
+    assert scaffolded.preflight.ok, scaffolded.preflight.errors
+    assert "ref_kernel as" not in scaffolded.text
+    namespace = {}
+    exec(compile(scaffolded.text, "scaffolded.py", "exec"), namespace)      # imports nothing of the folder's
+    with pytest.raises(NotImplementedError, match="custom_kernel is not written yet: parts/addone/route.py"):
+        namespace["custom_kernel"]([1])
+
+
 @pytest.mark.parametrize("path, template, called", [
     (None, None, ["custom_kernel"]),
     ("submission.py", "def custom_kernel(data):\n    return data\n\n\ndef quantize(x):\n    return x\n",
