@@ -10,6 +10,7 @@ records).
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import json
 import os
@@ -54,6 +55,37 @@ print({ENV_MARK!r} + json.dumps(info))
 def remap_seed(seed: int, salt: int) -> int:
     """The grader's POPCORN_SEED remap: a + (a + b)(a + b + 1) / 2."""
     return seed + (seed + salt) * (seed + salt + 1) // 2
+
+
+def case_seeds_honoured(problem: Problem) -> bool | None:
+    """Whether the folder's eval.py applies POPCORN_SEED to each case's seed, read from its source (never run):
+    True where it stores a case's "seed" (the newer evals' `test.args["seed"] = _combine(...)`), False where it
+    reads POPCORN_SEED but names no "seed" key at all (the older evals only seed the global
+    generator with it, so every case keeps its seed), None when the source does not tell (or cannot be read)."""
+    main = problem.harness.get("main", "eval.py")
+    try:
+        folder = task_folder.harness_folder(problem)
+        source = next((f["source"] for f in problem.harness.get("files") or [] if f["name"] == main), main)
+        return seeds_honoured_in((folder / source).read_bytes())
+    except (ProblemError, OSError):
+        return None
+
+
+def seeds_honoured_in(source: bytes | str) -> bool | None:
+    """case_seeds_honoured on an eval.py's source."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return None
+    strings = {node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    stores = [target for node in ast.walk(tree) if isinstance(node, ast.Assign) for target in node.targets]
+    if any(isinstance(t, ast.Subscript) and isinstance(t.slice, ast.Constant) and t.slice.value == "seed"
+           for t in stores):
+        return True
+    keywords = any(isinstance(node, ast.keyword) and node.arg == "seed" for node in ast.walk(tree))
+    if "POPCORN_SEED" in strings and "seed" not in strings and not keywords:
+        return False
+    return None
 
 
 @dataclass

@@ -145,12 +145,24 @@ def _require_seeds(seeds: int) -> None:
         raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
 
 
-def _require_seeded(prob: Problem, specs: list[dict], seeds: int, backend: str) -> None:
+def _require_seeded(prob: Problem, specs: list[dict], seeds: int, backend: str) -> list[str]:
     """--seeds through eval.py sets POPCORN_SEED, which the runner's protocol applies to each case's seed: cases
-    without one (princeton's) would be run again unchanged, and counted as new seeds."""
+    without one (princeton's) would be run again unchanged, and counted as new seeds; so would every case of an
+    older eval.py that uses POPCORN_SEED only as a global seed. An eval.py whose source does not tell runs as
+    asked, with a note (returned) that says so."""
     if seeds and backend != "native" and not any("seed" in spec for spec in specs):
         raise PopkitError(f"--seeds {seeds}: {prob.name}'s cases have no seed, and POPCORN_SEED remaps only a case's "
                           "seed: the extra runs would repeat the same cases; nothing ran")
+    if not seeds or backend != "official":       # 'both' sends the extra seeds to our generators only
+        return []
+    honoured = official.case_seeds_honoured(prob)
+    if honoured is False:
+        raise PopkitError(f"--seeds {seeds}: {prob.name}'s eval.py uses POPCORN_SEED only as a global seed and keeps "
+                          "each case's seed: the extra runs would repeat the same cases; nothing ran")
+    if honoured is None:
+        return [f"--seeds: cannot tell from {prob.name}'s eval.py whether POPCORN_SEED changes each case's seed; the "
+                "extra runs may repeat the same cases"]
+    return []
 
 
 def _require_rounds(rounds: int) -> None:
@@ -488,7 +500,7 @@ def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0
     each; native gates, the folder's eval.py, or both (which must agree)."""
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "check", log_path)
     specs, notes = select_specs(prob, "tests", custom, seeds if backend != "official" else 0, device, robust, backend)
-    _require_seeded(prob, specs, seeds, backend)
+    notes = notes + _require_seeded(prob, specs, seeds, backend)
     if backend == "official":
         runs = [official.run_eval(prob, submission, "test", specs, device, seed, progress)
                 for seed in [None] + list(range(1, seeds + 1))]

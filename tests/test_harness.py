@@ -325,6 +325,42 @@ def test_seeds_for_cases_without_a_seed_are_refused_before_anything_runs(toy, tm
     assert cli.exit_code == 1 and refusal in cli.output
 
 
+REMAP = """        if salt is not None:
+            a = args["seed"]
+            args["seed"] = a + (a + salt) * (a + salt + 1) // 2
+"""
+
+
+@pytest.mark.parametrize("remap, refused", [
+    ("", True),                                                         # pmpp's first eval.py: a global seed only
+    ("        if salt is not None:\n            args.update(seed=args.pop('seed') + salt)\n", False),  # cannot tell
+])
+def test_seeds_for_an_eval_that_keeps_each_cases_seed_are_refused_before_anything_runs(toy, tmp_path, monkeypatch,
+                                                                                        remap, refused):
+    # Older eval.py files (pmpp's first, amd/mla-decode) read POPCORN_SEED only for the global generator: the
+    # table showed remapped seeds eval.py never used, and the extra runs repeated the same inputs.
+    evaluator = toy.parent / "eval.py"
+    assert REMAP in evaluator.read_text()
+    write(evaluator, evaluator.read_text().replace(REMAP, remap).replace("    return cases", "    random.seed(salt)\n"
+                                                                         "    return cases").replace(
+        "import os", "import os\nimport random", 1))
+    added(toy)
+    good = write(tmp_path / "s.py", GOOD)
+    refusal = ("--seeds 2: addone's eval.py uses POPCORN_SEED only as a global seed and keeps each case's seed: the "
+               "extra runs would repeat the same cases; nothing ran")
+    if refused:
+        monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+        with pytest.raises(runner.PopkitError, match=re.escape(refusal)):
+            runner.check("addone", good, seeds=2, device="cpu", log_path=None)
+        cli = CliRunner().invoke(main, ["check", "addone", "--submission", str(good), "--seeds", "2", "--device", "cpu"])
+        assert cli.exit_code == 1 and cli.output.splitlines() == [f"error: {refusal}"], cli.output
+    else:
+        outcome = runner.check("addone", good, seeds=2, device="cpu", log_path=None)
+        assert outcome.passed and ("--seeds: cannot tell from addone's eval.py whether POPCORN_SEED changes each "
+                                   "case's seed; the extra runs may repeat the same cases") in outcome.notes
+        assert runner.check("addone", good, device="cpu", log_path=None).notes == []    # without --seeds: no note
+
+
 def test_a_crashing_submission_fails_every_case_and_shows_stderr(toy, tmp_path):
     added(toy)
     crash = write(tmp_path / "s.py", "raise RuntimeError('kernel build failed: no nvcc')\n")
