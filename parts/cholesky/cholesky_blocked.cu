@@ -63,10 +63,10 @@ tf32x3::Product panel_of(const float* a21, float* l21, float* mirror, const floa
 // multiple of 4): per step the panel, then one launch for the trailing update in which the CTA of its
 // first tile factors that tile, the next diagonal block, while the others update the rest. The panel is
 // written out of place, into `panel` ((n - nb) x nb floats per matrix), and CTAs of the update that
-// staged its rows copy it into L: no CTA then reads what another writes, so each panel tile is shared by four CTAs
-// (tf32x3::kPanelSplit: H200 sweep at 339906f, us, split / two CTAs per tile: 1x4096 2001 / 2057, 8x2048
-// 1327 / 1343, 1x8192 5761 / 5894). Same arguments, result and order of operations as cholesky_blocked
-// (model.blocked_tf32x3_model).
+// staged its rows copy it into L: no CTA then reads what another writes, so each panel tile is shared by
+// four CTAs (tf32x3::kPanelSplit: H200 sweep at 339906f, us, split / two CTAs per tile: 1x4096 2001 /
+// 2057, 8x2048 1327 / 1343, 1x8192 5761 / 5894). Same arguments, result and order of operations as
+// cholesky_blocked (model.blocked_tf32x3_model).
 int blocked_lookahead(const float* A, float* L, float* xinv, float* panel, const float* diag_max, int batch, int n,
                       int nb, int halves) {
     const long long stride = (long long)n * n;
@@ -107,7 +107,8 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
             const int w = n - k0 < nb ? n - k0 : nb;
             const float* src = (k0 == 0 ? A : L) + (size_t)k0 * n + k0;
             float* block = L + (size_t)k0 * n + k0;
-            if (k0 + w == n) return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts, 0);
+            if (k0 + w == n)
+                return cholesky_tiled(src, block, nullptr, diag_max, batch, w, n, (int)stride, tdim, ts, 0);
             int err = cholesky_tiled(src, block, xinv, diag_max, batch, w, n, (int)stride, tdim, ts, halves);
             if (err) return err;
             const int m = n - k0 - w, cols = s1 - k0 - w;
@@ -142,8 +143,8 @@ int blocked_two_level(const float* A, float* L, float* xinv, const float* diag_m
 // panel: NULL, or batch x (n - nb) x nb floats where the look-ahead writes each panel out of place.
 // (tdim, ts, halves): cholesky_tiled.cu's shape for the diagonal blocks (tdim * ts >= nb) and whether its
 // 128-blocks go by halves (tiled_block.cuh halves_steps). nb: a multiple of 32, at most 128. outer: 0, or
-// a multiple of nb for blocked_two_level (taken when nb < outer < n);
-// otherwise lookahead: take blocked_lookahead where it applies (nb = 128 and a panel buffer).
+// a multiple of nb for blocked_two_level (taken when nb < outer < n); otherwise lookahead: take
+// blocked_lookahead where it applies (nb = 128 and a panel buffer).
 // portable: use cholesky_product_mma.cu even on a wgmma GPU (to check and time the other GPUs' path).
 // n * n < 2^31 (the products' 32-bit row offsets). Step 0 reads A and writes L, later steps work in L,
 // so A is never copied; the diagonal kernel writes zeros above its block's diagonal and each panel's

@@ -90,8 +90,8 @@ __device__ __forceinline__ void cp_async_wait(int pending) {
     }
 }
 
-// The product role: lower tile (ti, tj) of C = C_in - P Q^T for matrix blockIdx.y. P's rows stay staged
-// in smem (raw rows of kRawLd floats) afterwards.
+// The product role: lower tile (ti, tj) of C = C_in - P Q^T for matrix blockIdx.y. P's and Q's rows stay
+// staged in smem afterwards (raw rows of kRawLd floats, Q's kRawWords after P's).
 template <int VEC>
 __device__ __forceinline__ void update_tile(const tf32x3::Product& op, int ti, int tj, float* smem) {
     float* raw_p = smem;
@@ -146,7 +146,8 @@ __device__ __forceinline__ void update_tile(const tf32x3::Product& op, int ti, i
 
 // Rows [row0, row0 + rows) of the panel, staged in raw (K columns), into L's panel (ld floats apart) and
 // zeros into their mirror above the diagonal block.
-__device__ __forceinline__ void copy_panel_rows(const float* raw, const tf32x3::PanelCopy& panel, int row0, int rows, int K) {
+__device__ __forceinline__ void copy_panel_rows(const float* raw, const tf32x3::PanelCopy& panel, int row0, int rows,
+                                                int K) {
     const size_t b = blockIdx.y;
     float* dst = panel.dst + b * panel.stride;
     const int quads = K / 4;
@@ -172,7 +173,8 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag, const tf
     const int last = (op.m - 1) / kTile;
     if (ti == tj + 1 || (ti == tj && ti == last)) {
         const int row0 = tj * kTile, rows = min(kTile, op.m - row0);
-        copy_panel_rows(reinterpret_cast<const float*>(smem4) + (ti == tj ? 0 : kRawWords), panel, row0, rows, op.K);
+        const float* staged = reinterpret_cast<const float*>(smem4) + (ti == tj ? 0 : kRawWords);   // P's or Q's
+        copy_panel_rows(staged, panel, row0, rows, op.K);
     }
     if (blockIdx.x == 0) {                               // tile 0 is the next diagonal block of matrix blockIdx.y
         __syncthreads();                                 // its update is written (and visible to this CTA)
@@ -188,7 +190,8 @@ lookahead_kernel(const tf32x3::Product op, const tiled::DiagBlock diag, const tf
 }
 
 template <int VEC>
-int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, const tf32x3::PanelCopy& panel, int batch) {
+int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, const tf32x3::PanelCopy& panel,
+                     int batch) {
     static int granted = 0;
     const cudaError_t err = popkit::allow_dynamic_smem(lookahead_kernel<VEC>, kLaSmemBytes, granted);
     if (err != cudaSuccess) return (int)err;
@@ -206,7 +209,8 @@ int launch_lookahead(const tf32x3::Product& op, const tiled::DiagBlock& diag, co
 // the last block, where nothing reads it: one instantiation of the diagonal role keeps the compile short).
 // Call it only on a GPU of compute capability 9.0 with the build targeting sm_90a (elsewhere the kernel
 // traps).
-POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, tf32x3::PanelCopy panel, int batch) {
+POPKIT_EXPORT int cholesky_lookahead_step(tf32x3::Product op, tiled::DiagBlock diag, tf32x3::PanelCopy panel,
+                                          int batch) {
     if (batch < 1 || op.m < 1 || op.ncols != op.m || diag.n != (op.m < kTile ? op.m : kTile) ||
         diag.src != op.c || diag.dst != op.c || !diag.xinv || !diag.diag_max || op.K < kChunk || op.K > kMaxK ||
         op.K % kChunk != 0 || !panel.dst || !panel.mirror || !tf32x3::aligned16(panel.dst) || panel.ld % 4 ||

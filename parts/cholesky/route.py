@@ -194,8 +194,8 @@ def plan(data: torch.Tensor) -> Run:
 def tunables() -> tuple:
     """Every table a plan reads (a plan made before one of them changed, as scripts/sweep_route.py
     changes them between variants, is made again)."""
-    return (SMALL_WARPS_PER_CTA, TILED_SHAPE, DIAG_HALVES, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT, BLOCKED_DRIVER,
-            LOOKAHEAD, OUTER_PANEL, PRODUCTS)
+    return (SMALL_WARPS_PER_CTA, TILED_SHAPE, DIAG_HALVES, BLOCK_NB, TRAILING_CHUNK_ROWS, TRAILING_PRODUCT,
+            BLOCKED_DRIVER, LOOKAHEAD, OUTER_PANEL, PRODUCTS)
 
 
 PLANS: dict = {}   # (shape, dtype, device) -> [(tunables(), plan), ...], the latest first
