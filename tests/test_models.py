@@ -180,3 +180,18 @@ def test_tournament_pairs_cover_every_pair_once_per_sweep(m):
         seen.extend(zip(ps, qs))
     assert len(seen) == len(set(seen)) == m * (m - 1) // 2
     assert set(seen) == set(itertools.combinations(range(m), 2))
+
+
+@pytest.mark.parametrize("scale", [1e-21, 1e-30])
+def test_factor_panel_takes_the_scaled_norm_where_the_sum_of_squares_underflows(scale):
+    """A column whose ||x||^2 falls below 2^-100 (1e-21: ~1e-40, denormal; 1e-30: 0 in float32) gets
+    the largest-entry-scaled norm, so its reflector matches geqrf's; a zero column still gives tau = 0."""
+    A = qr_input("dense", 24, batch=2, seed=3)
+    A[:, :, 1] *= scale
+    A[:, :, 3] = 0.0
+    H, tau = A.clone(), torch.zeros(2, 24)
+    factor_panel_model(H, tau, 0, 8)
+    H_ref, tau_ref = torch.geqrf(A.double())
+    torch.testing.assert_close(tau[:, :8].double(), tau_ref[:, :8], rtol=1e-5, atol=0)
+    assert torch.all(tau[:, 3] == 0)
+    torch.testing.assert_close(H[:, :8, 1].double(), H_ref[:, :8, 1], rtol=1e-4, atol=0)

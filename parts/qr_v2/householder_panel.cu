@@ -1,7 +1,7 @@
 // qr_v2, blocked route: factor one panel of every matrix and build its
-// compact-WY factor T, so the trailing update can run as tensor-core GEMMs.
+// compact-WY factor T, so the trailing update can run as large GEMMs.
 //
-// For the panel A[k0:n, k0:k0+w) (m = n - k0 rows, w <= 32 columns) it computes
+// For the panel A[k0:n, k0:k0+w) (m = n - k0 rows, w <= W columns) it computes
 // the w reflectors exactly as geqrf does (LAPACK slarfg per column, applied to
 // the rest of the panel), writes R and the vector tails back into A and tau,
 // and writes
@@ -13,133 +13,239 @@
 //                            T[0:c, c] = -tau_c T[0:c, 0:c] (V[:, 0:c]^T v_c).
 // The caller then applies Q_panel^T = I - V T^T V^T to the trailing columns.
 //
-// Launch: one CTA of 512 threads per matrix; grid = batch. The panel sits in
-// shared memory column-major with an odd leading dimension (bank-conflict-free
-// both when loading rows from global memory and when a warp walks a column),
-// m * w * 4 bytes (64 KiB at n = 512, w = 32).
-// Why it is fast: the panel is read and written once; each column costs two
-// block reductions and one pass over the remaining panel columns, all on chip;
-// the O(n^3) work is left to cuBLAS in the trailing update.
+// One block reduction per column. Column c's reflector is v = [1; x s] with
+// x = A[c+1:, c], s = 1 / (alpha - beta). Every number column c needs is an
+// entry of one W-vector summed over the rows below c,
+//   p_j = sum_{r > c} x_r A[r, j]        (the row r as it is now),
+// because row r holds v_j[r] in columns j < c (tails already stored) and the
+// current entries in columns j >= c:
+//   p_c       = ||x||^2                       -> beta, tau, s (slarfg)
+//   j > c     : v^T A[:, j] = A[c, j] + s p_j -> the update of column j
+//   j < c     : v_j^T v     = v_j[c] + s p_j  -> column c of T (G = V^T V)
+// Row c itself is broadcast through shared memory by its owner. So a column
+// costs W FMAs per owned row, a butterfly that leaves lane l with the warp's
+// sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W FMAs
+// per owned row for the update: the barrier count per column is one (the
+// previous kernel had six and walked shared memory four times).
+// ||x||^2 outside [2^-100, 2^100] (underflow or overflow risk) takes a
+// scaled two-pass norm, uniformly for the block; an exactly zero x gives
+// tau = 0 as in geqrf.
+//
+// Launch: one CTA per matrix (grid = batch), at most max_threads (<= 512) threads;
+// thread t owns rows t, t + blockDim, ... (R of them, the least of 1, 2, 4, 8
+// that covers m) with all W columns in registers: W = 32 for R <= 2, 16 for
+// R = 4, 8 for R = 8 (at 512 threads: m <= 1024, 2048, 4096).
+// Why it is fast: the panel is read and written once, lives in registers, and
+// each column is one barrier; the O(n^3) work is left to the trailing update.
 #include "device_utils.cuh"
 
 namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelMaxW = 32;
+constexpr int kPanelWarps = kPanelThreads / 32;
+constexpr float kSsqLow = 7.8886091e-31f;    // 2^-100: below it ||x||^2 may have lost bits to underflow
+constexpr float kSsqHigh = 1.2676506e30f;    // 2^100: above it the products risk overflow
 
+// Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
+// afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
+template <int W>
+__device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
+    int off = 16;
+#pragma unroll
+    for (int len = W; len > 1; len >>= 1, off >>= 1) {
+        const bool upper = lane & off;
+#pragma unroll
+        for (int k = 0; k < len / 2; ++k) {
+            const float send = upper ? p[k] : p[k + len / 2];
+            const float keep = upper ? p[k + len / 2] : p[k];
+            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
+        }
+    }
+    float total = p[0];
+#pragma unroll
+    for (; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    return total;
+}
+
+template <int W>
+__host__ __device__ constexpr int entry_shift() { return W == 32 ? 0 : W == 16 ? 1 : W == 8 ? 2 : -1; }
+
+// ||x|| with x scaled by its largest entry (both passes are block-wide); for
+// the rare columns whose plain sum of squares left the safe range.
+template <int R, int W>
+__device__ float careful_norm(const float (&a)[R][W], int c, int m, float* scratch) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = threadIdx.x + i * blockDim.x;
+        if (r > c && r < m) amax = fmaxf(amax, fabsf(a[i][c]));
+    }
+    amax = popkit::block_max(amax, scratch);
+    if (amax == 0.f) return 0.f;
+    float ssq = 0.f;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = threadIdx.x + i * blockDim.x;
+        if (r > c && r < m) { const float x = a[i][c] / amax; ssq += x * x; }
+    }
+    return amax * sqrtf(popkit::block_sum(ssq, scratch));
+}
+
+template <int R, int W>
 __global__ void __launch_bounds__(kPanelThreads)
 qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
                 float* __restrict__ T, int n, int k0, int w) {
-    extern __shared__ float s[];                          // w columns of ld floats
-    __shared__ float s_G[kPanelMaxW][kPanelMaxW + 1];     // V^T V, strictly upper part
-    __shared__ float s_T[kPanelMaxW][kPanelMaxW + 1];
-    __shared__ float s_tau[kPanelMaxW];
+    constexpr int kShift = entry_shift<W>();
+    static_assert(kShift >= 0, "W must be 8, 16 or 32");
+    __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
+    __shared__ float s_row[2][W];                // row c, broadcast by its owner
+    __shared__ float s_G[W][W + 1];              // v_a . v_b for a < b
+    __shared__ float s_T[W][W + 1];
+    __shared__ float s_tau[W];
     __shared__ float scratch[32];
-    const int m = n - k0, ld = m | 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = kPanelThreads / 32;
-    float* Ab = A + (size_t)blockIdx.x * n * n;
+    const int m = n - k0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
+    float* Ab = A + (size_t)blockIdx.x * n * n + (size_t)k0 * n + k0;
 
-    for (int idx = threadIdx.x; idx < m * w; idx += blockDim.x) {
-        const int r = idx / w, c = idx % w;
-        s[c * ld + r] = Ab[(size_t)(k0 + r) * n + k0 + c];
+    float a[R][W];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = threadIdx.x + i * blockDim.x;
+#pragma unroll
+        for (int j = 0; j < W; ++j) a[i][j] = (r < m && j < w) ? Ab[(size_t)r * n + j] : 0.f;
     }
-    __syncthreads();
 
-    for (int c = 0; c < w; ++c) {
-        float* col = s + c * ld;
-        // Reflector for panel column c (local rows c..m-1), norm scaled by the largest entry.
-        float amax = 0.f;
-        for (int r = c + 1 + threadIdx.x; r < m; r += blockDim.x) amax = fmaxf(amax, fabsf(col[r]));
-        amax = popkit::block_max(amax, scratch);
-        float ssq = 0.f;
-        if (amax > 0.f)
-            for (int r = c + 1 + threadIdx.x; r < m; r += blockDim.x) { const float x = col[r] / amax; ssq += x * x; }
-        ssq = popkit::block_sum(ssq, scratch);
-        const popkit::Reflector ref = popkit::make_reflector(col[c], amax * sqrtf(ssq));
-        for (int r = c + 1 + threadIdx.x; r < m; r += blockDim.x) col[r] *= ref.scale;
-        __syncthreads();                                  // col[c] still holds alpha until here
-        if (threadIdx.x == 0) { col[c] = ref.beta; s_tau[c] = ref.tau; }
+#pragma unroll
+    for (int c = 0; c < W; ++c) {
+        if (c >= w) break;
+        const int buf = c & 1;
+        float p[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) p[j] = 0.f;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int r = threadIdx.x + i * blockDim.x;
+            const float x = (r > c) ? a[i][c] : 0.f;       // rows >= m hold zeros
+#pragma unroll
+            for (int j = 0; j < W; ++j) p[j] += x * a[i][j];
+        }
+        const float warp_total = warp_transpose_sum<W>(p, lane);
+        if ((lane & ((1 << kShift) - 1)) == 0) s_red[buf][warp][entry] = warp_total;
+        if (threadIdx.x == c) {                             // row c is row 0 of thread c
+#pragma unroll
+            for (int j = 0; j < W; ++j) s_row[buf][j] = a[0][j];
+        }
         __syncthreads();
-        if (ref.tau != 0.f) {                             // apply to panel columns c+1..w-1, a warp each
-            for (int j = c + 1 + warp; j < w; j += warps) {
-                float* cj = s + j * ld;
-                float dot = (lane == 0) ? cj[c] : 0.f;
-                for (int r = c + 1 + lane; r < m; r += 32) dot += col[r] * cj[r];
-                dot = ref.tau * popkit::warp_sum(dot);
-                if (lane == 0) cj[c] -= dot;
-                for (int r = c + 1 + lane; r < m; r += 32) cj[r] -= dot * col[r];
+
+        float p_entry = 0.f;                                // this lane's entry, over the whole CTA
+        for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
+        const float alpha = s_row[buf][c];
+        float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
+        float xnorm;
+        if (ssq >= kSsqLow && ssq <= kSsqHigh) {
+            xnorm = sqrtf(ssq);
+        } else {                                            // uniform: every thread has the same ssq
+            bool nonzero = false;
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const int r = threadIdx.x + i * blockDim.x;
+                nonzero |= (r > c) && a[i][c] != 0.f;
             }
+            xnorm = __syncthreads_or(nonzero) ? careful_norm<R, W>(a, c, m, scratch) : 0.f;
         }
-        __syncthreads();
-    }
+        const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
+        // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
+        const float vdot = s_row[buf][entry] + ref.scale * p_entry;
+        const float coef = ref.tau * vdot;
+        if (warp == 0 && entry < c && (lane & ((1 << kShift) - 1)) == 0) s_G[entry][c] = vdot;
+        if (threadIdx.x == 0) s_tau[c] = ref.tau;
 
-    // G[a][b] = v_a . v_b for a < b (v_b is zero above row b and 1 at row b).
-    for (int pair = warp; pair < w * w; pair += warps) {
-        const int a = pair / w, b = pair % w;
-        if (a >= b) continue;
-        float dot = (lane == 0) ? s[a * ld + b] : 0.f;
-        for (int r = b + 1 + lane; r < m; r += 32) dot += s[a * ld + r] * s[b * ld + r];
-        dot = popkit::warp_sum(dot);
-        if (lane == 0) s_G[a][b] = dot;
+        // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
+        float v[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int r = threadIdx.x + i * blockDim.x;
+            v[i] = (r > c) ? a[i][c] * ref.scale : (r == c) ? 1.f : 0.f;
+            a[i][c] = (r > c) ? v[i] : (r == c) ? ref.beta : a[i][c];
+        }
+#pragma unroll
+        for (int j = c + 1; j < W; ++j) {                   // shuffles outside any branch: all lanes take part
+            const float coef_j = __shfl_sync(0xffffffffu, coef, j << kShift);
+#pragma unroll
+            for (int i = 0; i < R; ++i) a[i][j] -= coef_j * v[i];
+        }
     }
     __syncthreads();
-    // T column by column; thread j < c computes row j of column c.
-    for (int c = 0; c < w; ++c) {
-        const int j = threadIdx.x;
-        if (j < c) {
+
+    // T row by row: row k depends only on its own earlier entries.
+    if (threadIdx.x < w) {
+        const int k = threadIdx.x;
+        for (int c = 0; c < k; ++c) s_T[k][c] = 0.f;
+        s_T[k][k] = s_tau[k];
+        for (int c = k + 1; c < w; ++c) {
             float acc = 0.f;
-            for (int l = j; l < c; ++l) acc += s_T[j][l] * s_G[l][c];
-            s_T[j][c] = -s_tau[c] * acc;
-        } else if (j < w) {
-            s_T[j][c] = (j == c) ? s_tau[c] : 0.f;
+            for (int l = k; l < c; ++l) acc += s_T[k][l] * s_G[l][c];
+            s_T[k][c] = -s_tau[c] * acc;
         }
-        __syncthreads();
     }
 
     const size_t vbase = (size_t)blockIdx.x * w * m;
-    for (int idx = threadIdx.x; idx < m * w; idx += blockDim.x) {
-        const int r = idx / w, c = idx % w;
-        const float v = s[c * ld + r];
-        Ab[(size_t)(k0 + r) * n + k0 + c] = v;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = threadIdx.x + i * blockDim.x;
+        if (r >= m) continue;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            if (j >= w) break;
+            Ab[(size_t)r * n + j] = a[i][j];
+            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
+        }
     }
-    for (int idx = threadIdx.x; idx < w * m; idx += blockDim.x) {
-        const int c = idx / m, r = idx % m;
-        Vt[vbase + idx] = (r < c) ? 0.f : (r == c) ? 1.f : s[c * ld + r];
-    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)
         T[(size_t)blockIdx.x * w * w + idx] = s_T[idx / w][idx % w];
     if (threadIdx.x < w) tau[(size_t)blockIdx.x * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
 }
 
-}  // namespace
-
-POPKIT_EXPORT int qr_panel_smem_bytes(int m, int w) { return (int)((size_t)(m | 1) * w * sizeof(float)); }
-
-// The widest panel (32, 16 or 8 columns) whose m rows fit in one CTA's shared
-// memory on this GPU; 0 when none does.
-POPKIT_EXPORT int qr_panel_width(int m) {
-    static int budget = -1;
-    if (budget < 0) {
-        int device = 0, optin = 0;
-        cudaFuncAttributes attr;
-        if (cudaGetDevice(&device) != cudaSuccess ||
-            cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) != cudaSuccess ||
-            cudaFuncGetAttributes(&attr, qr_panel_kernel) != cudaSuccess)
-            return 0;
-        budget = optin - (int)attr.sharedSizeBytes;
-    }
-    for (int w = kPanelMaxW; w >= 8; w /= 2)
-        if (qr_panel_smem_bytes(m, w) <= budget) return w;
+// Rows per thread for a panel of m rows on at most `threads` threads (0: too tall for one CTA's registers).
+int rows_per_thread(int m, int threads) {
+    if (threads < 32 || threads > kPanelThreads) return 0;
+    for (int rows = 1; rows <= 8; rows *= 2)
+        if (m <= rows * threads) return rows;
     return 0;
 }
 
-POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
-    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > kPanelMaxW || w > n - k0)
+template <int R, int W>
+cudaError_t launch_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+    const int threads = ((n - k0 + R - 1) / R + 31) / 32 * 32;
+    qr_panel_kernel<R, W><<<batch, threads>>>(A, tau, Vt, T, n, k0, w);
+    return cudaGetLastError();
+}
+
+}  // namespace
+
+// The panel width for a panel of m rows on at most max_threads threads: what R rows per thread
+// leave room for in registers (0: none fits).
+POPKIT_EXPORT int qr_panel_width(int m, int max_threads) {
+    switch (rows_per_thread(m, max_threads)) {
+        case 1: case 2: return 32;
+        case 4: return 16;
+        case 8: return 8;
+        default: return 0;
+    }
+}
+
+POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                           int max_threads) {
+    const int m = n - k0;
+    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads) || w > m)
         return (int)cudaErrorInvalidValue;
-    const int smem = qr_panel_smem_bytes(n - k0, w);
-    static int granted = 0;                // dynamic + static shared memory over 48 KiB needs the opt-in
-    const cudaError_t err = popkit::allow_dynamic_smem(qr_panel_kernel, smem, granted);
-    if (err != cudaSuccess) return (int)err;
-    qr_panel_kernel<<<batch, kPanelThreads, smem>>>(A, tau, Vt, T, n, k0, w);
-    return (int)cudaGetLastError();
+    switch (rows_per_thread(m, max_threads)) {
+        case 1: return (int)launch_panel<1, 32>(A, tau, Vt, T, batch, n, k0, w);
+        case 2: return (int)launch_panel<2, 32>(A, tau, Vt, T, batch, n, k0, w);
+        case 4: return (int)launch_panel<4, 16>(A, tau, Vt, T, batch, n, k0, w);
+        default: return (int)launch_panel<8, 8>(A, tau, Vt, T, batch, n, k0, w);
+    }
 }

@@ -4,26 +4,35 @@ Same algorithm, same blocking and the same float32 arithmetic choices as the
 CUDA parts, vectorized over the batch; CPU tests check them against the gates,
 and the built submission uses them on CPU tensors.
 
-- `reflector`: LAPACK slarfg with a norm scaled by the largest entry.
+- `reflector`: LAPACK slarfg with a norm scaled by the largest entry (`slarfg` from a given norm).
 - `householder_qr_model`: unblocked QR (householder_small.cu).
-- `factor_panel_model`: one panel plus its compact-WY factor T (householder_panel.cu).
+- `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu).
 - `blocked_qr`: the blocked algorithm; the panel factorization is a parameter,
   so the GPU route runs this very driver with the CUDA panel kernel.
 """
 import torch
 
 
-def reflector(alpha: torch.Tensor, x: torch.Tensor):
-    """slarfg per matrix: alpha (b,), x (b, m) -> tau (b,), beta (b,), scale (b,) with v_tail = x * scale."""
-    amax = x.abs().amax(dim=1) if x.shape[1] else torch.zeros_like(alpha)
-    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
-    xnorm = amax * torch.linalg.vector_norm(x / safe[:, None], dim=1)
+def slarfg(alpha: torch.Tensor, xnorm: torch.Tensor):
+    """slarfg from (alpha, ||x||) per matrix -> tau, beta, scale with v_tail = x * scale; ||x|| = 0 gives tau = 0."""
     beta = -torch.copysign(torch.hypot(alpha, xnorm), alpha)
     zero = xnorm == 0
     tau = torch.where(zero, torch.zeros_like(alpha), (beta - alpha) / beta)
     scale = torch.where(zero, torch.zeros_like(alpha), 1.0 / (alpha - beta))
     beta = torch.where(zero, alpha, beta)
     return tau, beta, scale
+
+
+def scaled_norm(x: torch.Tensor) -> torch.Tensor:
+    """||x|| per row of x (b, m), computed on x divided by its largest entry (no overflow or underflow)."""
+    amax = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+    return amax * torch.linalg.vector_norm(x / safe[:, None], dim=1)
+
+
+def reflector(alpha: torch.Tensor, x: torch.Tensor):
+    """slarfg per matrix: alpha (b,), x (b, m) -> tau (b,), beta (b,), scale (b,) with v_tail = x * scale."""
+    return slarfg(alpha, scaled_norm(x))
 
 
 def _reflect_column(M: torch.Tensor, tau: torch.Tensor, c: int, tau_index: int) -> None:
@@ -48,23 +57,46 @@ def householder_qr_model(A: torch.Tensor):
     return H, tau
 
 
+SSQ_SAFE = (2.0 ** -100, 2.0 ** 100)   # outside it the plain sum of squares may have lost bits
+
+
 def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
-    """Factor H[:, k0:, k0:k0+w] in place (R and tails), fill tau; return Vt (b, w, m) and T (b, w, w)."""
+    """Factor H[:, k0:, k0:k0+w] in place (R and tails), fill tau; return Vt (b, w, m) and T (b, w, w).
+
+    One reduction per column, as householder_panel.cu does it: p = x^T (rows below c), x the column's
+    tail, gives ||x||^2 (entry c), v^T A[:, j] = A[c, j] + s p_j (j > c, s = 1/(alpha - beta)) and
+    v_j^T v = v_j[c] + s p_j (j < c: column c of G = V^T V, from which T follows)."""
+    b = H.shape[0]
     P = H[:, k0:, k0:k0 + w]
     panel = P.clone()
-    panel_tau = torch.zeros(H.shape[0], w, dtype=H.dtype, device=H.device)
+    panel_tau = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    G = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
     for c in range(w):
-        _reflect_column(panel[:, c:, c:], panel_tau, 0, c)
+        x = panel[:, c + 1:, c].clone()
+        p = torch.einsum("br,brj->bj", x, panel[:, c + 1:, :])
+        row = panel[:, c, :].clone()
+        ssq = p[:, c]
+        safe = (ssq >= SSQ_SAFE[0]) & (ssq <= SSQ_SAFE[1])
+        xnorm = torch.where(safe, torch.sqrt(ssq), scaled_norm(x))
+        t, beta, scale = slarfg(row[:, c], xnorm)
+        vdot = row + scale[:, None] * p
+        G[:, :c, c] = vdot[:, :c]
+        coef = (t[:, None] * vdot)[:, c + 1:]
+        v = x * scale[:, None]
+        panel[:, c + 1:, c] = v
+        panel[:, c, c] = beta
+        panel[:, c, c + 1:] -= coef
+        panel[:, c + 1:, c + 1:] -= v[:, :, None] * coef[:, None, :]
+        panel_tau[:, c] = t
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
-    V = torch.tril(panel, diagonal=-1)
-    V.diagonal(dim1=1, dim2=2).fill_(1.0)
-    G = V.mT @ V                                   # v_a . v_b
-    T = torch.zeros(H.shape[0], w, w, dtype=H.dtype, device=H.device)
+    T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
     for c in range(w):
         T[:, c, c] = panel_tau[:, c]
         if c:
             T[:, :c, c] = -panel_tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    V = torch.tril(panel, diagonal=-1)
+    V.diagonal(dim1=1, dim2=2).fill_(1.0)
     return V.mT.contiguous(), T
 
 

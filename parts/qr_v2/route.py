@@ -17,6 +17,7 @@ from parts.qr_v2.model import blocked_qr, householder_qr_model  # popkit: inline
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
+PANEL_MAX_THREADS = 512  # the panel kernel's CTA size cap: fewer threads own more rows each
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -33,12 +34,12 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
     return Vt, T
 
 
 def panel_width_cuda(m: int) -> int:
-    return CUDA.query("qr_panel_width", m)
+    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
 
 
 def fixed_panel_width(m: int) -> int:
