@@ -72,23 +72,18 @@ template <int W>
 __host__ __device__ constexpr int entry_shift() { return W == 32 ? 0 : W == 16 ? 1 : W == 8 ? 2 : -1; }
 
 // ||x|| with x scaled by its largest entry (both passes are block-wide); for
-// the rare columns whose plain sum of squares left the safe range.
-template <int R, int W>
-__device__ float careful_norm(const float (&a)[R][W], int c, int m, float* scratch) {
+// the rare columns whose plain sum of squares left the safe range. x holds
+// this thread's entries of the column below the diagonal (zero elsewhere).
+template <int R>
+__device__ float careful_norm(const float (&x)[R], float* scratch) {
     float amax = 0.f;
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-        const int r = threadIdx.x + i * blockDim.x;
-        if (r > c && r < m) amax = fmaxf(amax, fabsf(a[i][c]));
-    }
+    for (int i = 0; i < R; ++i) amax = fmaxf(amax, fabsf(x[i]));
     amax = popkit::block_max(amax, scratch);
     if (amax == 0.f) return 0.f;
     float ssq = 0.f;
 #pragma unroll
-    for (int i = 0; i < R; ++i) {
-        const int r = threadIdx.x + i * blockDim.x;
-        if (r > c && r < m) { const float x = a[i][c] / amax; ssq += x * x; }
-    }
+    for (int i = 0; i < R; ++i) { const float y = x[i] / amax; ssq += y * y; }
     return amax * sqrtf(popkit::block_sum(ssq, scratch));
 }
 
@@ -100,6 +95,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
     __shared__ float s_row[2][W];                // row c, broadcast by its owner
+    __shared__ float s_coef[kPanelWarps][W];     // the update's coefficients, per warp
     __shared__ float s_G[W][W + 1];              // v_a . v_b for a < b
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
@@ -117,19 +113,29 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
         for (int j = 0; j < W; ++j) a[i][j] = (r < m && j < w) ? Ab[(size_t)r * n + j] : 0.f;
     }
 
-#pragma unroll
-    for (int c = 0; c < W; ++c) {
-        if (c >= w) break;
+    // The column loop stays rolled: fully unrolled (W copies of the body, d147c6d) the route ran
+    // 1.8x slower than the shared-memory panel on the H200, most likely instruction-cache misses.
+    // Register arrays need compile-time indices, so
+    // column c is picked and written back with select chains over j, and the update runs over
+    // all W columns with zero coefficients at j <= c.
+#pragma unroll 1
+    for (int c = 0; c < w; ++c) {
         const int buf = c & 1;
+        float x[R];                                         // column c below the diagonal, else 0
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            float xc = 0.f;
+#pragma unroll
+            for (int j = 0; j < W; ++j) xc = (j == c) ? a[i][j] : xc;
+            x[i] = (threadIdx.x + i * blockDim.x > c) ? xc : 0.f;   // rows >= m hold zeros
+        }
         float p[W];
 #pragma unroll
         for (int j = 0; j < W; ++j) p[j] = 0.f;
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const int r = threadIdx.x + i * blockDim.x;
-            const float x = (r > c) ? a[i][c] : 0.f;       // rows >= m hold zeros
 #pragma unroll
-            for (int j = 0; j < W; ++j) p[j] += x * a[i][j];
+            for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
         }
         const float warp_total = warp_transpose_sum<W>(p, lane);
         if ((lane & ((1 << kShift) - 1)) == 0) s_red[buf][warp][entry] = warp_total;
@@ -142,37 +148,37 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
         float p_entry = 0.f;                                // this lane's entry, over the whole CTA
         for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
         const float alpha = s_row[buf][c];
-        float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
+        const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
         float xnorm;
         if (ssq >= kSsqLow && ssq <= kSsqHigh) {
             xnorm = sqrtf(ssq);
         } else {                                            // uniform: every thread has the same ssq
             bool nonzero = false;
 #pragma unroll
-            for (int i = 0; i < R; ++i) {
-                const int r = threadIdx.x + i * blockDim.x;
-                nonzero |= (r > c) && a[i][c] != 0.f;
-            }
-            xnorm = __syncthreads_or(nonzero) ? careful_norm<R, W>(a, c, m, scratch) : 0.f;
+            for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
+            xnorm = __syncthreads_or(nonzero) ? careful_norm<R>(x, scratch) : 0.f;
         }
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
         const float vdot = s_row[buf][entry] + ref.scale * p_entry;
-        const float coef = ref.tau * vdot;
         if (warp == 0 && entry < c && (lane & ((1 << kShift) - 1)) == 0) s_G[entry][c] = vdot;
         if (threadIdx.x == 0) s_tau[c] = ref.tau;
+        if ((lane & ((1 << kShift) - 1)) == 0) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
+        __syncwarp();
 
         // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
         float v[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             const int r = threadIdx.x + i * blockDim.x;
-            v[i] = (r > c) ? a[i][c] * ref.scale : (r == c) ? 1.f : 0.f;
-            a[i][c] = (r > c) ? v[i] : (r == c) ? ref.beta : a[i][c];
+            v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
+            const float stored = (r > c) ? v[i] : ref.beta;
+#pragma unroll
+            for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
         }
 #pragma unroll
-        for (int j = c + 1; j < W; ++j) {                   // shuffles outside any branch: all lanes take part
-            const float coef_j = __shfl_sync(0xffffffffu, coef, j << kShift);
+        for (int j = 0; j < W; ++j) {
+            const float coef_j = s_coef[warp][j];           // a broadcast read; zero for j <= c
 #pragma unroll
             for (int i = 0; i < R; ++i) a[i][j] -= coef_j * v[i];
         }
