@@ -1,10 +1,10 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: d147c6d2a4e7b170b8b43a53b5541f4bd5e6508e
+# toolkit commit: b6121557136fa9a88236f3fc0e6d293587922fff
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
-# part qr_v2/householder_panel.cu sha256 ef95ffc0712f2e9189fcf88b35b846a17644badadd36ecc0ee1c4ef882e69a4e
+# part qr_v2/householder_panel.cu sha256 b6d6d839729c0a633bc0c9560abbb4c5d610f164e32aba9f9ce1ff62f3cce9b5
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part qr_v2/model.py sha256 a5c13f159dda4a7bce59485165e0fd9312836d4a2da62948ca407a370a0f1d1c
 # part qr_v2/route.py sha256 1e3d2f97070c417a11a98ed899c0310a04bf8c554336e0604a95b35e4adfda01
@@ -217,29 +217,37 @@ POPKIT_EXPORT int qr_small_max_n() { return kSmallMaxN; }
 namespace {
 
 constexpr int kPanelThreads = 512;
-constexpr int kPanelMaxW = 32;
 constexpr int kPanelWarps = kPanelThreads / 32;
 constexpr float kSsqLow = 7.8886091e-31f;    // 2^-100: below it ||x||^2 may have lost bits to underflow
 constexpr float kSsqHigh = 1.2676506e30f;    // 2^100: above it the products risk overflow
+
+// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
+// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
+// stage. Recursion on the template argument keeps every index a compile-time constant (a
+// loop over LEN compiled to a runtime loop with select chains over all W registers).
+template <int LEN, int W>
+__device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
+    if constexpr (LEN > 1) {
+        constexpr int kOff = 16 * LEN / W;
+        const bool upper = lane & kOff;
+#pragma unroll
+        for (int k = 0; k < LEN / 2; ++k) {
+            const float send = upper ? p[k] : p[k + LEN / 2];
+            const float keep = upper ? p[k + LEN / 2] : p[k];
+            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+        }
+        transpose_sum_stage<LEN / 2, W>(p, lane);
+    }
+}
 
 // Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
 // afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
 template <int W>
 __device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
-    int off = 16;
-#pragma unroll
-    for (int len = W; len > 1; len >>= 1, off >>= 1) {
-        const bool upper = lane & off;
-#pragma unroll
-        for (int k = 0; k < len / 2; ++k) {
-            const float send = upper ? p[k] : p[k + len / 2];
-            const float keep = upper ? p[k + len / 2] : p[k];
-            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
-        }
-    }
+    transpose_sum_stage<W, W>(p, lane);
     float total = p[0];
 #pragma unroll
-    for (; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
     return total;
 }
 

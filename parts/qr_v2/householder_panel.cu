@@ -42,29 +42,37 @@
 namespace {
 
 constexpr int kPanelThreads = 512;
-constexpr int kPanelMaxW = 32;
 constexpr int kPanelWarps = kPanelThreads / 32;
 constexpr float kSsqLow = 7.8886091e-31f;    // 2^-100: below it ||x||^2 may have lost bits to underflow
 constexpr float kSsqHigh = 1.2676506e30f;    // 2^100: above it the products risk overflow
+
+// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
+// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
+// stage. Recursion on the template argument keeps every index a compile-time constant (a
+// loop over LEN compiled to a runtime loop with select chains over all W registers).
+template <int LEN, int W>
+__device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
+    if constexpr (LEN > 1) {
+        constexpr int kOff = 16 * LEN / W;
+        const bool upper = lane & kOff;
+#pragma unroll
+        for (int k = 0; k < LEN / 2; ++k) {
+            const float send = upper ? p[k] : p[k + LEN / 2];
+            const float keep = upper ? p[k + LEN / 2] : p[k];
+            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+        }
+        transpose_sum_stage<LEN / 2, W>(p, lane);
+    }
+}
 
 // Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
 // afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
 template <int W>
 __device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
-    int off = 16;
-#pragma unroll
-    for (int len = W; len > 1; len >>= 1, off >>= 1) {
-        const bool upper = lane & off;
-#pragma unroll
-        for (int k = 0; k < len / 2; ++k) {
-            const float send = upper ? p[k] : p[k + len / 2];
-            const float keep = upper ? p[k + len / 2] : p[k];
-            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, off);
-        }
-    }
+    transpose_sum_stage<W, W>(p, lane);
     float total = p[0];
 #pragma unroll
-    for (; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
     return total;
 }
 
