@@ -1,13 +1,13 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: b6121557136fa9a88236f3fc0e6d293587922fff
+# toolkit commit: d11541b20ac84549ba43ab7a0b4217c918e8854f
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 b6d6d839729c0a633bc0c9560abbb4c5d610f164e32aba9f9ce1ff62f3cce9b5
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part qr_v2/model.py sha256 a5c13f159dda4a7bce59485165e0fd9312836d4a2da62948ca407a370a0f1d1c
-# part qr_v2/route.py sha256 1e3d2f97070c417a11a98ed899c0310a04bf8c554336e0604a95b35e4adfda01
+# part qr_v2/route.py sha256 f88fa25a2ae6f84fcb042cb9ae935b0151b2d10fc428ec68eaf45ec36734fd0a
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -770,7 +770,10 @@ import torch
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
-PANEL_MAX_THREADS = 512  # the panel kernel's CTA size cap: fewer threads own more rows each
+# The panel kernel's CTA size cap by panel height (rows <= bound -> at most that many threads; fewer
+# threads own more rows each): 256 up to 512 rows lets two CTAs share an SM (640x512 0.96x in
+# sweep_route, d11541b), 512 above (256 there puts 4 rows a thread in 16-column panels: 1.30x at 60x1024).
+PANEL_MAX_THREADS = ((512, 256), (1 << 30, 512))
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -787,12 +790,16 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, panel_max_threads(n - k0))
     return Vt, T
 
 
+def panel_max_threads(m: int) -> int:
+    return next(threads for bound, threads in PANEL_MAX_THREADS if m <= bound)
+
+
 def panel_width_cuda(m: int) -> int:
-    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
+    return CUDA.query("qr_panel_width", m, panel_max_threads(m))
 
 
 def fixed_panel_width(m: int) -> int:

@@ -1,24 +1,26 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 30cc8f2585cb948f3d8e87b4f5486853e5680d23
-# part common/device_utils.cuh sha256 e817b025aafef6354686e03d29dcaf2af9c6f94c30070159a5ec05ef61d47008
-# part qr_v2/householder_small.cu sha256 b68643a2391fbd7781a7cd7aba392e70dfcd296e96e9de2b4831be1c6724237a
-# part qr_v2/householder_panel.cu sha256 af106cc1f3dcc891fca22b5dc702b00daac37f6076cb434ac0148f732f0e0f98
-# part common/cuda_loader.py sha256 2e829dbfbdc428ba086d0c1006d08b6ac24142e506f9e44192f33ed5252eac28
-# part qr_v2/model.py sha256 1586d3980e624d0e160b9009a2e8425073eed31243d7306d8afac7449cdd2e98
-# part qr_v2/route.py sha256 59889a2ed9b5086aca6c90aa1159c8459b26175d85ed63f41bb313af8f35e40f
+# toolkit commit: d11541b
+# part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
+# part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
+# part qr_v2/householder_panel.cu sha256 b6d6d839729c0a633bc0c9560abbb4c5d610f164e32aba9f9ce1ff62f3cce9b5
+# part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
+# part qr_v2/model.py sha256 a5c13f159dda4a7bce59485165e0fd9312836d4a2da62948ca407a370a0f1d1c
+# part qr_v2/route.py sha256 1e3d2f97070c417a11a98ed899c0310a04bf8c554336e0604a95b35e4adfda01
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
-custom_kernel(data) dispatches by n and device to the routes below (see the
-route table in the last part). CUDA sources are embedded verbatim and built
-once per machine with torch.utils.cpp_extension.load_inline as a plain shared
-library (no torch headers), then called through ctypes.
+custom_kernel(data) dispatches to the routes below (see the route table in the
+last part). CUDA parts are embedded verbatim (CUDA_PARTS) and built once
+per machine as a plain shared library (no torch headers), then called through
+ctypes: one translation unit per .cu part (CUDA_UNITS), compiled in parallel
+and linked together, or, on a machine of under 4 CPUs, every part as one unit.
 """
-EMBEDDED_CUDA = r'''
-// ---- part common/device_utils.cuh ----
-// Shared device helpers for every popkit kernel: warp/block reductions and the
-// C entry-point convention.
+# The CUDA parts in manifest order, their #includes of each other and #pragma once dropped.
+CUDA_PARTS = {
+    "common/device_utils.cuh": r'''
+// Shared device helpers for every popkit kernel: warp/block reductions, reflectors,
+// the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
 // they launch on the default queue (what torch uses unless told otherwise) and
@@ -28,6 +30,17 @@ EMBEDDED_CUDA = r'''
 #define POPKIT_EXPORT extern "C" __attribute__((visibility("default")))
 
 namespace popkit {
+
+// Allow `kernel` `bytes` of dynamic shared memory (over 48 KiB needs the opt-in). `granted` is the
+// caller's static record of the largest size already allowed, so the runtime call happens once
+// per new maximum, not per launch.
+template <typename Kernel>
+cudaError_t allow_dynamic_smem(Kernel kernel, int bytes, int& granted) {
+    if (bytes <= granted) return cudaSuccess;
+    const cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+    if (err == cudaSuccess) granted = bytes;
+    return err;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -77,8 +90,8 @@ __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
 }
 
 }  // namespace popkit
-
-// ---- part qr_v2/householder_small.cu ----
+''',
+    "qr_v2/householder_small.cu": r'''
 // qr_v2, small n (n <= 64): the whole Householder QR of one matrix in one CTA.
 //
 // Computes H, tau in torch.geqrf form: for k = 0..n-1 the reflector
@@ -103,7 +116,7 @@ constexpr int kSmallThreads = 128;
 __global__ void __launch_bounds__(kSmallThreads)
 qr_small_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int n) {
     extern __shared__ float s[];            // n columns of (n + 1) floats
-    __shared__ float s_tau, s_scale;
+    __shared__ float s_tau;
     const int ld = n + 1, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const size_t base = (size_t)blockIdx.x * n * n;
 
@@ -124,7 +137,7 @@ qr_small_kernel(const float* __restrict__ A, float* __restrict__ H, float* __res
                 for (int i = k + 1 + lane; i < n; i += 32) { const float x = col[i] / amax; ssq += x * x; }
             ssq = popkit::warp_sum(ssq);
             const popkit::Reflector r = popkit::make_reflector(col[k], amax * sqrtf(ssq));
-            if (lane == 0) { s_tau = r.tau; s_scale = r.scale; col[k] = r.beta; tau[(size_t)blockIdx.x * n + k] = r.tau; }
+            if (lane == 0) { s_tau = r.tau; col[k] = r.beta; tau[(size_t)blockIdx.x * n + k] = r.tau; }
             __syncwarp();
             for (int i = k + 1 + lane; i < n; i += 32) col[i] *= r.scale;
         }
@@ -159,12 +172,12 @@ POPKIT_EXPORT int qr_small(const float* A, float* H, float* tau, int batch, int 
 }
 
 POPKIT_EXPORT int qr_small_max_n() { return kSmallMaxN; }
-
-// ---- part qr_v2/householder_panel.cu ----
+''',
+    "qr_v2/householder_panel.cu": r'''
 // qr_v2, blocked route: factor one panel of every matrix and build its
-// compact-WY factor T, so the trailing update can run as tensor-core GEMMs.
+// compact-WY factor T, so the trailing update can run as large GEMMs.
 //
-// For the panel A[k0:n, k0:k0+w) (m = n - k0 rows, w <= 32 columns) it computes
+// For the panel A[k0:n, k0:k0+w) (m = n - k0 rows, w <= W columns) it computes
 // the w reflectors exactly as geqrf does (LAPACK slarfg per column, applied to
 // the rest of the panel), writes R and the vector tails back into A and tau,
 // and writes
@@ -176,139 +189,291 @@ POPKIT_EXPORT int qr_small_max_n() { return kSmallMaxN; }
 //                            T[0:c, c] = -tau_c T[0:c, 0:c] (V[:, 0:c]^T v_c).
 // The caller then applies Q_panel^T = I - V T^T V^T to the trailing columns.
 //
-// Launch: one CTA of 512 threads per matrix; grid = batch. The panel sits in
-// shared memory column-major with an odd leading dimension (bank-conflict-free
-// both when loading rows from global memory and when a warp walks a column),
-// m * w * 4 bytes (64 KiB at n = 512, w = 32).
-// Why it is fast: the panel is read and written once; each column costs two
-// block reductions and one pass over the remaining panel columns, all on chip;
-// the O(n^3) work is left to cuBLAS in the trailing update.
+// One block reduction per column. Column c's reflector is v = [1; x s] with
+// x = A[c+1:, c], s = 1 / (alpha - beta). Every number column c needs is an
+// entry of one W-vector summed over the rows below c,
+//   p_j = sum_{r > c} x_r A[r, j]        (the row r as it is now),
+// because row r holds v_j[r] in columns j < c (tails already stored) and the
+// current entries in columns j >= c:
+//   p_c       = ||x||^2                       -> beta, tau, s (slarfg)
+//   j > c     : v^T A[:, j] = A[c, j] + s p_j -> the update of column j
+//   j < c     : v_j^T v     = v_j[c] + s p_j  -> column c of T (G = V^T V)
+// Row c itself is broadcast through shared memory by its owner. So a column
+// costs W FMAs per owned row, a butterfly that leaves lane l with the warp's
+// sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W FMAs
+// per owned row for the update: the barrier count per column is one (the
+// previous kernel had six and walked shared memory four times).
+// ||x||^2 outside [2^-100, 2^100] (underflow or overflow risk) takes a
+// scaled two-pass norm, uniformly for the block; an exactly zero x gives
+// tau = 0 as in geqrf.
+//
+// Launch: one CTA per matrix (grid = batch), at most max_threads (<= 512) threads;
+// thread t owns rows t, t + blockDim, ... (R of them, the least of 1, 2, 4, 8
+// that covers m) with all W columns in registers: W = 32 for R <= 2, 16 for
+// R = 4, 8 for R = 8 (at 512 threads: m <= 1024, 2048, 4096).
+// Why it is fast: the panel is read and written once, lives in registers, and
+// each column is one barrier; the O(n^3) work is left to the trailing update.
 
 namespace {
 
 constexpr int kPanelThreads = 512;
-constexpr int kPanelMaxW = 32;
+constexpr int kPanelWarps = kPanelThreads / 32;
+constexpr float kSsqLow = 7.8886091e-31f;    // 2^-100: below it ||x||^2 may have lost bits to underflow
+constexpr float kSsqHigh = 1.2676506e30f;    // 2^100: above it the products risk overflow
 
+// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
+// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
+// stage. Recursion on the template argument keeps every index a compile-time constant (a
+// loop over LEN compiled to a runtime loop with select chains over all W registers).
+template <int LEN, int W>
+__device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
+    if constexpr (LEN > 1) {
+        constexpr int kOff = 16 * LEN / W;
+        const bool upper = lane & kOff;
+#pragma unroll
+        for (int k = 0; k < LEN / 2; ++k) {
+            const float send = upper ? p[k] : p[k + LEN / 2];
+            const float keep = upper ? p[k + LEN / 2] : p[k];
+            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+        }
+        transpose_sum_stage<LEN / 2, W>(p, lane);
+    }
+}
+
+// Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
+// afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
+template <int W>
+__device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
+    transpose_sum_stage<W, W>(p, lane);
+    float total = p[0];
+#pragma unroll
+    for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    return total;
+}
+
+template <int W>
+__host__ __device__ constexpr int entry_shift() { return W == 32 ? 0 : W == 16 ? 1 : W == 8 ? 2 : -1; }
+
+// ||x|| with x scaled by its largest entry (both passes are block-wide); for
+// the rare columns whose plain sum of squares left the safe range. x holds
+// this thread's entries of the column below the diagonal (zero elsewhere).
+template <int R>
+__device__ float careful_norm(const float (&x)[R], float* scratch) {
+    float amax = 0.f;
+#pragma unroll
+    for (int i = 0; i < R; ++i) amax = fmaxf(amax, fabsf(x[i]));
+    amax = popkit::block_max(amax, scratch);
+    if (amax == 0.f) return 0.f;
+    float ssq = 0.f;
+#pragma unroll
+    for (int i = 0; i < R; ++i) { const float y = x[i] / amax; ssq += y * y; }
+    return amax * sqrtf(popkit::block_sum(ssq, scratch));
+}
+
+template <int R, int W>
 __global__ void __launch_bounds__(kPanelThreads)
 qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
                 float* __restrict__ T, int n, int k0, int w) {
-    extern __shared__ float s[];                          // w columns of ld floats
-    __shared__ float s_G[kPanelMaxW][kPanelMaxW + 1];     // V^T V, strictly upper part
-    __shared__ float s_T[kPanelMaxW][kPanelMaxW + 1];
-    __shared__ float s_tau[kPanelMaxW];
+    constexpr int kShift = entry_shift<W>();
+    static_assert(kShift >= 0, "W must be 8, 16 or 32");
+    __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
+    __shared__ float s_row[2][W];                // row c, broadcast by its owner
+    __shared__ float s_coef[kPanelWarps][W];     // the update's coefficients, per warp
+    __shared__ float s_G[W][W + 1];              // v_a . v_b for a < b
+    __shared__ float s_T[W][W + 1];
+    __shared__ float s_tau[W];
     __shared__ float scratch[32];
-    const int m = n - k0, ld = m | 1;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = kPanelThreads / 32;
-    float* Ab = A + (size_t)blockIdx.x * n * n;
+    const int m = n - k0;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
+    float* Ab = A + (size_t)blockIdx.x * n * n + (size_t)k0 * n + k0;
 
-    for (int idx = threadIdx.x; idx < m * w; idx += blockDim.x) {
-        const int r = idx / w, c = idx % w;
-        s[c * ld + r] = Ab[(size_t)(k0 + r) * n + k0 + c];
+    float a[R][W];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = threadIdx.x + i * blockDim.x;
+#pragma unroll
+        for (int j = 0; j < W; ++j) a[i][j] = (r < m && j < w) ? Ab[(size_t)r * n + j] : 0.f;
     }
-    __syncthreads();
 
+    // The column loop stays rolled: fully unrolled (W copies of the body, d147c6d) the route ran
+    // 1.8x slower than the shared-memory panel on the H200, most likely instruction-cache misses.
+    // Register arrays need compile-time indices, so
+    // column c is picked and written back with select chains over j, and the update runs over
+    // all W columns with zero coefficients at j <= c.
+#pragma unroll 1
     for (int c = 0; c < w; ++c) {
-        float* col = s + c * ld;
-        // Reflector for panel column c (local rows c..m-1), norm scaled by the largest entry.
-        float amax = 0.f;
-        for (int r = c + 1 + threadIdx.x; r < m; r += blockDim.x) amax = fmaxf(amax, fabsf(col[r]));
-        amax = popkit::block_max(amax, scratch);
-        float ssq = 0.f;
-        if (amax > 0.f)
-            for (int r = c + 1 + threadIdx.x; r < m; r += blockDim.x) { const float x = col[r] / amax; ssq += x * x; }
-        ssq = popkit::block_sum(ssq, scratch);
-        const popkit::Reflector ref = popkit::make_reflector(col[c], amax * sqrtf(ssq));
-        for (int r = c + 1 + threadIdx.x; r < m; r += blockDim.x) col[r] *= ref.scale;
-        __syncthreads();                                  // col[c] still holds alpha until here
-        if (threadIdx.x == 0) { col[c] = ref.beta; s_tau[c] = ref.tau; }
-        __syncthreads();
-        if (ref.tau != 0.f) {                             // apply to panel columns c+1..w-1, a warp each
-            for (int j = c + 1 + warp; j < w; j += warps) {
-                float* cj = s + j * ld;
-                float dot = (lane == 0) ? cj[c] : 0.f;
-                for (int r = c + 1 + lane; r < m; r += 32) dot += col[r] * cj[r];
-                dot = ref.tau * popkit::warp_sum(dot);
-                if (lane == 0) cj[c] -= dot;
-                for (int r = c + 1 + lane; r < m; r += 32) cj[r] -= dot * col[r];
-            }
+        const int buf = c & 1;
+        float x[R];                                         // column c below the diagonal, else 0
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            float xc = 0.f;
+#pragma unroll
+            for (int j = 0; j < W; ++j) xc = (j == c) ? a[i][j] : xc;
+            x[i] = (threadIdx.x + i * blockDim.x > c) ? xc : 0.f;   // rows >= m hold zeros
+        }
+        float p[W];
+#pragma unroll
+        for (int j = 0; j < W; ++j) p[j] = 0.f;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+#pragma unroll
+            for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
+        }
+        const float warp_total = warp_transpose_sum<W>(p, lane);
+        if ((lane & ((1 << kShift) - 1)) == 0) s_red[buf][warp][entry] = warp_total;
+        if (threadIdx.x == c) {                             // row c is row 0 of thread c
+#pragma unroll
+            for (int j = 0; j < W; ++j) s_row[buf][j] = a[0][j];
         }
         __syncthreads();
-    }
 
-    // G[a][b] = v_a . v_b for a < b (v_b is zero above row b and 1 at row b).
-    for (int pair = warp; pair < w * w; pair += warps) {
-        const int a = pair / w, b = pair % w;
-        if (a >= b) continue;
-        float dot = (lane == 0) ? s[a * ld + b] : 0.f;
-        for (int r = b + 1 + lane; r < m; r += 32) dot += s[a * ld + r] * s[b * ld + r];
-        dot = popkit::warp_sum(dot);
-        if (lane == 0) s_G[a][b] = dot;
+        float p_entry = 0.f;                                // this lane's entry, over the whole CTA
+        for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
+        const float alpha = s_row[buf][c];
+        const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
+        float xnorm;
+        if (ssq >= kSsqLow && ssq <= kSsqHigh) {
+            xnorm = sqrtf(ssq);
+        } else {                                            // uniform: every thread has the same ssq
+            bool nonzero = false;
+#pragma unroll
+            for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
+            xnorm = __syncthreads_or(nonzero) ? careful_norm<R>(x, scratch) : 0.f;
+        }
+        const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
+        // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
+        const float vdot = s_row[buf][entry] + ref.scale * p_entry;
+        if (warp == 0 && entry < c && (lane & ((1 << kShift) - 1)) == 0) s_G[entry][c] = vdot;
+        if (threadIdx.x == 0) s_tau[c] = ref.tau;
+        if ((lane & ((1 << kShift) - 1)) == 0) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
+        __syncwarp();
+
+        // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
+        float v[R];
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int r = threadIdx.x + i * blockDim.x;
+            v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
+            const float stored = (r > c) ? v[i] : ref.beta;
+#pragma unroll
+            for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
+        }
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            const float coef_j = s_coef[warp][j];           // a broadcast read; zero for j <= c
+#pragma unroll
+            for (int i = 0; i < R; ++i) a[i][j] -= coef_j * v[i];
+        }
     }
     __syncthreads();
-    // T column by column; thread j < c computes row j of column c.
-    for (int c = 0; c < w; ++c) {
-        const int j = threadIdx.x;
-        if (j < c) {
+
+    // T row by row: row k depends only on its own earlier entries.
+    if (threadIdx.x < w) {
+        const int k = threadIdx.x;
+        for (int c = 0; c < k; ++c) s_T[k][c] = 0.f;
+        s_T[k][k] = s_tau[k];
+        for (int c = k + 1; c < w; ++c) {
             float acc = 0.f;
-            for (int l = j; l < c; ++l) acc += s_T[j][l] * s_G[l][c];
-            s_T[j][c] = -s_tau[c] * acc;
-        } else if (j < w) {
-            s_T[j][c] = (j == c) ? s_tau[c] : 0.f;
+            for (int l = k; l < c; ++l) acc += s_T[k][l] * s_G[l][c];
+            s_T[k][c] = -s_tau[c] * acc;
         }
-        __syncthreads();
     }
 
     const size_t vbase = (size_t)blockIdx.x * w * m;
-    for (int idx = threadIdx.x; idx < m * w; idx += blockDim.x) {
-        const int r = idx / w, c = idx % w;
-        const float v = s[c * ld + r];
-        Ab[(size_t)(k0 + r) * n + k0 + c] = v;
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int r = threadIdx.x + i * blockDim.x;
+        if (r >= m) continue;
+#pragma unroll
+        for (int j = 0; j < W; ++j) {
+            if (j >= w) break;
+            Ab[(size_t)r * n + j] = a[i][j];
+            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
+        }
     }
-    for (int idx = threadIdx.x; idx < w * m; idx += blockDim.x) {
-        const int c = idx / m, r = idx % m;
-        Vt[vbase + idx] = (r < c) ? 0.f : (r == c) ? 1.f : s[c * ld + r];
-    }
+    __syncthreads();
     for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)
         T[(size_t)blockIdx.x * w * w + idx] = s_T[idx / w][idx % w];
     if (threadIdx.x < w) tau[(size_t)blockIdx.x * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
 }
 
+// Rows per thread for a panel of m rows on at most `threads` threads (0: too tall for one CTA's registers).
+int rows_per_thread(int m, int threads) {
+    if (threads < 32 || threads > kPanelThreads) return 0;
+    for (int rows = 1; rows <= 8; rows *= 2)
+        if (m <= rows * threads) return rows;
+    return 0;
+}
+
+template <int R, int W>
+cudaError_t launch_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+    const int threads = ((n - k0 + R - 1) / R + 31) / 32 * 32;
+    qr_panel_kernel<R, W><<<batch, threads>>>(A, tau, Vt, T, n, k0, w);
+    return cudaGetLastError();
+}
+
 }  // namespace
 
-POPKIT_EXPORT int qr_panel_smem_bytes(int m, int w) { return (int)((size_t)(m | 1) * w * sizeof(float)); }
-
-POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
-    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > kPanelMaxW || w > n - k0)
-        return (int)cudaErrorInvalidValue;
-    const int smem = qr_panel_smem_bytes(n - k0, w);
-    static int smem_set = 0;               // dynamic + static shared memory over 48 KiB needs the opt-in
-    if (smem > smem_set) {
-        const cudaError_t err = cudaFuncSetAttribute(qr_panel_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-        if (err != cudaSuccess) return (int)err;
-        smem_set = smem;
+// The panel width for a panel of m rows on at most max_threads threads: what R rows per thread
+// leave room for in registers (0: none fits).
+POPKIT_EXPORT int qr_panel_width(int m, int max_threads) {
+    switch (rows_per_thread(m, max_threads)) {
+        case 1: case 2: return 32;
+        case 4: return 16;
+        case 8: return 8;
+        default: return 0;
     }
-    qr_panel_kernel<<<batch, kPanelThreads, smem>>>(A, tau, Vt, T, n, k0, w);
-    return (int)cudaGetLastError();
 }
-'''
+
+POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                           int max_threads) {
+    const int m = n - k0;
+    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads) || w > m)
+        return (int)cudaErrorInvalidValue;
+    switch (rows_per_thread(m, max_threads)) {
+        case 1: return (int)launch_panel<1, 32>(A, tau, Vt, T, batch, n, k0, w);
+        case 2: return (int)launch_panel<2, 32>(A, tau, Vt, T, batch, n, k0, w);
+        case 4: return (int)launch_panel<4, 16>(A, tau, Vt, T, batch, n, k0, w);
+        default: return (int)launch_panel<8, 8>(A, tau, Vt, T, batch, n, k0, w);
+    }
+}
+''',
+}
+# The translation units the loader compiles in parallel: every header part, then one .cu part.
+CUDA_UNITS = [
+    ["common/device_utils.cuh", "qr_v2/householder_small.cu"],
+    ["common/device_utils.cuh", "qr_v2/householder_panel.cu"],
+]
 
 # ---- part common/cuda_loader.py ----
 """Compile the embedded CUDA once and call its C entry points through ctypes.
 
 The CUDA sources include no torch headers, so the build is a plain shared
-object (load_inline with is_python_module=False, no_implicit_headers=True):
-about a second of nvcc instead of the ~45 s a torch-header extension costs.
-torch's extension cache keys the build by name, and the name carries a hash of
-the source and the target architecture, so a second process loads the cached
-library without compiling. Entry points take device pointers and ints and
-return a cudaError_t code; `call` raises on a non-zero code.
+object (is_python_module=False, no torch includes in the source): seconds of
+nvcc instead of the ~45 s a torch-header extension costs. The built file hands
+over its CUDA parts and translation units (build.assemble_cuda: every header
+part, then one .cu part). On a machine of PARALLEL_MIN_CPUS or more CPUs each
+unit is a source file of torch.utils.cpp_extension.load, whose ninja build
+compiles them in parallel and links them into one library (cold compile about
+the slowest unit instead of the sum); elsewhere every part, in manifest order,
+is one unit for load_inline. torch's extension cache keys the build by name,
+and the name carries a hash of the units' sources and the target architecture
+and the unit count, so a second process loads the cached library without
+compiling and a one-unit and an N-unit build never share a name. Entry points
+take device pointers and ints and return a cudaError_t code; `call` raises on a
+non-zero code.
 """
 import ctypes
 import hashlib
 import os
+import sys
 import time
 
 import torch
+
+PARALLEL_MIN_CPUS = 4                        # fewer CPUs: one unit (ninja's parallel jobs would not pay)
+CUDA_FLAGS = ["-O3", "-std=c++17"]
 
 
 def target_arch() -> str:
@@ -317,33 +482,111 @@ def target_arch() -> str:
     return f"{major}.{minor}" + ("a" if major >= 9 else "")
 
 
+def _raise_cuda_error(entry: str, code: int) -> None:
+    if code != 0:
+        raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
+
+
+def usable_cpus():
+    """The CPUs this process may run on (its affinity set: a container pinned to a few of a large host's
+    CPUs counts those), os.cpu_count() where the platform has no affinity call, None if unknown."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count()
+
+
+def extension_directory(name: str) -> str:
+    """The folder torch's load would build `name` in (TORCH_EXTENSIONS_DIR, else torch's per-user cache with
+    its pyXY_cuXYZ subfolder), created: the unit files are written there, as load_inline writes its one."""
+    root = os.environ.get("TORCH_EXTENSIONS_DIR")
+    if root is None:
+        from torch.utils.cpp_extension import get_default_build_root
+        cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
+        root = os.path.join(get_default_build_root(), f"py{sys.version_info.major}{sys.version_info.minor}_{cuda}")
+    directory = os.path.join(root, name)
+    os.makedirs(directory, exist_ok=True)
+    return directory
+
+
+def write_if_changed(path: str, text: str) -> None:
+    """Write text unless the file holds it already (ninja rebuilds what is newer), atomically: another process
+    importing the same file at the same time must never compile a half-written unit."""
+    try:
+        with open(path, encoding="utf-8") as existing:
+            if existing.read() == text:
+                return
+    except OSError:
+        pass
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="utf-8") as out:
+        out.write(text)
+    os.replace(temporary, path)
+
+
 class CudaLibrary:
-    """The submission's compiled kernels; configured by the built file with its embedded source."""
+    """The submission's compiled kernels; configured by the built file with its embedded parts and units."""
 
     def __init__(self):
         self.name = None
-        self.source = None
+        self.parts = {}
+        self.units = []
+        self.build_name = None
         self.compile_s = None
         self._lib = None
+        self._entries = {}
 
-    def configure(self, name: str, source: str) -> None:
-        self.name, self.source, self._lib = name, source, None
+    def configure(self, name: str, parts: dict, units: list) -> None:
+        """parts: {part path: text} in manifest order (the newlines around an embedded text are dropped);
+        units: the part paths of each translation unit."""
+        self.name, self.units = name, [tuple(unit) for unit in units]
+        self.parts = {path: text.strip("\n") for path, text in parts.items()}
+        self.build_name, self._lib, self._entries = None, None, {}
+
+    def plan(self, cpus=None) -> list:
+        """The units to compile: the per-part units on a machine of PARALLEL_MIN_CPUS or more CPUs (cpus:
+        usable_cpus() when not given) if there are two or more, else one unit of every part in order."""
+        cpus = usable_cpus() if cpus is None else cpus
+        if len(self.units) > 1 and (cpus or 1) >= PARALLEL_MIN_CPUS:
+            return list(self.units)
+        return [tuple(self.parts)]
+
+    def unit_source(self, unit) -> str:
+        """A unit's text: its parts in order, each under a `// ---- part PATH ----` line (as build.py joins them)."""
+        return "\n\n".join(f"// ---- part {path} ----\n{self.parts[path]}" for path in unit)
+
+    def name_for(self, arch: str, sources: list) -> str:
+        """The extension's name: a hash of the target architecture and every unit's source, and the unit count."""
+        digest = hashlib.sha256("\0".join([arch, *sources]).encode()).hexdigest()[:16]
+        return f"{self.name}_{digest}_{len(sources)}u"
 
     def load(self) -> ctypes.CDLL:
         if self._lib is not None:
             return self._lib
-        if self.source is None:
+        if not self.parts:
             raise RuntimeError("no CUDA source embedded: run the built submission, not the parts")
-        from torch.utils.cpp_extension import load_inline
+        from torch.utils.cpp_extension import load, load_inline
         arch = target_arch()
-        digest = hashlib.sha256((arch + self.source).encode()).hexdigest()[:16]
+        units = self.plan()
+        sources = [self.unit_source(unit) for unit in units]
+        self.build_name = self.name_for(arch, sources)
         previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
         start = time.perf_counter()
         try:
-            path = load_inline(name=f"{self.name}_{digest}", cpp_sources="", cuda_sources=self.source,
-                               is_python_module=False, no_implicit_headers=True,
-                               extra_cuda_cflags=["-O3", "-std=c++17"])
+            if len(sources) == 1:
+                path = load_inline(name=self.build_name, cpp_sources="", cuda_sources=sources[0],
+                                   is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=CUDA_FLAGS)
+            else:
+                directory = extension_directory(self.build_name)
+                files = []
+                for index, (unit, source) in enumerate(zip(units, sources)):
+                    # u0_NAME.cu for a unit whose .cu part is NAME.cu (the index keeps the objects apart)
+                    stem = os.path.splitext(os.path.basename(unit[-1]))[0]
+                    files.append(os.path.join(directory, f"u{index}_{stem}.cu"))
+                    write_if_changed(files[-1], source)
+                path = load(name=self.build_name, sources=files, build_directory=directory,
+                            is_python_module=False, extra_cuda_cflags=CUDA_FLAGS)
         finally:
             if previous is None:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
@@ -353,21 +596,34 @@ class CudaLibrary:
         self._lib = ctypes.CDLL(path)
         return self._lib
 
-    def call(self, entry: str, *args) -> None:
-        """Call an entry point; tensors go as device pointers, ints as C ints."""
-        func = getattr(self.load(), entry)
+    def entry(self, name: str):
+        """A C entry point returning int, looked up once (a call then costs a few us of ctypes, not more)."""
+        func = self._entries.get(name)
+        if func is None:
+            func = getattr(self.load(), name)
+            func.restype = ctypes.c_int
+            self._entries[name] = func
+        return func
+
+    def function(self, entry: str, signature: str):
+        """The entry point as a typed ctypes function for hot paths: signature has one letter per argument,
+        'p' for a pointer (pass tensor.data_ptr() or None) and 'i' for an int; a non-zero return raises.
+        Arguments then go to C without `call`'s per-argument conversion (~0.4 us each)."""
+        func = self.load()[entry]                        # a new function object, apart from entry()'s
+        func.argtypes = [{"p": ctypes.c_void_p, "i": ctypes.c_int}[letter] for letter in signature]
         func.restype = ctypes.c_int
-        c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor) else ctypes.c_int(a)
-                  for a in args]
-        code = func(*c_args)
-        if code != 0:
-            raise RuntimeError(f"CUDA entry point {entry} failed with cudaError {code}")
+        func.errcheck = lambda code, _func, _args: _raise_cuda_error(entry, code)
+        return func
+
+    def call(self, entry: str, *args) -> None:
+        """Call an entry point; tensors go as device pointers, None as NULL, ints as C ints."""
+        c_args = [ctypes.c_void_p(a.data_ptr()) if isinstance(a, torch.Tensor)
+                  else ctypes.c_void_p(None) if a is None else ctypes.c_int(a) for a in args]
+        _raise_cuda_error(entry, self.entry(entry)(*c_args))
 
     def query(self, entry: str, *ints: int) -> int:
         """Call an entry point that returns a plain int (a size or a limit)."""
-        func = getattr(self.load(), entry)
-        func.restype = ctypes.c_int
-        return func(*[ctypes.c_int(i) for i in ints])
+        return self.entry(entry)(*[ctypes.c_int(i) for i in ints])
 
 
 CUDA = CudaLibrary()
@@ -379,26 +635,35 @@ Same algorithm, same blocking and the same float32 arithmetic choices as the
 CUDA parts, vectorized over the batch; CPU tests check them against the gates,
 and the built submission uses them on CPU tensors.
 
-- `reflector`: LAPACK slarfg with a norm scaled by the largest entry.
+- `reflector`: LAPACK slarfg with a norm scaled by the largest entry (`slarfg` from a given norm).
 - `householder_qr_model`: unblocked QR (householder_small.cu).
-- `factor_panel_model`: one panel plus its compact-WY factor T (householder_panel.cu).
+- `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu).
 - `blocked_qr`: the blocked algorithm; the panel factorization is a parameter,
   so the GPU route runs this very driver with the CUDA panel kernel.
 """
 import torch
 
 
-def reflector(alpha: torch.Tensor, x: torch.Tensor):
-    """slarfg per matrix: alpha (b,), x (b, m) -> tau (b,), beta (b,), scale (b,) with v_tail = x * scale."""
-    amax = x.abs().amax(dim=1) if x.shape[1] else torch.zeros_like(alpha)
-    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
-    xnorm = amax * torch.linalg.vector_norm(x / safe[:, None], dim=1)
+def slarfg(alpha: torch.Tensor, xnorm: torch.Tensor):
+    """slarfg from (alpha, ||x||) per matrix -> tau, beta, scale with v_tail = x * scale; ||x|| = 0 gives tau = 0."""
     beta = -torch.copysign(torch.hypot(alpha, xnorm), alpha)
     zero = xnorm == 0
     tau = torch.where(zero, torch.zeros_like(alpha), (beta - alpha) / beta)
     scale = torch.where(zero, torch.zeros_like(alpha), 1.0 / (alpha - beta))
     beta = torch.where(zero, alpha, beta)
     return tau, beta, scale
+
+
+def scaled_norm(x: torch.Tensor) -> torch.Tensor:
+    """||x|| per row of x (b, m), computed on x divided by its largest entry (no overflow or underflow)."""
+    amax = x.abs().amax(dim=1) if x.shape[1] else torch.zeros(x.shape[0], dtype=x.dtype, device=x.device)
+    safe = torch.where(amax > 0, amax, torch.ones_like(amax))
+    return amax * torch.linalg.vector_norm(x / safe[:, None], dim=1)
+
+
+def reflector(alpha: torch.Tensor, x: torch.Tensor):
+    """slarfg per matrix: alpha (b,), x (b, m) -> tau (b,), beta (b,), scale (b,) with v_tail = x * scale."""
+    return slarfg(alpha, scaled_norm(x))
 
 
 def _reflect_column(M: torch.Tensor, tau: torch.Tensor, c: int, tau_index: int) -> None:
@@ -423,38 +688,68 @@ def householder_qr_model(A: torch.Tensor):
     return H, tau
 
 
+SSQ_SAFE = (2.0 ** -100, 2.0 ** 100)   # outside it the plain sum of squares may have lost bits
+
+
 def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
-    """Factor H[:, k0:, k0:k0+w] in place (R and tails), fill tau; return Vt (b, w, m) and T (b, w, w)."""
+    """Factor H[:, k0:, k0:k0+w] in place (R and tails), fill tau; return Vt (b, w, m) and T (b, w, w).
+
+    One reduction per column, as householder_panel.cu does it: p = x^T (rows below c), x the column's
+    tail, gives ||x||^2 (entry c), v^T A[:, j] = A[c, j] + s p_j (j > c, s = 1/(alpha - beta)) and
+    v_j^T v = v_j[c] + s p_j (j < c: column c of G = V^T V, from which T follows)."""
+    b = H.shape[0]
     P = H[:, k0:, k0:k0 + w]
     panel = P.clone()
-    panel_tau = torch.zeros(H.shape[0], w, dtype=H.dtype, device=H.device)
+    panel_tau = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    G = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
     for c in range(w):
-        _reflect_column(panel[:, c:, c:], panel_tau, 0, c)
+        x = panel[:, c + 1:, c].clone()
+        p = torch.einsum("br,brj->bj", x, panel[:, c + 1:, :])
+        row = panel[:, c, :].clone()
+        ssq = p[:, c]
+        safe = (ssq >= SSQ_SAFE[0]) & (ssq <= SSQ_SAFE[1])
+        xnorm = torch.where(safe, torch.sqrt(ssq), scaled_norm(x))
+        t, beta, scale = slarfg(row[:, c], xnorm)
+        vdot = row + scale[:, None] * p
+        G[:, :c, c] = vdot[:, :c]
+        coef = (t[:, None] * vdot)[:, c + 1:]
+        v = x * scale[:, None]
+        panel[:, c + 1:, c] = v
+        panel[:, c, c] = beta
+        panel[:, c, c + 1:] -= coef
+        panel[:, c + 1:, c + 1:] -= v[:, :, None] * coef[:, None, :]
+        panel_tau[:, c] = t
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
-    V = torch.tril(panel, diagonal=-1)
-    V.diagonal(dim1=1, dim2=2).fill_(1.0)
-    G = V.mT @ V                                   # v_a . v_b
-    T = torch.zeros(H.shape[0], w, w, dtype=H.dtype, device=H.device)
+    T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
     for c in range(w):
         T[:, c, c] = panel_tau[:, c]
         if c:
             T[:, :c, c] = -panel_tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    V = torch.tril(panel, diagonal=-1)
+    V.diagonal(dim1=1, dim2=2).fill_(1.0)
     return V.mT.contiguous(), T
 
 
-def blocked_qr(A: torch.Tensor, nb: int, factor_panel=factor_panel_model):
-    """Blocked Householder QR: per panel, factor it, then C -= V (T^T (V^T C)) on the trailing columns."""
+def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model):
+    """Blocked Householder QR: per panel, factor it, then C -= V (T^T (V^T C)) on the trailing columns.
+
+    panel_width(m) gives the panel width for a panel of m rows (the CUDA panel
+    narrows when a tall panel would not fit in shared memory)."""
     H = A.clone()
     b, n, _ = H.shape
     tau = torch.zeros(b, n, dtype=H.dtype, device=H.device)
-    for k0 in range(0, n, nb):
-        w = min(nb, n - k0)
+    k0 = 0
+    while k0 < n:
+        w = min(panel_width(n - k0), n - k0)
+        if w < 1:
+            raise RuntimeError(f"no panel width fits {n - k0} rows")
         Vt, T = factor_panel(H, tau, k0, w)
         if k0 + w < n:
             C = H[:, k0:, k0 + w:]
             W = torch.bmm(T.mT, torch.bmm(Vt, C))
             C.baddbmm_(Vt.mT, W, alpha=-1.0)
+        k0 += w
     return H, tau
 
 # ---- part qr_v2/route.py ----
@@ -463,7 +758,7 @@ def blocked_qr(A: torch.Tensor, nb: int, factor_panel=factor_panel_model):
 | n            | CUDA route                                              | CPU (model)          |
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
-| <= 1536      | blocked_qr: householder_panel.cu + cuBLAS compact-WY     | blocked_qr (model)   |
+| <= 2048      | blocked_qr: householder_panel.cu + cuBLAS compact-WY     | blocked_qr (model)   |
 | larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
@@ -475,7 +770,8 @@ import torch
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
-BLOCKED_MAX_N = 1536
+PANEL_MAX_THREADS = 512  # the panel kernel's CTA size cap: fewer threads own more rows each
+BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
 def qr_small_cuda(A: torch.Tensor):
@@ -491,8 +787,16 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
     return Vt, T
+
+
+def panel_width_cuda(m: int) -> int:
+    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
+
+
+def fixed_panel_width(m: int) -> int:
+    return PANEL_WIDTH
 
 
 def custom_kernel(data: torch.Tensor):
@@ -500,14 +804,14 @@ def custom_kernel(data: torch.Tensor):
     A = data.contiguous()
     n = A.shape[-1]
     if not A.is_cuda:
-        return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, PANEL_WIDTH)
+        return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A)
     if n <= BLOCKED_MAX_N:
-        return blocked_qr(A, PANEL_WIDTH, factor_panel_cuda)
+        return blocked_qr(A, panel_width_cuda, factor_panel_cuda)
     return torch.geqrf(A)
 
-CUDA.configure("popkit_qr_v2", EMBEDDED_CUDA)
+CUDA.configure("popkit_qr_v2", CUDA_PARTS, CUDA_UNITS)
 if torch.cuda.is_available():
     CUDA.load()   # at import, so the grader's pre-run (python3 submission.py) pays the compile
 

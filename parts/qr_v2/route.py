@@ -17,7 +17,10 @@ from parts.qr_v2.model import blocked_qr, householder_qr_model  # popkit: inline
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
-PANEL_MAX_THREADS = 512  # the panel kernel's CTA size cap: fewer threads own more rows each
+# The panel kernel's CTA size cap by panel height (rows <= bound -> at most that many threads; fewer
+# threads own more rows each): 256 up to 512 rows lets two CTAs share an SM (640x512 0.96x in
+# sweep_route, d11541b), 512 above (256 there puts 4 rows a thread in 16-column panels: 1.30x at 60x1024).
+PANEL_MAX_THREADS = ((512, 256), (1 << 30, 512))
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -34,12 +37,16 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, panel_max_threads(n - k0))
     return Vt, T
 
 
+def panel_max_threads(m: int) -> int:
+    return next(threads for bound, threads in PANEL_MAX_THREADS if m <= bound)
+
+
 def panel_width_cuda(m: int) -> int:
-    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
+    return CUDA.query("qr_panel_width", m, panel_max_threads(m))
 
 
 def fixed_panel_width(m: int) -> int:
