@@ -1,13 +1,13 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: d11541b20ac84549ba43ab7a0b4217c918e8854f
+# toolkit commit: ec1134831d04b1c4ccc6c7b6a6191b3d9dec42f2
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 b6d6d839729c0a633bc0c9560abbb4c5d610f164e32aba9f9ce1ff62f3cce9b5
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part qr_v2/model.py sha256 a5c13f159dda4a7bce59485165e0fd9312836d4a2da62948ca407a370a0f1d1c
-# part qr_v2/route.py sha256 f88fa25a2ae6f84fcb042cb9ae935b0151b2d10fc428ec68eaf45ec36734fd0a
+# part qr_v2/route.py sha256 d0d33af94b73a15b105aebb216a050e9ae426e176e42438731d267cf889a57df
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -771,9 +771,11 @@ import torch
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap by panel height (rows <= bound -> at most that many threads; fewer
-# threads own more rows each): 256 up to 512 rows lets two CTAs share an SM (640x512 0.96x in
-# sweep_route, d11541b), 512 above (256 there puts 4 rows a thread in 16-column panels: 1.30x at 60x1024).
-PANEL_MAX_THREADS = ((512, 256), (1 << 30, 512))
+# threads own more rows each). 256 up to 512 rows (ec11348) lets two CTAs share an SM: 640x512 0.96x,
+# but 40x352 1.04x (40 CTAs leave SMs idle, so fewer threads only lengthen each); a cap by batch
+# against the SM count is the next try. 256 above 512 rows puts 4 rows a thread in 16-column panels
+# (60x1024 1.30x in sweep_route at d11541b).
+PANEL_MAX_THREADS = ((1 << 30, 512),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 

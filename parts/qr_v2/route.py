@@ -18,9 +18,11 @@ from parts.qr_v2.model import blocked_qr, householder_qr_model  # popkit: inline
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap by panel height (rows <= bound -> at most that many threads; fewer
-# threads own more rows each): 256 up to 512 rows lets two CTAs share an SM (640x512 0.96x in
-# sweep_route, d11541b), 512 above (256 there puts 4 rows a thread in 16-column panels: 1.30x at 60x1024).
-PANEL_MAX_THREADS = ((512, 256), (1 << 30, 512))
+# threads own more rows each). 256 up to 512 rows (ec11348) lets two CTAs share an SM: 640x512 0.96x,
+# but 40x352 1.04x (40 CTAs leave SMs idle, so fewer threads only lengthen each); a cap by batch
+# against the SM count is the next try. 256 above 512 rows puts 4 rows a thread in 16-column panels
+# (60x1024 1.30x in sweep_route at d11541b).
+PANEL_MAX_THREADS = ((1 << 30, 512),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
