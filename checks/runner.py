@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Callable
 
 from checks import harness as official
-from checks import baselines, packages, timing, verdicts, worker
+from checks import baselines, packages, task_folder, timing, verdicts, worker
 from checks.preflight import leading_directives
 from checks.problems import ENTRY_POINT, Problem, format_spec, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
@@ -77,13 +77,20 @@ def require_device_for(prob: Problem, device: str) -> None:
                           "nothing ran on the CPU; run it on a GPU host")
 
 
-def require_reference_kernel(prob: Problem) -> None:
-    """The folder's ref_kernel stands in for a submission (bench --baseline, diff --incumbent reference) only
-    where eval.py calls custom_kernel."""
+def require_reference_kernel(prob: Problem, role: str = "baseline") -> None:
+    """The folder's ref_kernel stands in for a submission (ROLE: bench --baseline's baseline, diff --incumbent
+    reference's incumbent) only where eval.py calls custom_kernel and the folder's reference.py defines ref_kernel:
+    without it every run of the stand-in fails at import, after the candidate's runs (bench even passed, with no
+    baseline), so it is refused before anything runs."""
     if prob.entry_points != [ENTRY_POINT]:
         raise PopkitError(f"{prob.name}'s eval.py calls {', '.join(prob.entry_points)}, not {ENTRY_POINT}, so the "
                           "folder's reference.ref_kernel cannot stand in for a submission: nothing to time it "
                           "against but a file of your own (diff --incumbent FILE)")
+    if not task_folder.defines_ref_kernel(task_folder.harness_folder(prob), prob.harness.get("files") or []):
+        instead = ("bench without --baseline times the file alone" if role == "baseline" else
+                   f"pass --incumbent FILE, a file of your own (`popkit promote {prob.name}` installs one)")
+        raise PopkitError(f"{prob.name}'s reference has no ref_kernel (its reference.py defines none), so there is no "
+                          f"{role} to time: nothing ran; {instead}")
 
 
 def resolve_backend(prob: Problem, harness: str | None, mode: str) -> str:
@@ -128,9 +135,10 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
 
 
 def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int = 0, harness: str | None = None,
-                    rounds: int | None = None) -> None:
+                    rounds: int | None = None, baseline: bool = False, incumbent: str | None = None) -> None:
     """What can be judged of a run's options before anything is built or run (the CLI asks first): --harness,
-    --seeds, --rounds and every --case. A wrong one ended the verb only after a build of the parts."""
+    --seeds, --rounds, every --case, and a folder's ref_kernel that --baseline or --incumbent (as typed) would
+    time. A wrong one ended the verb only after a build of the parts."""
     prob = load_problem(problem)
     backend = resolve_backend(prob, harness, mode)
     _require_seeds(seeds)
@@ -138,6 +146,10 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
         _require_rounds(rounds)
     specs = [checked_spec(prob, text) for text in custom]
     _require_seeded(prob, specs or prob.tests, seeds, backend)
+    if baseline and backend == "official":        # a native problem's baseline is its torch reference
+        require_reference_kernel(prob, "baseline")
+    if incumbent is not None and incumbent_of(incumbent) == REFERENCE_INCUMBENT:
+        require_reference_kernel(prob, "reference incumbent")
 
 
 def _require_seeds(seeds: int) -> None:
@@ -546,7 +558,7 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "bench", log_path)
     _refuse_cpu_timing(backend, device, custom, "bench")
     if baseline and backend == "official":
-        require_reference_kernel(prob)
+        require_reference_kernel(prob, "baseline")
     notes = [] if device.startswith("cuda") else ["no GPU: CPU timings say nothing about GPU speed"]
     specs, more = select_specs(prob, "ranked_benchmarks", custom, 0, device, False, backend)
     name = (official.BASELINE_NAME if backend == "official" else prob.native.BASELINE_NAME) if baseline else None
@@ -620,7 +632,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:
-        require_reference_kernel(load_problem(problem))
+        require_reference_kernel(load_problem(problem), "reference incumbent")
         with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
                         log_path, "official" if harness is None else harness)

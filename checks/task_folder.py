@@ -65,13 +65,8 @@ class TaskFolder:
 
     @property
     def has_ref_kernel(self) -> bool:
-        """Whether the reference.py the runner places beside the submission defines ref_kernel at its top level
-        (parsed, never imported): the scaffold's route imports it. A missing or unparsable one has none."""
-        sources = [f["source"] for f in self.files if f["name"] == "reference.py"]
-        try:
-            return bool(sources) and defines(ast.parse((self.path / sources[0]).read_bytes()), "ref_kernel")
-        except (OSError, SyntaxError, ValueError):
-            return False
+        """Whether the folder's reference.py defines ref_kernel: the scaffold's route imports it."""
+        return defines_ref_kernel(self.path, self.files)
 
     @property
     def own_sources(self) -> list[Path]:
@@ -137,6 +132,17 @@ def _validate(task: dict, path: Path, task_yml: Path) -> None:
     main = str((task.get("config") or {}).get("main", "eval.py"))
     if main not in {str(f["name"]) for f in files}:
         raise ProblemError(f"{task_yml}: config.main {main!r} is not one of its files")
+
+
+def defines_ref_kernel(folder: Path, files: list[dict]) -> bool:
+    """Whether the reference.py the runner places beside the submission (FILES: task.yml's {name, source}, sources
+    relative to FOLDER) defines ref_kernel at its top level, parsed, never imported (an import may need the GPU).
+    A missing or unparsable one has none."""
+    sources = [f["source"] for f in files if f["name"] == "reference.py"]
+    try:
+        return bool(sources) and defines(ast.parse((folder / sources[0]).read_bytes()), "ref_kernel")
+    except (OSError, SyntaxError, ValueError):
+        return False
 
 
 def reference_root(path: Path) -> Path | None:

@@ -579,6 +579,34 @@ def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_t
         namespace["custom_kernel"]([1])
 
 
+def test_bench_baseline_and_diff_reference_without_ref_kernel_are_refused_before_anything_runs(toy, tmp_path,
+                                                                                                  monkeypatch):
+    # A reference.py without ref_kernel (problem add scaffolds a stub route for it): bench --baseline ran the
+    # candidate, then the baseline's run failed at import and the bench passed, logged without a baseline; diff
+    # --incumbent reference failed every case after the candidate's rounds. Refused before any build or run now.
+    write(toy / "reference.py", (toy / "reference.py").read_text().replace("def ref_kernel", "def reference_kernel"))
+    added(toy)
+    runs, real = [], harness.run_eval
+    monkeypatch.setattr(harness, "run_eval", lambda *args, **kwargs: runs.append(args[1]) or real(*args, **kwargs))
+    monkeypatch.setattr(build, "build", lambda *args: pytest.fail("the parts were built"))
+    log, good = tmp_path / "perf.jsonl", write(tmp_path / "s.py", GOOD)
+    why = "error: addone's reference has no ref_kernel (its reference.py defines none), so there is no "
+    baseline = why + "baseline to time: nothing ran; bench without --baseline times the file alone\n"
+    incumbent = why + ("reference incumbent to time: nothing ran; pass --incumbent FILE, a file of your own "
+                       "(`popkit promote addone` installs one)\n")
+    for args, line in ((["bench", "addone", "--baseline"], baseline), (["bench", "addone", "--fresh-baseline"], baseline),
+                       (["diff", "addone", "--incumbent", "reference"], incumbent)):
+        result = CliRunner().invoke(main, args + ["--device", "cpu", "--log", str(log)])
+        assert (result.exit_code, result.stderr) == (1, line), result.output
+    with pytest.raises(runner.PopkitError, match=re.escape(baseline[len("error: "):-1])):
+        runner.bench("addone", good, baseline=True, device="cpu", log_path=log)
+    with pytest.raises(runner.PopkitError, match=re.escape(incumbent[len("error: "):-1])):
+        runner.diff("addone", good, "reference", device="cpu", log_path=log)
+    assert runs == [] and not log.exists()
+    assert runner.bench("addone", good, device="cpu", log_path=log).passed       # the file alone is timed as before
+    assert runs == [good]
+
+
 @pytest.mark.parametrize("path, template, called", [
     (None, None, ["custom_kernel"]),
     ("submission.py", "def custom_kernel(data):\n    return data\n\n\ndef quantize(x):\n    return x\n",

@@ -87,15 +87,16 @@ def _warn_if_older_than_parts(problem: str) -> None:
 
 def _run_logged(mode: str, problem: str, submission: Path | None, cases, device: str | None, log_path: Path,
                 run, show=lambda outcome: None, seeds: int = 0, harness: str | None = None,
-                rounds: int | None = None) -> None:
-    """check, bench and diff: judge --log, --device, --case, --seeds, --rounds and --harness before any build
-    (a wrong one ends the verb at once: a GPU that is not there, the CPU for a harness problem), then
-    RUN(the file to run) under Ctrl-C's guard, show its outcome (and SHOW's lines) and exit with its code."""
+                rounds: int | None = None, baseline: bool = False, incumbent: str | None = None) -> None:
+    """check, bench and diff: judge --log, --device, --case, --seeds, --rounds, --harness, --baseline and
+    --incumbent before any build (a wrong one ends the verb at once: a GPU that is not there, the CPU for a harness
+    problem, a reference without ref_kernel), then RUN(the file to run) under Ctrl-C's guard, show its outcome (and
+    SHOW's lines) and exit with its code."""
     from checks import runner
     from checks.problems import load_problem
     logs.require_appendable(log_path)
     runner.require_device_for(load_problem(problem), runner.resolve_device(device))
-    runner.require_options(problem, mode, list(cases), seeds, harness, rounds)
+    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent)
     done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
     with runner.interruptible(mode, problem, log_path, done):
         done.append(run(_submission_for(problem, submission)))
@@ -206,7 +207,7 @@ def register(main):
         _run_logged("bench", problem, submission, cases, device, log_path,
                     lambda file: runner.bench(problem, file, baseline or fresh_baseline, list(cases), device,
                                               _progress, log_path, harness, fresh_baseline=fresh_baseline),
-                    harness=harness)
+                    harness=harness, baseline=baseline or fresh_baseline)
 
     @main.command("diff")
     @click.argument("problem")
@@ -226,7 +227,7 @@ def register(main):
         _run_logged("diff", problem, submission, cases, device, log_path,
                     lambda file: runner.diff(problem, file, incumbent or incumbent_path(problem), rounds,
                                              list(cases), device, _progress, log_path, harness),
-                    show=_print_changed_parts, harness=harness, rounds=rounds)
+                    show=_print_changed_parts, harness=harness, rounds=rounds, incumbent=incumbent)
 
     @main.command("promote")
     @click.argument("problem")
