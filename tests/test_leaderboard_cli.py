@@ -212,6 +212,34 @@ def test_file_without_directives_is_submitted_with_the_options(httpserver, home,
     assert httpserver.log[0][0].files["file"].read().startswith(b"import torch")
 
 
+PAIR = "import torch\n\n\ndef forward(data):\n    return data\n\n\ndef backward(data):\n    return data\n"
+
+
+def test_the_preflight_asks_for_the_functions_of_the_board_the_file_goes_to(httpserver, home, tmp_path, monkeypatch):
+    # A board whose eval.py calls forward and backward (princeton's cross_entropy). With --leaderboard standing in
+    # for a missing '#!POPCORN leaderboard' line, the preflight asked for custom_kernel, the function of no board in
+    # particular: a correct file was refused, and one eval.py cannot import was uploaded.
+    from checks import problems
+    monkeypatch.setattr(problems, "CASES_DIR", tmp_path / "cases")
+    problems.CASES_DIR.mkdir()
+    (problems.CASES_DIR / "pair.yml").write_text("leaderboard: pair_v1\nentry_points: [forward, backward]\n")
+    accepted = {"details": {"id": 7, "job_status_id": 7}, "runner_queue": QUEUE, "status": "accepted"}
+    httpserver.expect_request("/submission/pair_v1/B200/test", method="POST").respond_with_json(accepted, status=202)
+    serve_polls(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    (tmp_path / "plain.py").write_text(PAIR)
+    (tmp_path / "headed.py").write_text("#!POPCORN leaderboard pair_v1\n#!POPCORN gpu B200\n" + PAIR)
+    for args in (["plain.py", "--leaderboard", "pair_v1", "--gpu", "B200"], ["headed.py"]):
+        result = popkit("submit", *args, "--poll-interval", 0)
+        assert result.exit_code == 0, result.output
+    (tmp_path / "usual.py").write_text("import torch\n\n\ndef custom_kernel(data):\n    return data\n")
+    refused = popkit("submit", "usual.py", "--leaderboard", "pair_v1", "--gpu", "B200")
+    assert refused.exit_code == 1 and "not uploaded" in refused.stderr
+    assert ("preflight: usual.py: defines no forward, backward at its top level (the grader runs `from submission "
+            "import forward, backward`)") in refused.stderr.splitlines()
+    uploads = [request.files["file"].filename for request, _ in httpserver.log if request.method == "POST"]
+    assert uploads == ["plain.py", "headed.py"]
+
+
 def test_output_file_gets_the_printed_result(httpserver, home, tmp_path):
     serve_submission(httpserver, submission("succeeded", [run("test", result=TESTS)]))
     result = popkit("submit", "submission.py", "-o", "result.txt", "--poll-interval", 0)

@@ -245,13 +245,15 @@ def confirm_pending_id() -> str:
 def preflight_target(file: Path, leaderboard: str | None, gpu: str | None) -> tuple[str, str]:
     """Run the preflight (refusing a file that breaks a rule); the leaderboard and GPU to use.
 
-    The server needs no directives, so --leaderboard and --gpu stand in for missing ones.
+    The server needs no directives, so --leaderboard and --gpu stand in for missing ones: the file is checked
+    under them, so a .py file must define the functions of the board it goes to.
     """
     refuse_mixed_case_board(file)
     options = {"leaderboard": leaderboard.lower() if leaderboard else None, "gpu": gpu}
-    report = preflight_file(file, expect_leaderboard=options["leaderboard"])
+    report = preflight_file(file, expect_leaderboard=options["leaderboard"],
+                            stand_in={key: value for key, value in options.items() if value})
     missing = [key for key in options if key not in report.directives]
-    # The preflight requires both directives; here an option can replace one (see the note below).
+    # A directive neither the file nor an option gives: said below with the option that would stand in for it.
     errors = [e for e in report.errors if not any(f"'#!POPCORN {key} " in e for key in missing)]
     errors += [f"{file.name}: names no {key}: add '#!POPCORN {key} ...' to its leading comment block "
                f"or pass --{key}" for key in missing if not options[key]]
