@@ -13,9 +13,8 @@ import torch
 from parts.cholesky import route
 from parts.cholesky.model import (HALF, TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
                                   blocked_two_level_model, halves_model, inverse_model, matmul_precision,
-                                  pivot_floor,
-                                  right_looking_model, tf32_round, tf32_split, tf32_truncate, tf32x3_product,
-                                  trailing_update)
+                                  pivot_floor, right_looking_model, trailing_update)
+from parts.common.tf32_model import tf32_split
 
 EPS = torch.finfo(torch.float32).eps
 SIZES = (1, 2, 3, 17, 31, 32, 33, 64, 100, 128, 129, 257, 600)
@@ -397,14 +396,6 @@ def test_inverse_model_runs_the_kernels_elimination_order(step):
     assert ((X.double() - reference).abs().max() / reference.abs().max()) < 1e-5
 
 
-def test_tf32_split_is_exact_and_hi_fits_tf32():
-    M = torch.randn(64, 48, generator=torch.Generator().manual_seed(3)) * torch.logspace(-20, 20, 48)
-    hi, lo = tf32_split(M)
-    assert torch.equal(hi + lo, M)                                              # no rounding in the split
-    assert (hi.view(torch.int32) & 0x1FFF).eq(0).all()                          # 10 mantissa bits
-    assert (lo.abs() <= M.abs() * 2.0 ** -11).all()                             # rounded to nearest
-
-
 def test_split_trailing_update_agrees_with_fp32():
     g = torch.Generator().manual_seed(5)
     L21 = torch.randn(2, 70, 16, generator=g)
@@ -423,40 +414,6 @@ def test_split_trailing_update_agrees_with_fp32():
 def test_split_tf32_blocked_route_meets_the_gates_on_every_family(case):
     A = spd(case, 150, 2)
     assert_cholesky(A, blocked_cholesky(A, 64, 48, split_tf32=True))
-
-
-def test_the_split_kernel_rounds_like_the_model():
-    """cholesky_split.cu and model.tf32_split must round the same way: add half of the dropped
-    13-bit field, clear it (~0x1fff and -0x2000 are the same 32-bit mask)."""
-    source = (Path(route.__file__).parent / "cholesky_split.cu").read_text()
-    assert "(__float_as_int(y) + 0x1000) & ~0x1fff" in source
-    M = torch.tensor([1.0 + 2.0 ** -11, 1.0 + 2.0 ** -12, -(1.0 + 3 * 2.0 ** -12), 3.0e-39])
-    hi, _ = tf32_split(M)
-    bits = M.view(torch.int32)
-    assert torch.equal(hi.view(torch.int32), (bits + 0x1000) & ~0x1FFF)
-    assert hi[0] == 1.0 + 2.0 ** -10 and hi[2] == -(1.0 + 2.0 ** -10)          # a tie and above: away from zero
-    assert hi[1] == 1.0                                                          # below half the TF32 ulp: down
-
-
-def test_tf32x3_product_keeps_about_21_bits_where_plain_tf32_keeps_11():
-    g = torch.Generator().manual_seed(11)
-    P, Q = torch.randn(3, 40, 64, generator=g), torch.randn(3, 50, 64, generator=g)
-    exact = P.double() @ Q.double().mT
-    scale = P.double().abs() @ Q.double().abs().mT                              # the products' own size
-    split_error = ((tf32x3_product(P, Q).double() - exact).abs() / scale).max()
-    plain_error = ((tf32_round(P).double() @ tf32_round(Q).double().mT - exact).abs() / scale).max()
-    assert split_error < 2.0 ** -19 < 2.0 ** -13 < plain_error
-
-
-def test_the_product_kernel_splits_like_the_model():
-    """tf32x3.cuh (both product kernels) rounds hi as model.tf32_round does (add half of the dropped
-    13-bit field, clear it) and leaves lo = x - hi for the tensor core to truncate (model.tf32_truncate)."""
-    source = (Path(route.__file__).parent / "tf32x3.cuh").read_text()
-    assert "(__float_as_uint(x) + 0x1000u) & 0xffffe000u" in source
-    assert "lo = __float_as_uint(x - __uint_as_float(hi))" in source
-    M = torch.tensor([1.0 + 2.0 ** -11, -(1.0 + 2.0 ** -11), 1.0 + 2.0 ** -12])
-    assert tf32_round(M).tolist() == [1.0 + 2.0 ** -10, -(1.0 + 2.0 ** -10), 1.0]
-    assert tf32_truncate(torch.tensor([1.0 + 2.0 ** -11, -(1.0 + 2.0 ** -11)])).tolist() == [1.0, -1.0]
 
 
 @pytest.mark.parametrize("nb", (32, 64))

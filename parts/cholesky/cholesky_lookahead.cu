@@ -56,7 +56,7 @@ __device__ __forceinline__ void split_planes(float* stage, const float* raw_q, i
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
             unsigned h, l;
-            tf32x3::split_tf32(component(v, s), h, l);
+            popkit::split_tf32(component(v, s), h, l);
             hi[s * kStepWords + base] = h;
             lo[s * kStepWords + base] = l;
         }
@@ -76,7 +76,7 @@ __device__ __forceinline__ void split_fragments(const float* raw_p, int kc, unsi
 #pragma unroll
     for (int s = 0; s < 4; ++s)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) tf32x3::split_tf32(component(v[e], s), ah[s][e], al[s][e]);
+        for (int e = 0; e < 4; ++e) popkit::split_tf32(component(v[e], s), ah[s][e], al[s][e]);
 }
 
 // Wait until at most `pending` of this thread's cp.async groups are in flight (an immediate in PTX;

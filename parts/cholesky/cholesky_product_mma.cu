@@ -28,14 +28,6 @@ constexpr int kMmaThreads = 256;
 constexpr int kMmaStageFloats = 2 * kTile * kMmaLds;             // P and Q chunks
 constexpr int kMmaSmemBytes = 2 * kMmaStageFloats * (int)sizeof(float);  // double-buffered
 
-__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-        "{%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
-}
-
 // One k8 step's operands of a warp's 64 x 32 block: A rows (4 m16 tiles) from sP, B rows (4 n8 tiles)
 // from sQ, both already offset by the lane's (g, t); kk: the step's first column.
 __device__ __forceinline__ void load_fragments(float (&fa)[4][4], float (&fb)[4][2], const float* sP,
@@ -63,18 +55,14 @@ __device__ __forceinline__ void multiply_fragments(float (&acc)[4][4][4], const 
 #pragma unroll
     for (int ni = 0; ni < 4; ++ni)
 #pragma unroll
-        for (int e = 0; e < 2; ++e) tf32x3::split_tf32(fb[ni][e], bh[ni][e], bl[ni][e]);
+        for (int e = 0; e < 2; ++e) popkit::split_tf32(fb[ni][e], bh[ni][e], bl[ni][e]);
 #pragma unroll
     for (int mi = 0; mi < 4; ++mi) {
         unsigned ah[4], al[4];
 #pragma unroll
-        for (int e = 0; e < 4; ++e) tf32x3::split_tf32(fa[mi][e], ah[e], al[e]);
+        for (int e = 0; e < 4; ++e) popkit::split_tf32(fa[mi][e], ah[e], al[e]);
 #pragma unroll
-        for (int ni = 0; ni < 4; ++ni) {                 // small terms first
-            mma_tf32(acc[mi][ni], al, bh[ni]);
-            mma_tf32(acc[mi][ni], ah, bl[ni]);
-            mma_tf32(acc[mi][ni], ah, bh[ni]);
-        }
+        for (int ni = 0; ni < 4; ++ni) popkit::mma_tf32x3(acc[mi][ni], ah, al, bh[ni], bl[ni]);
     }
 }
 

@@ -67,7 +67,7 @@ __device__ __forceinline__ void store_planes(float* stage, const float4 (&rb)[kQ
 #pragma unroll
         for (int s = 0; s < 4; ++s) {
             unsigned h, l;
-            tf32x3::split_tf32(component(rb[i], s), h, l);
+            popkit::split_tf32(component(rb[i], s), h, l);
             hi[s * kStepWords + base] = h;
             lo[s * kStepWords + base] = l;
         }
@@ -97,7 +97,7 @@ __device__ __forceinline__ void split_fragments(const float4 (&ra)[4], unsigned 
 #pragma unroll
     for (int s = 0; s < 4; ++s)
 #pragma unroll
-        for (int e = 0; e < 4; ++e) tf32x3::split_tf32(component(ra[e], s), ah[s][e], al[s][e]);
+        for (int e = 0; e < 4; ++e) popkit::split_tf32(component(ra[e], s), ah[s][e], al[s][e]);
 }
 #endif
 

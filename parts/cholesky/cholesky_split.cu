@@ -5,7 +5,7 @@
 //   y = hi + lo, hi = y rounded to TF32 (10 mantissa bits, ties away from zero), lo = y - hi (exact),
 //   left = [hi | hi | lo], right = [hi | lo | hi]    (batch x m x 3w each, contiguous),
 // so that left right^T = hi hi^T + hi lo^T + lo hi^T = L21 L21^T to ~21 bits in one TF32 GEMM
-// (model.panel_model and model.tf32_split are the same arithmetic).
+// (model.panel_model and tf32_model.tf32_split are the same arithmetic).
 //
 // Launch: a grid-stride loop over the batch * m rows, one row per CTA step, 128 threads on its
 // columns: every read and each of the 7 writes is coalesced, with one 64-bit division per row.
@@ -15,12 +15,9 @@
 // eb7f279-1455df0); written from per-thread column strips, its stores touched 32 sectors per warp
 // store, 7 times per element (1x32768: 247 ms against 218).
 #include "device_utils.cuh"
+#include "tensor_core_tf32.cuh"
 
 namespace {
-
-__device__ __forceinline__ float round_to_tf32(float y) {
-    return __int_as_float((__float_as_int(y) + 0x1000) & ~0x1fff);
-}
 
 __global__ void cholesky_split_kernel(const float* __restrict__ l21, float* panel, float* __restrict__ left,
                                       float* __restrict__ right, long long rows, int m, int w, int ld,
@@ -33,7 +30,10 @@ __global__ void cholesky_split_kernel(const float* __restrict__ l21, float* pane
         float* lrow = left + row * 3 * w;
         float* rrow = right + row * 3 * w;
         for (int c = threadIdx.x; c < w; c += blockDim.x) {
-            const float y = src[c], hi = round_to_tf32(y), lo = y - hi;
+            const float y = src[c];
+            unsigned hi_bits, lo_bits;
+            popkit::split_tf32(y, hi_bits, lo_bits);
+            const float hi = __uint_as_float(hi_bits), lo = __uint_as_float(lo_bits);
             dst[c] = y;
             lrow[c] = hi;
             lrow[w + c] = hi;

@@ -14,10 +14,10 @@ submission runs them on CPU tensors.
   inverse take (factor_diag_model says which); `halves_model` is such a block as two 64-blocks.
 - `blocked_cholesky`: the blocked right-looking driver with library GEMMs; the diagonal-block
   factor is a parameter, so the GPU route runs this very function with the CUDA block kernel. Its
-  trailing update is fp32, or "split TF32" (`tf32_split`): three TF32 tensor-core products whose
+  trailing update is fp32, or "split TF32" (tf32_model.tf32_split): three TF32 tensor-core products whose
   sum carries ~21 bits.
 - `blocked_tf32x3_model`: cholesky_blocked.cu, the same loop with our own tensor-core products
-  (`tf32x3_product`) for the panel and the trailing update, in one CUDA call (also the H200's
+  (tf32_model.tf32x3_product) for the panel and the trailing update, in one CUDA call (also the H200's
   look-ahead, cholesky_lookahead.cu: the same operations, the next diagonal block factored inside
   the trailing update's launch); `blocked_two_level_model` its two-level order (outer panels with
   one K = outer update each).
@@ -25,6 +25,8 @@ submission runs them on CPU tensors.
 import contextlib
 
 import torch
+
+from parts.common.tf32_model import tf32_split, tf32x3_product  # popkit: inline
 
 EPS = 1.1920928955078125e-07      # float32 machine epsilon
 TINY = 1.1754943508222875e-38     # smallest normal float32: the floor of an all-zero diagonal
@@ -156,35 +158,6 @@ def matmul_precision(precision: str):
             matmul.allow_tf32 = legacy
         else:
             matmul.fp32_precision = previous
-
-
-def tf32_round(M: torch.Tensor) -> torch.Tensor:
-    """M rounded to TF32: mantissa to 10 bits, ties away from zero (add half of the dropped 13-bit field,
-    clear it), as cholesky_split.cu and cholesky_blocked.cu round by integer ops."""
-    bits = M.contiguous().view(torch.int32)
-    return ((bits + 0x1000) & -0x2000).view(torch.float32)
-
-
-def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """M = hi + lo with hi = tf32_round(M) and lo = M - hi exact in float32 (|lo| <= 2^-11 |M|);
-    TF32 keeps ~11 bits of lo, so the products hi hi^T + hi lo^T + lo hi^T carry ~21 bits (the
-    dropped lo lo^T is ~2^-22 relative)."""
-    hi = tf32_round(M)
-    return hi, M - hi
-
-
-def tf32_truncate(M: torch.Tensor) -> torch.Tensor:
-    """M with its low 13 mantissa bits cleared: what a TF32 tensor-core operand keeps of a float32."""
-    return (M.contiguous().view(torch.int32) & -0x2000).view(torch.float32)
-
-
-def tf32x3_product(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
-    """P Q^T as cholesky_blocked.cu computes it on tensor cores: both operands split into TF32 hi + lo
-    (the tensor core truncates lo to TF32), then lo_P hi_Q^T + hi_P lo_Q^T + hi_P hi_Q^T in float32."""
-    Ph, Pl = tf32_split(P)
-    Qh, Ql = tf32_split(Q)
-    Pl, Ql = tf32_truncate(Pl), tf32_truncate(Ql)
-    return Pl @ Qh.mT + Ph @ Ql.mT + Ph @ Qh.mT
 
 
 def workspace_size(b: int, n: int, nb: int, split_tf32: bool) -> int:

@@ -1,12 +1,13 @@
 // The tf32x3 product's shared pieces, for its two kernels (cholesky_product_mma.cu on any GPU from
-// sm_80, cholesky_product_wgmma.cu on sm_90a): the split of an operand into TF32 hi + lo, the tile a
-// CTA owns, and the epilogue that writes (or subtracts) a warp's accumulators.
+// sm_80, cholesky_product_wgmma.cu on sm_90a): the tile a CTA owns and the epilogue that writes (or
+// subtracts) a warp's accumulators (the hi + lo split and the mma: common/tensor_core_tf32.cuh).
 //
 // Both kernels compute C = P Q^T or C = C_in - P Q^T (struct Product) in kTile x kTile tiles of C:
 // grid.x runs over every tile, or over the T (T + 1) / 2 tiles on and below the diagonal (LOWER,
 // square C), grid.y over the batch.
 #pragma once
 #include "device_utils.cuh"
+#include "tensor_core_tf32.cuh"
 
 namespace tf32x3 {
 
@@ -33,14 +34,6 @@ struct PanelCopy {
     float* dst; float* mirror;
     int ld; long long stride;
 };
-
-// x = hi + lo: hi = x rounded to TF32 (10 mantissa bits, ties away from zero) by integer ops, lo = x - hi
-// exact in fp32; the tensor core reads lo's top 19 bits (truncation). Two integer ops and a subtract
-// instead of two cvt.rna.tf32 conversions per element (model.tf32_round, model.tf32_truncate).
-__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
-    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-    lo = __float_as_uint(x - __uint_as_float(hi));
-}
 
 // Tile number x's (ti, tj) in C: LOWER numbers the tiles on and below the diagonal row by row,
 // x = ti (ti + 1) / 2 + tj with tj <= ti; otherwise row-major over every tile.
