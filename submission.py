@@ -1,13 +1,16 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 5137c723a5c3c8a689a62f4ef4b56a6c9b219a4c
+# toolkit commit: b0ac8d762eecf3453903de65ff9b45c95baacd7f
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 b1c499ce626fb1041d5d9357a6b4126c39ec4788e4f7b041b8404a135d3867fe
+# part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
+# part qr_v2/householder_update.cu sha256 faad411bee820d232362ce7404205f6d11d124c394ca09c1db007df689e995a4
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
-# part qr_v2/model.py sha256 a5c13f159dda4a7bce59485165e0fd9312836d4a2da62948ca407a370a0f1d1c
-# part qr_v2/route.py sha256 d0d33af94b73a15b105aebb216a050e9ae426e176e42438731d267cf889a57df
+# part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
+# part qr_v2/model.py sha256 d96171d17d1fee3e58a7354b53093c7c03379b5b456ccb86e2900a9b95932dd9
+# part qr_v2/route.py sha256 7d1a32277860316bea50e1db0e670af354cad598e9195acea3056da5514cd072
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -438,11 +441,257 @@ POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch,
     }
 }
 ''',
+    "common/tensor_core_tf32.cuh": r'''
+// TF32 tensor-core pieces shared by every problem's kernels: the hi + lo split of an fp32 value and the
+// warp-level m16n8k8 product (mma.sync, sm_80 and later), alone and as the tf32x3 step.
+//
+// tf32x3: x = hi + lo, hi = x rounded to TF32 (10 mantissa bits), lo = x - hi exact in fp32 (the tensor
+// core truncates it to TF32); a product accumulates lo_a hi_b + hi_a lo_b + hi_a hi_b in fp32, ~21 bits
+// per product (the dropped lo lo term is ~2^-22 relative). Torch model: common/tf32_model.py.
+#include <cuda_runtime.h>
+
+namespace popkit {
+
+// x = hi + lo: hi rounded to TF32 (ties away from zero) by integer ops, lo = x - hi exact in fp32. Two
+// integer ops and a subtract instead of two cvt.rna.tf32 conversions (tf32_model.tf32_round, tf32_truncate).
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+    hi = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+    lo = __float_as_uint(x - __uint_as_float(hi));
+}
+
+// c += a b on one m16n8k8 tile: a (16 x 8, row) as a0 = (g, t), a1 = (g + 8, t), a2 = (g, t + 4),
+// a3 = (g + 8, t + 4); b (8 x 8, col) as b0 = (t, g), b1 = (t + 4, g); c as c0, c1 = (g, 2t), (g, 2t + 1),
+// c2, c3 = (g + 8, 2t), (g + 8, 2t + 1); g = lane / 4, t = lane % 4.
+__device__ __forceinline__ void mma_tf32(float (&c)[4], const unsigned (&a)[4], const unsigned (&b)[2]) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+// c += a b at ~21 bits from split operands: the small terms first.
+__device__ __forceinline__ void mma_tf32x3(float (&c)[4], const unsigned (&ah)[4], const unsigned (&al)[4],
+                                           const unsigned (&bh)[2], const unsigned (&bl)[2]) {
+    mma_tf32(c, al, bh);
+    mma_tf32(c, ah, bl);
+    mma_tf32(c, ah, bh);
+}
+
+}  // namespace popkit
+''',
+    "qr_v2/householder_update.cu": r'''
+// qr_v2, blocked route: apply one panel's block reflector to the trailing columns, in one launch, on
+// TF32 tensor cores at ~fp32 accuracy (tf32x3, common/tensor_core_tf32.cuh).
+//
+// With the panel's Vt (w x m, row c = v_c with its zeros and unit made explicit) and T (w x w, upper,
+// H_0 ... H_{w-1} = I - V T V^T) from householder_panel.cu, the trailing block C = A[k0:n, k0+w:n]
+// (m = n - k0 rows, nc = n - k0 - w columns, leading dimension n) becomes Q_panel^T C:
+//   W0 = Vt C            (w x nc, contraction over the m rows)
+//   W  = T^T W0          (w x nc, fp32, T upper so W[i] = sum_{k <= i} T[k][i] W0[k])
+//   C -= V W             (m x nc, contraction over the w reflectors)
+// the three products blocked_qr runs as cuBLAS calls (model.apply_block_reflector_tf32x3: the same
+// arithmetic). Every product splits its operands x = hi + lo and sums lo hi + hi lo + hi hi.
+//
+// Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
+// batch). Phase 1 walks the rows in chunks of 32 (C's chunk and Vt's, staged in shared memory, the
+// next chunk's loads in flight during this one's mma): each warp owns 16 columns of W0 (W / 16 m16
+// tiles x 2 n8 tiles). W = T^T W0 then goes to shared memory already split into hi and lo planes.
+// Phase 2 walks the rows in chunks of 64, each warp 16 rows x 64 columns (8 n8 tiles), and subtracts
+// its accumulators from C (all old values of a row pair read before any is written).
+// Shared rows are padded (36 and 72 floats) so that every fragment read hits 32 distinct banks.
+// Why it is fast: one launch instead of three, W0 and W never leave the chip, C is read twice (the
+// second time mostly from L2: the CTA read its tile moments before) and written once, and the
+// products run on tensor cores where cuBLAS's batched SGEMMs of K = 32 or M = 32 run on SIMT units.
+
+namespace {
+
+constexpr int kUpdateThreads = 128;
+constexpr int kTileCols = 64;               // columns of C per CTA
+constexpr int kRowsIn = 32;                 // phase 1: rows of C per chunk (the K of W0 = Vt C)
+constexpr int kRowsOut = 64;                // phase 2: rows of C per chunk (16 per warp)
+constexpr int kLdWide = kTileCols + 8;      // 72: fragment reads (row t, column g) hit banks 8t + g
+constexpr int kLdNarrow = kRowsIn + 4;      // 36: fragment reads (row g, column t) hit banks 4g + t
+
+template <int W>
+struct UpdateSmem {
+    float c[kRowsIn][kLdWide];              // phase 1: C's chunk;   phase 2: Vt's chunk (W x 64 rows)
+    float v[W][kLdNarrow];                  // phase 1: Vt's chunk (W x 32 rows)
+    float w0[W][kLdWide];                   // W0, then read for W = T^T W0
+    unsigned wh[W][kLdWide], wl[W][kLdWide];    // W split into TF32 hi and lo
+    float t[W][W + 1];
+};
+
+// One m16n8k8 tf32x3 step: acc += A B with A's fragment (4 floats) and B's (2 floats) split here.
+__device__ __forceinline__ void mma_split(float (&acc)[4], const float (&fa)[4], const float (&fb)[2]) {
+    unsigned ah[4], al[4], bh[2], bl[2];
+#pragma unroll
+    for (int e = 0; e < 4; ++e) popkit::split_tf32(fa[e], ah[e], al[e]);
+#pragma unroll
+    for (int e = 0; e < 2; ++e) popkit::split_tf32(fb[e], bh[e], bl[e]);
+    popkit::mma_tf32x3(acc, ah, al, bh, bl);
+}
+
+template <int W>
+__global__ void __launch_bounds__(kUpdateThreads)
+qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
+                 const float* __restrict__ T, int m, int nc) {
+    constexpr int kMi = W / 16;                              // phase 1: m16 tiles of W0 per warp
+    constexpr int kLoadC = kRowsIn * kTileCols / kUpdateThreads;     // 16 floats a thread
+    constexpr int kLoadV = W * kRowsIn / kUpdateThreads;             // 8 or 4
+    constexpr int kLoadV2 = W * kRowsOut / kUpdateThreads;           // 16 or 8
+    __shared__ UpdateSmem<W> s;
+    const int j0 = blockIdx.x * kTileCols;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
+    float* C = Cs + (size_t)blockIdx.y * stride;
+    const float* V = Vt + (size_t)blockIdx.y * W * m;
+
+    for (int idx = threadIdx.x; idx < W * W; idx += kUpdateThreads)
+        s.t[idx / W][idx % W] = T[(size_t)blockIdx.y * W * W + idx];
+
+    // ---- phase 1: W0 = Vt C over row chunks of 32
+    float acc1[kMi][2][4] = {};
+    float rc[kLoadC], rv[kLoadV];
+    auto load_chunk = [&](int r0) {
+#pragma unroll
+        for (int i = 0; i < kLoadC; ++i) {
+            const int idx = threadIdx.x + i * kUpdateThreads, r = r0 + idx / kTileCols, col = j0 + idx % kTileCols;
+            rc[i] = (r < m && col < nc) ? C[(size_t)r * ldc + col] : 0.f;
+        }
+#pragma unroll
+        for (int i = 0; i < kLoadV; ++i) {
+            const int idx = threadIdx.x + i * kUpdateThreads, c = idx / kRowsIn, r = r0 + idx % kRowsIn;
+            rv[i] = (r < m) ? V[(size_t)c * m + r] : 0.f;
+        }
+    };
+    load_chunk(0);
+    for (int r0 = 0; r0 < m; r0 += kRowsIn) {
+#pragma unroll
+        for (int i = 0; i < kLoadC; ++i) {
+            const int idx = threadIdx.x + i * kUpdateThreads;
+            s.c[idx / kTileCols][idx % kTileCols] = rc[i];
+        }
+#pragma unroll
+        for (int i = 0; i < kLoadV; ++i) {
+            const int idx = threadIdx.x + i * kUpdateThreads;
+            s.v[idx / kRowsIn][idx % kRowsIn] = rv[i];
+        }
+        __syncthreads();
+        if (r0 + kRowsIn < m) load_chunk(r0 + kRowsIn);      // in flight during this chunk's products
+#pragma unroll
+        for (int kk = 0; kk < kRowsIn; kk += 8) {
+#pragma unroll
+            for (int mi = 0; mi < kMi; ++mi) {
+                const float fa[4] = {s.v[mi * 16 + g][kk + t], s.v[mi * 16 + g + 8][kk + t],
+                                     s.v[mi * 16 + g][kk + t + 4], s.v[mi * 16 + g + 8][kk + t + 4]};
+#pragma unroll
+                for (int q = 0; q < 2; ++q) {
+                    const int col = (2 * warp + q) * 8 + g;
+                    const float fb[2] = {s.c[kk + t][col], s.c[kk + t + 4][col]};
+                    mma_split(acc1[mi][q], fa, fb);
+                }
+            }
+        }
+        __syncthreads();
+    }
+#pragma unroll
+    for (int mi = 0; mi < kMi; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int col = (2 * warp + q) * 8 + 2 * t;
+            s.w0[mi * 16 + g][col] = acc1[mi][q][0];
+            s.w0[mi * 16 + g][col + 1] = acc1[mi][q][1];
+            s.w0[mi * 16 + g + 8][col] = acc1[mi][q][2];
+            s.w0[mi * 16 + g + 8][col + 1] = acc1[mi][q][3];
+        }
+    __syncthreads();
+
+    // ---- W = T^T W0, stored split
+    for (int idx = threadIdx.x; idx < W * kTileCols; idx += kUpdateThreads) {
+        const int i = idx / kTileCols, col = idx % kTileCols;
+        float sum = 0.f;
+        for (int k = 0; k <= i; ++k) sum += s.t[k][i] * s.w0[k][col];
+        popkit::split_tf32(sum, s.wh[i][col], s.wl[i][col]);
+    }
+
+    // ---- phase 2: C -= V W over row chunks of 64
+    const int wrow = warp * 16;
+    float rv2[kLoadV2];
+    auto load_v = [&](int r0) {
+#pragma unroll
+        for (int i = 0; i < kLoadV2; ++i) {
+            const int idx = threadIdx.x + i * kUpdateThreads, c = idx / kRowsOut, r = r0 + idx % kRowsOut;
+            rv2[i] = (r < m) ? V[(size_t)c * m + r] : 0.f;
+        }
+    };
+    float (*sv2)[kLdWide] = s.c;                             // phase 1's C chunk holds Vt's W x 64 chunk
+    static_assert(W <= kRowsIn, "Vt's phase-2 chunk must fit in phase 1's C chunk");
+    load_v(0);
+    for (int r0 = 0; r0 < m; r0 += kRowsOut) {
+        __syncthreads();                                     // the previous chunk's reads (and W's stores) done
+#pragma unroll
+        for (int i = 0; i < kLoadV2; ++i) {
+            const int idx = threadIdx.x + i * kUpdateThreads;
+            sv2[idx / kRowsOut][idx % kRowsOut] = rv2[i];
+        }
+        __syncthreads();
+        if (r0 + kRowsOut < m) load_v(r0 + kRowsOut);
+        float acc[8][4] = {};
+#pragma unroll
+        for (int kk = 0; kk < W; kk += 8) {
+            float fa[4] = {sv2[kk + t][wrow + g], sv2[kk + t][wrow + g + 8],
+                           sv2[kk + t + 4][wrow + g], sv2[kk + t + 4][wrow + g + 8]};
+            unsigned ah[4], al[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) popkit::split_tf32(fa[e], ah[e], al[e]);
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+                const unsigned bh[2] = {s.wh[kk + t][ni * 8 + g], s.wh[kk + t + 4][ni * 8 + g]};
+                const unsigned bl[2] = {s.wl[kk + t][ni * 8 + g], s.wl[kk + t + 4][ni * 8 + g]};
+                popkit::mma_tf32x3(acc[ni], ah, al, bh, bl);
+            }
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int r = r0 + wrow + g + 8 * half;
+            float old[8][2];
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+                const int col = j0 + ni * 8 + 2 * t;
+                old[ni][0] = (r < m && col < nc) ? C[(size_t)r * ldc + col] : 0.f;
+                old[ni][1] = (r < m && col + 1 < nc) ? C[(size_t)r * ldc + col + 1] : 0.f;
+            }
+#pragma unroll
+            for (int ni = 0; ni < 8; ++ni) {
+                const int col = j0 + ni * 8 + 2 * t;
+                if (r < m && col < nc) C[(size_t)r * ldc + col] = old[ni][0] - acc[ni][2 * half];
+                if (r < m && col + 1 < nc) C[(size_t)r * ldc + col + 1] = old[ni][1] - acc[ni][2 * half + 1];
+            }
+        }
+    }
+}
+
+}  // namespace
+
+// Q_panel^T applied to C (m x nc: row r, column j of matrix b at C[b stride + r ldc + j]) for every
+// matrix, with Vt (batch x w x m) and T (batch x w x w) as qr_panel wrote them; w = 16 or 32 (else
+// cudaErrorInvalidValue).
+POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
+                            int w) {
+    if (batch < 1 || m < 1 || nc < 1 || ldc < nc) return (int)cudaErrorInvalidValue;
+    const dim3 grid((nc + kTileCols - 1) / kTileCols, batch);
+    if (w == 32) qr_update_kernel<32><<<grid, kUpdateThreads>>>(C, ldc, stride, Vt, T, m, nc);
+    else if (w == 16) qr_update_kernel<16><<<grid, kUpdateThreads>>>(C, ldc, stride, Vt, T, m, nc);
+    else return (int)cudaErrorInvalidValue;
+    return (int)cudaGetLastError();
+}
+''',
 }
 # The translation units the loader compiles in parallel: every header part, then one .cu part.
 CUDA_UNITS = [
-    ["common/device_utils.cuh", "qr_v2/householder_small.cu"],
-    ["common/device_utils.cuh", "qr_v2/householder_panel.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_small.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_panel.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_update.cu"],
 ]
 
 # ---- part common/cuda_loader.py ----
@@ -627,6 +876,40 @@ class CudaLibrary:
 
 CUDA = CudaLibrary()
 
+# ---- part common/tf32_model.py ----
+"""Torch models of the TF32 tensor-core arithmetic every problem's kernels share
+(common/tensor_core_tf32.cuh): the hi + lo split and the tf32x3 product, ~21 bits from three TF32 products."""
+import torch
+
+
+def tf32_round(M: torch.Tensor) -> torch.Tensor:
+    """M rounded to TF32: mantissa to 10 bits, ties away from zero (add half of the dropped 13-bit field,
+    clear it), as tensor_core_tf32.cuh's split_tf32 rounds by integer ops."""
+    bits = M.contiguous().view(torch.int32)
+    return ((bits + 0x1000) & -0x2000).view(torch.float32)
+
+
+def tf32_split(M: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """M = hi + lo with hi = tf32_round(M) and lo = M - hi exact in float32 (|lo| <= 2^-11 |M|);
+    TF32 keeps ~11 bits of lo, so the products hi hi^T + hi lo^T + lo hi^T carry ~21 bits (the
+    dropped lo lo^T is ~2^-22 relative)."""
+    hi = tf32_round(M)
+    return hi, M - hi
+
+
+def tf32_truncate(M: torch.Tensor) -> torch.Tensor:
+    """M with its low 13 mantissa bits cleared: what a TF32 tensor-core operand keeps of a float32."""
+    return (M.contiguous().view(torch.int32) & -0x2000).view(torch.float32)
+
+
+def tf32x3_product(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
+    """P Q^T as the tf32x3 kernels compute it on tensor cores: both operands split into TF32 hi + lo
+    (the tensor core truncates lo to TF32), then lo_P hi_Q^T + hi_P lo_Q^T + hi_P hi_Q^T in float32."""
+    Ph, Pl = tf32_split(P)
+    Qh, Ql = tf32_split(Q)
+    Pl, Ql = tf32_truncate(Pl), tf32_truncate(Ql)
+    return Pl @ Qh.mT + Ph @ Ql.mT + Ph @ Qh.mT
+
 # ---- part qr_v2/model.py ----
 """Torch models of the qr_v2 kernels: the executable specification.
 
@@ -637,10 +920,13 @@ and the built submission uses them on CPU tensors.
 - `reflector`: LAPACK slarfg with a norm scaled by the largest entry (`slarfg` from a given norm).
 - `householder_qr_model`: unblocked QR (householder_small.cu).
 - `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu).
-- `blocked_qr`: the blocked algorithm; the panel factorization is a parameter,
-  so the GPU route runs this very driver with the CUDA panel kernel.
+- `blocked_qr`: the blocked algorithm; the panel factorization and the trailing update are
+  parameters, so the GPU route runs this very driver with the CUDA kernels.
+- `apply_block_reflector` (float32 matmuls) and `apply_block_reflector_tf32x3` (householder_update.cu):
+  the trailing update.
 """
 import torch
+
 
 
 def slarfg(alpha: torch.Tensor, xnorm: torch.Tensor):
@@ -730,11 +1016,24 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return V.mT.contiguous(), T
 
 
-def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model):
+def apply_block_reflector(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
+    """C <- Q_panel^T C = C - V (T^T (V^T C)) in place, as three float32 batched matmuls."""
+    W = torch.bmm(T.mT, torch.bmm(Vt, C))
+    C.baddbmm_(Vt.mT, W, alpha=-1.0)
+
+
+def apply_block_reflector_tf32x3(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
+    """The same with householder_update.cu's arithmetic: W0 = Vt C and C -= V W as tf32x3 products
+    (operands split into TF32 hi + lo, ~21 bits), W = T^T W0 in float32."""
+    W = T.mT @ tf32x3_product(Vt, C.mT)
+    C -= tf32x3_product(Vt.mT, W.mT)
+
+
+def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model, update=apply_block_reflector):
     """Blocked Householder QR: per panel, factor it, then C -= V (T^T (V^T C)) on the trailing columns.
 
-    panel_width(m) gives the panel width for a panel of m rows (the CUDA panel
-    narrows when a tall panel would not fit in shared memory)."""
+    panel_width(m) gives the panel width for a panel of m rows (the CUDA panel narrows when a tall
+    panel would not fit in its registers); update(Vt, T, C) applies the panel to C in place."""
     H = A.clone()
     b, n, _ = H.shape
     tau = torch.zeros(b, n, dtype=H.dtype, device=H.device)
@@ -745,9 +1044,7 @@ def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model):
             raise RuntimeError(f"no panel width fits {n - k0} rows")
         Vt, T = factor_panel(H, tau, k0, w)
         if k0 + w < n:
-            C = H[:, k0:, k0 + w:]
-            W = torch.bmm(T.mT, torch.bmm(Vt, C))
-            C.baddbmm_(Vt.mT, W, alpha=-1.0)
+            update(Vt, T, H[:, k0:, k0 + w:])
         k0 += w
     return H, tau
 
@@ -757,7 +1054,8 @@ def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model):
 | n            | CUDA route                                              | CPU (model)          |
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
-| <= 2048      | blocked_qr: householder_panel.cu + cuBLAS compact-WY     | blocked_qr (model)   |
+| <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
+|              | by UPDATE_PRODUCT: cuBLAS fp32, or householder_update.cu |                      |
 | larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
@@ -775,6 +1073,10 @@ PANEL_WIDTH = 32
 # against the SM count is the next try. 256 above 512 rows puts 4 rows a thread in 16-column panels
 # (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = ((1 << 30, 512),)
+# The trailing update by n (n <= bound -> product): "fp32" (cuBLAS batched SGEMMs) or "tf32x3"
+# (householder_update.cu: one launch on TF32 tensor cores at ~21 bits; panels of 16 or 32 columns).
+# tf32x3 is not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
+UPDATE_PRODUCT = ((1 << 30, "fp32"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -795,8 +1097,25 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return Vt, T
 
 
+UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled for
+
+
+def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
+    """householder_update.cu on C = H[:, k0:, k0 + w:] in place (model.apply_block_reflector's signature)."""
+    b, w, m = Vt.shape
+    if w in UPDATE_WIDTHS:
+        CUDA.call("qr_update", C, C.stride(1), C.stride(0), Vt, T, b, m, C.shape[2], w)
+    else:
+        apply_block_reflector(Vt, T, C)
+
+
+def first_row(table, key: int):
+    """The value of a route table's first row whose bound is at least key."""
+    return next(value for bound, value in table if key <= bound)
+
+
 def panel_max_threads(m: int) -> int:
-    return next(threads for bound, threads in PANEL_MAX_THREADS if m <= bound)
+    return first_row(PANEL_MAX_THREADS, m)
 
 
 def panel_width_cuda(m: int) -> int:
@@ -816,7 +1135,8 @@ def custom_kernel(data: torch.Tensor):
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A)
     if n <= BLOCKED_MAX_N:
-        return blocked_qr(A, panel_width_cuda, factor_panel_cuda)
+        update = update_tf32x3_cuda if first_row(UPDATE_PRODUCT, n) == "tf32x3" else apply_block_reflector
+        return blocked_qr(A, panel_width_cuda, factor_panel_cuda, update)
     return torch.geqrf(A)
 
 CUDA.configure("popkit_qr_v2", CUDA_PARTS, CUDA_UNITS)

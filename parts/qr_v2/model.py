@@ -7,10 +7,14 @@ and the built submission uses them on CPU tensors.
 - `reflector`: LAPACK slarfg with a norm scaled by the largest entry (`slarfg` from a given norm).
 - `householder_qr_model`: unblocked QR (householder_small.cu).
 - `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu).
-- `blocked_qr`: the blocked algorithm; the panel factorization is a parameter,
-  so the GPU route runs this very driver with the CUDA panel kernel.
+- `blocked_qr`: the blocked algorithm; the panel factorization and the trailing update are
+  parameters, so the GPU route runs this very driver with the CUDA kernels.
+- `apply_block_reflector` (float32 matmuls) and `apply_block_reflector_tf32x3` (householder_update.cu):
+  the trailing update.
 """
 import torch
+
+from parts.common.tf32_model import tf32x3_product  # popkit: inline
 
 
 def slarfg(alpha: torch.Tensor, xnorm: torch.Tensor):
@@ -100,11 +104,24 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return V.mT.contiguous(), T
 
 
-def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model):
+def apply_block_reflector(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
+    """C <- Q_panel^T C = C - V (T^T (V^T C)) in place, as three float32 batched matmuls."""
+    W = torch.bmm(T.mT, torch.bmm(Vt, C))
+    C.baddbmm_(Vt.mT, W, alpha=-1.0)
+
+
+def apply_block_reflector_tf32x3(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
+    """The same with householder_update.cu's arithmetic: W0 = Vt C and C -= V W as tf32x3 products
+    (operands split into TF32 hi + lo, ~21 bits), W = T^T W0 in float32."""
+    W = T.mT @ tf32x3_product(Vt, C.mT)
+    C -= tf32x3_product(Vt.mT, W.mT)
+
+
+def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model, update=apply_block_reflector):
     """Blocked Householder QR: per panel, factor it, then C -= V (T^T (V^T C)) on the trailing columns.
 
-    panel_width(m) gives the panel width for a panel of m rows (the CUDA panel
-    narrows when a tall panel would not fit in shared memory)."""
+    panel_width(m) gives the panel width for a panel of m rows (the CUDA panel narrows when a tall
+    panel would not fit in its registers); update(Vt, T, C) applies the panel to C in place."""
     H = A.clone()
     b, n, _ = H.shape
     tau = torch.zeros(b, n, dtype=H.dtype, device=H.device)
@@ -115,8 +132,6 @@ def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model):
             raise RuntimeError(f"no panel width fits {n - k0} rows")
         Vt, T = factor_panel(H, tau, k0, w)
         if k0 + w < n:
-            C = H[:, k0:, k0 + w:]
-            W = torch.bmm(T.mT, torch.bmm(Vt, C))
-            C.baddbmm_(Vt.mT, W, alpha=-1.0)
+            update(Vt, T, H[:, k0:, k0 + w:])
         k0 += w
     return H, tau

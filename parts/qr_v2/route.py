@@ -3,7 +3,8 @@
 | n            | CUDA route                                              | CPU (model)          |
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
-| <= 2048      | blocked_qr: householder_panel.cu + cuBLAS compact-WY     | blocked_qr (model)   |
+| <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
+|              | by UPDATE_PRODUCT: cuBLAS fp32, or householder_update.cu |                      |
 | larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
@@ -13,7 +14,7 @@ near-collinear columns need no detection (a zero column gives tau = 0).
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
-from parts.qr_v2.model import blocked_qr, householder_qr_model  # popkit: inline
+from parts.qr_v2.model import apply_block_reflector, blocked_qr, householder_qr_model  # popkit: inline
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
@@ -23,6 +24,10 @@ PANEL_WIDTH = 32
 # against the SM count is the next try. 256 above 512 rows puts 4 rows a thread in 16-column panels
 # (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = ((1 << 30, 512),)
+# The trailing update by n (n <= bound -> product): "fp32" (cuBLAS batched SGEMMs) or "tf32x3"
+# (householder_update.cu: one launch on TF32 tensor cores at ~21 bits; panels of 16 or 32 columns).
+# tf32x3 is not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
+UPDATE_PRODUCT = ((1 << 30, "fp32"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -43,8 +48,25 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return Vt, T
 
 
+UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled for
+
+
+def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
+    """householder_update.cu on C = H[:, k0:, k0 + w:] in place (model.apply_block_reflector's signature)."""
+    b, w, m = Vt.shape
+    if w in UPDATE_WIDTHS:
+        CUDA.call("qr_update", C, C.stride(1), C.stride(0), Vt, T, b, m, C.shape[2], w)
+    else:
+        apply_block_reflector(Vt, T, C)
+
+
+def first_row(table, key: int):
+    """The value of a route table's first row whose bound is at least key."""
+    return next(value for bound, value in table if key <= bound)
+
+
 def panel_max_threads(m: int) -> int:
-    return next(threads for bound, threads in PANEL_MAX_THREADS if m <= bound)
+    return first_row(PANEL_MAX_THREADS, m)
 
 
 def panel_width_cuda(m: int) -> int:
@@ -64,5 +86,6 @@ def custom_kernel(data: torch.Tensor):
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A)
     if n <= BLOCKED_MAX_N:
-        return blocked_qr(A, panel_width_cuda, factor_panel_cuda)
+        update = update_tf32x3_cuda if first_row(UPDATE_PRODUCT, n) == "tf32x3" else apply_block_reflector
+        return blocked_qr(A, panel_width_cuda, factor_panel_cuda, update)
     return torch.geqrf(A)
