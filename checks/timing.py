@@ -159,6 +159,21 @@ class PerfCounterClock:
         return float(time.perf_counter_ns() - start), result
 
 
+def per_launch_us(launch: Callable[[], object], repeats: int = 50) -> float:
+    """Microseconds a launch of one kernel (or call) takes back to back on the GPU: CUDA events around
+    `repeats` launches after one warm-up, no L2 flush. For comparing kernel variants in one run (the
+    kernel benches in scripts/), not for the grader's number (time_case)."""
+    launch()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        launch()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / repeats
+
+
 def time_case(
     custom_kernel: Callable[[object], object],
     inputs: Sequence[object],

@@ -40,6 +40,22 @@ def built_file(path: str) -> str:
     return path
 
 
+def bench_each_built_file(argv: list[str], doc: str, bench) -> None:
+    """The command line of a kernel bench script: --help prints DOC; else every argument must be a built
+    file (checked before the first run, so a typo in the last costs nothing), then bench(path, tag) for each,
+    tagged v0:NAME, v1:NAME, ... in argument order."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(doc)
+        raise SystemExit(0)
+    if not argv:
+        print(f"usage: {doc.splitlines()[2].split(': ', 1)[-1]} (--help says more)", file=sys.stderr)
+        raise SystemExit(2)
+    for path in argv:
+        built_file(path)
+    for i, path in enumerate(argv):
+        bench(path, f"v{i}:{os.path.basename(path)}")
+
+
 def import_submission(path: str, module_name: str):
     """Import a submission file as a module (the grader does `from submission import custom_kernel`).
     The loader is named: the grader saves any file as submission.py, so a name without .py runs too."""

@@ -15,19 +15,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks.worker import built_file, import_submission  # noqa: E402
-
-
-def per_launch_us(launch, repeats: int = 50) -> float:
-    launch()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(repeats):
-        launch()
-    end.record()
-    torch.cuda.synchronize()
-    return start.elapsed_time(end) * 1e3 / repeats
+from checks.timing import per_launch_us  # noqa: E402
+from checks.worker import bench_each_built_file, import_submission  # noqa: E402
 
 
 def spd(batch: int, n: int) -> torch.Tensor:
@@ -82,13 +71,4 @@ def bench(path: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:2] in (["-h"], ["--help"]):
-        print(__doc__)
-        raise SystemExit(0)
-    if len(sys.argv) < 2:
-        print("usage: cholesky_kernel_bench.py BUILT.py [BUILT.py ...] (--help says more)", file=sys.stderr)
-        raise SystemExit(2)
-    for built in sys.argv[1:]:          # every file before the first run: a typo in the last one costs nothing
-        built_file(built)
-    for i, built in enumerate(sys.argv[1:]):
-        bench(built, f"v{i}:{built.rsplit('/', 1)[-1]}")
+    bench_each_built_file(sys.argv[1:], __doc__, bench)

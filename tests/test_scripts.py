@@ -58,7 +58,7 @@ def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
-PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "peers.py"]
+PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py", "peers.py"]
 
 
 @pytest.mark.parametrize("name", PY_SCRIPTS)
@@ -81,17 +81,19 @@ def test_help_names_the_default_of_reps(tmp_path, name, default):
     ("profile_route.py", ["missing.py", "cholesky", "batch: 1; n: 8; cond: 1; seed: 1"]),
     ("sweep_route.py", ["missing.py", "cholesky", "variants.json"]),
     ("cholesky_kernel_bench.py", ["missing.py"]),
+    ("qr_kernel_bench.py", ["ok.py", "missing.py"]),
     ("peers.py", ["missing.py", "cholesky"]),
 ])
 def test_a_missing_submission_is_one_line(tmp_path, name, args):
     # A FileNotFoundError traceback from importlib.
     (tmp_path / "variants.json").write_text('{"default": {}}')
+    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")      # every file is checked before any runs
     done = script(tmp_path, name, *args)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: missing.py: no such file (build one: popkit build PROBLEM -o FILE.py)"]
 
 
-@pytest.mark.parametrize("name", ["profile_route.py", "cholesky_kernel_bench.py"])
+@pytest.mark.parametrize("name", ["profile_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py"])
 def test_without_arguments_the_usage_is_the_error(tmp_path, name):
     # profile_route: a TypeError traceback; cholesky_kernel_bench: nothing at all, exit 0.
     done = script(tmp_path, name)
