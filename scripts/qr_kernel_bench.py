@@ -14,9 +14,8 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks.native import qr_v2  # noqa: E402
 from checks.timing import per_launch_us  # noqa: E402
-from checks.worker import bench_each_built_file, import_submission  # noqa: E402
+from checks.worker import bench_each_built_file, checker, import_submission  # noqa: E402
 
 SHAPES = ((40, 176), (40, 352), (640, 512), (60, 1024), (8, 2048))
 
@@ -35,7 +34,7 @@ def bench(path: str, tag: str) -> None:
     if hasattr(module, "update_tf32x3_cuda"):
         updates["tf32x3"] = module.update_tf32x3_cuda
     for batch, n in SHAPES:
-        A = qr_v2.generate({"batch": batch, "n": n, "cond": 1, "seed": 1}, device="cuda")
+        A = checker("qr_v2").generate({"batch": batch, "n": n, "cond": 1, "seed": 1}, device="cuda")
         w = module.panel_width_cuda(n)
         H, tau = A.clone(), torch.zeros(batch, n, device="cuda")
         Vt, T = module.factor_panel_cuda(H, tau, 0, w)
