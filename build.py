@@ -29,6 +29,7 @@ from checks.preflight import BANNED, PreflightReport, defines, name_error, prefl
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.files import is_null_device, write_atomic
+from popcorn.evidence.provenance import built_from
 
 ROOT = Path(__file__).resolve().parent
 PARTS = ROOT / "parts"
@@ -39,7 +40,6 @@ DEFAULT_GPU = "B200"
 INLINE_MARK = "# popkit: inline"
 PARTS_PACKAGE = "parts"     # a cross-part import: from parts.PROBLEM.module import ...
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
-BUILT_FROM = re.compile(r"^# Built by popkit from parts/([^/:\s]+):", re.MULTILINE)   # the template's third line
 COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
 
 
@@ -305,10 +305,9 @@ def stale_reason(path: Path | str = ROOT / "submission.py") -> str | None:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         return f"{path}: cannot be read ({getattr(exc, 'strerror', None) or exc})"
-    match = BUILT_FROM.search(text)
-    if match is None:
+    problem = built_from(text)
+    if problem is None:
         return f"{path}: not built by popkit (no '# Built by popkit from parts/PROBLEM' line in its header)"
-    problem = match.group(1)
     command = f"popkit build {problem}" + ("" if path.resolve() == (ROOT / "submission.py") else f" -o {path}")
     fresh = render(problem).text
     old_lines, new_lines = COMMIT_LINE.sub("", text).splitlines(), COMMIT_LINE.sub("", fresh).splitlines()

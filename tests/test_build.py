@@ -16,6 +16,7 @@ import torch
 
 import build
 from popcorn.evidence import files
+from popcorn.evidence.provenance import built_from
 from checks.native import native_checker
 from popcorn.errors import PopkitError
 
@@ -547,7 +548,7 @@ def test_the_tracked_submission_is_a_fresh_build_of_the_problem_it_names():
     # so the file README's loop uploads was not the code the tests checked.
     reason = build.stale_reason(build.ROOT / "submission.py")
     assert reason is None, (f"{reason}\n(from {build.ROOT}: {sys.executable} -m popcorn build "
-                            f"{build.BUILT_FROM.search((build.ROOT / 'submission.py').read_text()).group(1)})")
+                            f"{built_from((build.ROOT / 'submission.py').read_text())})")
 
 
 def test_a_fresh_build_differs_only_in_its_commit_line(tmp_path, monkeypatch):

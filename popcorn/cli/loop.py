@@ -53,11 +53,11 @@ def _submission_for(problem: str, given: Path | None) -> Path:
     import build as builder
     from checks.problems import load_problem
     from checks.preflight import leading_directives
+    from popcorn.evidence.provenance import built_from
     board = load_problem(problem).leaderboard
     if DEFAULT_SUBMISSION.is_file():
         text = DEFAULT_SUBMISSION.read_text(encoding="utf-8", errors="replace")
-        built_from = builder.BUILT_FROM.search(text)
-        parts_of = built_from.group(1) if built_from else None        # None: a file popkit did not build
+        parts_of = built_from(text)        # None: a file popkit did not build
         if leading_directives(text).get("leaderboard") == board and parts_of in (None, problem):
             _warn_if_older_than_parts(problem)
             return DEFAULT_SUBMISSION

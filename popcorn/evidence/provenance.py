@@ -1,10 +1,17 @@
-"""Read the provenance comment of a built file: which parts, with which sha256."""
+"""Read the provenance comment of a built file: which problem's parts, with which sha256."""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
 PART_LINE = re.compile(r"^# part (\S+) sha256 ([0-9a-f]{64})$", re.MULTILINE)
+BUILT_FROM = re.compile(r"^# Built by popkit from parts/([^/:\s]+):", re.MULTILINE)   # the template's third line
+
+
+def built_from(text: str) -> str | None:
+    """The problem whose parts a built file's text was built from; None for a file popkit did not build."""
+    match = BUILT_FROM.search(text)
+    return match.group(1) if match else None
 
 
 def part_hashes(path: Path) -> dict[str, str]:
