@@ -150,17 +150,32 @@ def _is_name_list(value) -> bool:
     return isinstance(value, list) and bool(value) and all(isinstance(v, str) and v.isidentifier() for v in value)
 
 
-def entry_points_of(board: str | None) -> list[str]:
-    """What a file for leaderboard BOARD must define: the entry points of the record that names the board,
-    else custom_kernel. Records are read as plain YAML (an unreadable one is skipped: the verbs name it)."""
+def _raw_records() -> list[tuple[str, dict]]:
+    """(name, record) of every record as plain YAML, by name; an unreadable one is skipped (the verbs name it)."""
+    found = []
     for path in sorted(CASES_DIR.glob("*.yml")):
         try:
             raw = yaml.safe_load(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, yaml.YAMLError):
             continue
-        if isinstance(raw, dict) and raw.get("leaderboard") == board and _is_name_list(raw.get("entry_points")):
+        if isinstance(raw, dict):
+            found.append((path.stem, raw))
+    return found
+
+
+def entry_points_of(board: str | None) -> list[str]:
+    """What a file for leaderboard BOARD must define: the entry points of the record that names the board,
+    else custom_kernel."""
+    for _, raw in _raw_records():
+        if raw.get("leaderboard") == board and _is_name_list(raw.get("entry_points")):
             return raw["entry_points"]
     return [ENTRY_POINT]
+
+
+def problems_on(board: str) -> list[str]:
+    """The problems whose record names leaderboard BOARD (a record without a board names its own problem's name),
+    in name order: several may share one board (a folder added twice)."""
+    return [name for name, raw in _raw_records() if str(raw.get("leaderboard", name)) == board]
 
 
 def normalize(problem: Problem | str, spec: dict) -> dict:

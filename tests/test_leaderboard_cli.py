@@ -395,6 +395,104 @@ def test_a_result_that_cannot_be_saved_says_it_stays_on_the_server(httpserver, h
         "it stays on the server (`popkit submissions show 7` prints it, `popkit submissions wait 7` saves and logs it)")
 
 
+
+# -- the problem a result is logged under ----------------------------------------------------
+
+TOY_TESTS = {"test-count": "2", "test.0.spec": "size: 3; seed: 11", "test.0.status": "pass",
+             "test.1.spec": "size: 17; seed: 12", "test.1.status": "pass", "check": "pass"}
+
+
+@pytest.fixture
+def addone(toy, tmp_path, monkeypatch):
+    """The toy problem `addone`, whose board is addone_v1 (a name of its own, as vectoradd's is vectoradd_v2),
+    added and built as `popkit problem add` and `popkit build` leave it; the built file's path."""
+    import build
+    from checks import problem_add, problems
+    problem_add.add_problem("addone", toy)
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    return build.build("addone", tmp_path / "addone.py").output
+
+
+def serve_board(httpserver, board, code, mode="test", sid=7):
+    """Accept one upload to BOARD on the CPU runner, then answer polls with a finished run of the toy's tests."""
+    accepted = {"details": {"id": sid, "job_status_id": sid}, "status": "accepted"}
+    httpserver.expect_oneshot_request(f"/submission/{board}/CPU/{mode}", method="POST").respond_with_json(
+        accepted, status=202)
+    final = {**submission("succeeded", [run("test", result=TOY_TESTS)], sid=sid), "leaderboard_name": board,
+             "code": code}
+    serve_polls(httpserver, final, sid=sid)
+
+
+def test_a_result_is_logged_under_the_problem_whose_built_file_was_submitted(httpserver, home, tmp_path, addone):
+    # The record's problem was the board (addone_v1), so the result sat apart from addone's check, bench and diff
+    # records, and the report showed it under a problem popkit does not know.
+    from checks import runner
+    from popcorn.report.data import load_evidence
+    serve_board(httpserver, "addone_v1", addone.read_text())
+    result = popkit("submit", addone, "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    [record] = logged(tmp_path)
+    assert record["problem"] == "addone" and record["leaderboard"] == "addone_v1"
+    assert [c["spec"] for c in record["cases"]] == [{"size": 3, "seed": 11}, {"size": 17, "seed": 12}]
+    log = tmp_path / "logs" / "performance.jsonl"
+    assert runner.check("addone", addone, device="cpu", log_path=log).passed
+    [evidence] = load_evidence(log).problems
+    assert evidence.name == "addone" and evidence.counts == {"leaderboard": 1, "check": 1}
+    assert [s.submission_id for s in evidence.submissions] == [7]
+
+
+
+def test_of_problems_sharing_a_board_the_submitted_files_own_wins(httpserver, home, tmp_path, addone, toy):
+    import build
+    from checks import problem_add
+    problem_add.add_problem("addtwo", toy)            # the same folder again: a second problem on addone_v1
+    addtwo = build.build("addtwo", tmp_path / "addtwo.py").output
+    for sid, path in ((7, addone), (8, addtwo)):
+        serve_board(httpserver, "addone_v1", path.read_text(), sid=sid)
+        result = popkit("submit", path, "--poll-interval", 0)
+        assert result.exit_code == 0 and "note:" not in result.stderr, result.output
+    assert [(r["problem"], r["leaderboard"]) for r in logged(tmp_path)] == [("addone", "addone_v1"),
+                                                                             ("addtwo", "addone_v1")]
+
+
+@pytest.mark.parametrize("second, board, note", [
+    (True, "addone_v1", "note: board addone_v1 serves addone, addtwo and the submitted file's '# Built by popkit "
+                        "from parts/NAME' line names none of them: its result is logged under the board's name"),
+    (False, "other_v1", "note: no problem's record names board other_v1 (`popkit problem list`): its result is "
+                        "logged under the board's name"),
+])
+def test_a_result_no_single_problem_claims_keeps_the_boards_name_and_says_so(httpserver, home, tmp_path, addone, toy,
+                                                                              second, board, note):
+    from checks import problem_add
+    if second:
+        problem_add.add_problem("addtwo", toy)
+    hand_written = "import torch\n\n\ndef custom_kernel(data):\n    return data\n"
+    (tmp_path / "plain.py").write_text(hand_written)
+    serve_board(httpserver, board, hand_written)
+    result = popkit("submit", "plain.py", "--leaderboard", board, "--gpu", "CPU", "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert [line for line in result.stderr.splitlines() if "logged under" in line] == [note]
+    [record] = logged(tmp_path)
+    assert record["problem"] == record["leaderboard"] == board
+
+
+def test_wait_logs_a_result_under_its_problem_once_and_knows_records_older_than_the_board_key(httpserver, home,
+                                                                                            tmp_path, addone):
+    from popcorn.evidence.logs import append_record, new_record
+    serve_board(httpserver, "addone_v1", addone.read_text())
+    popkit("submissions", "wait", 7)
+    again = popkit("submissions", "wait", 7)
+    assert again.exit_code == 0 and "submission 7 is already in the evidence log" in again.stderr
+    assert [(r["problem"], r["submission_id"]) for r in logged(tmp_path)] == [("addone", 7)]
+    # Before the record had a `leaderboard` key, its problem was the board: that submission is logged too.
+    log = tmp_path / "logs" / "performance.jsonl"
+    log.unlink()
+    append_record(new_record("addone_v1", "leaderboard", submission_id=7), log)
+    assert "already in the evidence log" in popkit("submissions", "wait", 7).stderr
+    assert len(logged(tmp_path)) == 1
+
+
 # -- runs that crash, jobs that stall --------------------------------------------------------
 
 def test_crashed_run_says_it_produced_no_results(httpserver, home):

@@ -84,6 +84,7 @@ def test_a_run_is_the_same_only_with_the_same_time_problem_mode_and_file(tmp_pat
     (json.dumps(record("2026-12-01T10:00:00Z", sha="xyz")), "submission_sha256 is not a sha256"),
     (json.dumps({**record("2026-12-01T10:00:00Z"), "geomean_us": "fast"}), "geomean_us is not a number"),
     (json.dumps({**record("2026-12-01T10:00:00Z"), "device": 0}), "device is not a string"),
+    (json.dumps({**record("2026-12-01T10:00:00Z"), "leaderboard": ["qr_v2"]}), "leaderboard is not a string"),
     (json.dumps({**record("2026-12-01T10:00:00Z"), "cases": [{"status": "pass"}]}), "case 0 has no spec object"),
     (json.dumps({**record("2026-12-01T10:00:00Z"), "cases": [{"spec": SPEC, "status": "ok"}]}),
      "case 0 status 'ok' is not pass or fail"),

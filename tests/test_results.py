@@ -30,7 +30,7 @@ TESTS_ONE_FAILING = {
 }
 
 
-QR = results.problem_of("qr_v2")
+QR = results.result_problem("qr_v2").record
 
 
 def run(mode, passed=True, secret=False, score=None, result=None, runner="B200"):
@@ -173,10 +173,66 @@ def test_ranking_first_place_shows_the_lead():
 
 
 def test_specs_of_an_unknown_leaderboard_are_generic():
-    assert results.problem_of("no_such_board") is None
+    assert results.result_problem("no_such_board").record is None
     [case] = results.parse_cases({"test-count": "1", "test.0.spec": "size: 4096; seed: 7",
                                   "test.0.status": "pass", "check": "pass"}, "test")
     assert case["spec"] == {"size": 4096, "seed": 7}
+
+
+
+# -- the problem a result belongs to ---------------------------------------------------------
+
+@pytest.fixture
+def boards(tmp_path, monkeypatch):
+    """Records in tmp_path: qr_v2 (the native problem) on board qr_board, and two problems sharing board pair_v1."""
+    from checks import problems
+    qr_v2 = problems.record_path("qr_v2").read_text()
+    monkeypatch.setattr(problems, "CASES_DIR", tmp_path / "cases")
+    problems.CASES_DIR.mkdir()
+    (problems.CASES_DIR / "qr_v2.yml").write_text(qr_v2.replace("leaderboard: qr_v2", "leaderboard: qr_board"))
+    for name in ("one", "two"):
+        (problems.CASES_DIR / f"{name}.yml").write_text("leaderboard: pair_v1\ntests: [{size: 1}]\n"
+                                                        "benchmarks: [{size: 2}]\n")
+    return problems.CASES_DIR
+
+
+def built(problem: str, board: str = "pair_v1") -> str:
+    """The head of a file popkit built from parts/PROBLEM for BOARD."""
+    return f"#!POPCORN leaderboard {board}\n#!POPCORN gpu B200\n# Built by popkit from parts/{problem}: do not edit\n"
+
+
+def test_a_native_problems_result_on_a_board_of_its_own_is_logged_and_read_as_that_problem(boards, tmp_path):
+    # Logged under the board (qr_board), its specs were read without qr_v2's record: the default `case: dense`
+    # was missing, so the same case never matched its check and bench records.
+    outcome = results.parse_submission({**submission([run("benchmark", result=BENCH)]), "leaderboard_name": "qr_board"})
+    assert outcome.problem.name == "qr_v2" and outcome.problem.note is None
+    assert outcome.cases[0]["spec"] == {"batch": 20, "n": 32, "cond": 1, "seed": 43214, "case": "dense"}
+    log = tmp_path / "logs" / "performance.jsonl"
+    record = results.log_outcome(outcome, "benchmark", tmp_path / "logs" / "leaderboard" / "7.json", log)
+    assert (record["problem"], record["leaderboard"]) == ("qr_v2", "qr_board")
+    assert logs.record_problem(record) is None
+
+
+@pytest.mark.parametrize("board, code, name, has_record, note", [
+    ("pair_v1", built("two"), "two", True, None),                 # the file's own problem, of those on the board
+    ("pair_v1", built("three"), "pair_v1", False, "board pair_v1 serves one, two and the submitted file's"),
+    ("pair_v1", "import torch\n", "pair_v1", False, "board pair_v1 serves one, two"),
+    ("qr_board", built("one", "qr_board"), "qr_v2", True, None),  # a file of another board's problem: the board's
+    ("qr_v2", "", "qr_v2", False, "no problem's record names board qr_v2"),    # qr_v2's record names another board
+])
+def test_the_problem_a_result_is_logged_under(boards, board, code, name, has_record, note):
+    found = results.result_problem(board, code)
+    assert found.name == name and (found.record is not None) == has_record
+    assert (found.note is None) if note is None else found.note.startswith(note)
+    assert found.record is None or found.record.name == name
+
+
+def test_a_problem_whose_record_cannot_be_read_still_owns_its_boards_result(boards):
+    (boards / "two.yml").write_text("leaderboard: pair_v1\ntests: []\n")
+    found = results.result_problem("pair_v1", built("two"))
+    assert (found.name, found.record) == ("two", None)
+    assert found.note.endswith("a problem record needs non-empty 'tests' and 'benchmarks' lists: the case specs "
+                               "are read without it")
 
 
 # -- runs that ended early (crash or timeout) ------------------------------------------------

@@ -353,6 +353,8 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
                           "it)") from None
     if logged is None:
         click.echo(f"submission {submission_id} is already in the evidence log: not logged again", err=True)
+    elif outcome.problem.note:
+        click.echo(f"note: {outcome.problem.note}", err=True)
     failures = outcome.failures(run_mode)
     verdict = "FAIL: " + "; ".join(failures) if failures else "PASS"
     emit(f"{results.render_outcome(outcome)}\n\n{verdict}", output)
@@ -375,8 +377,9 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
         raise Interrupted("interrupted: nothing was saved; once uploaded, the profile run goes on at the server, "
                           "where it cannot be followed again") from None
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    code = file.read_text(encoding="utf-8", errors="replace")     # the file's own problem reads its case specs
     result = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}",
-                                  results.problem_of(leaderboard))
+                                  results.result_problem(leaderboard, code).record)
     emit(f"{results.render_profile(result)}\n\n{'PASS' if result.ok else 'FAIL'}", output)
     click.echo(f"profile result saved in {result.directory}", err=True)
     return result.ok

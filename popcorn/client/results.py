@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from checks.preflight import SUFFIXES
-from checks.problems import Problem, known_problems, load_problem, parse_spec, short_spec
+from checks.problems import Problem, load_problem, parse_spec, problems_on, short_spec
 from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.files import write_atomic
 from popcorn.evidence.logs import DEFAULT_LOG, append_record, case_geomean, new_record, read_records
+from popcorn.evidence.provenance import built_from
 from popcorn.evidence.tables import fmt_us, render_table
 
 NS_PER_US = 1000.0
@@ -45,14 +46,32 @@ def number(value) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def problem_of(leaderboard: str) -> Problem | None:
-    """popkit's record of the problem a leaderboard serves, when it has one (it checks the specs)."""
-    if leaderboard not in known_problems():
-        return None
-    try:
-        return load_problem(leaderboard)
-    except ProblemError:
-        return None
+@dataclass(frozen=True)
+class ResultProblem:
+    """The problem a board's result is logged under: NAME, its RECORD (which reads the case specs; None where
+    popkit has none), and a NOTE of one line where the board's own name stands in for a problem."""
+    name: str
+    record: Problem | None = None
+    note: str | None = None
+
+
+def result_problem(board: str, code: str = "") -> ResultProblem:
+    """The problem whose file (CODE) went to BOARD: the file's own ('# Built by popkit from parts/NAME') where
+    that problem's record names BOARD, since several problems may share a board; else the one problem whose
+    record names BOARD; else the board's name, with a note."""
+    serving, own = problems_on(board), built_from(code)
+    if own in serving or len(serving) == 1:
+        name = own if own in serving else serving[0]
+        try:
+            return ResultProblem(name, load_problem(name))
+        except ProblemError as exc:
+            return ResultProblem(name, None, f"{exc}: the case specs are read without it")
+    if serving:
+        return ResultProblem(board, None, f"board {board} serves {', '.join(serving)} and the submitted file's "
+                                          "'# Built by popkit from parts/NAME' line names none of them: its result "
+                                          "is logged under the board's name")
+    return ResultProblem(board, None, f"no problem's record names board {board} (`popkit problem list`): its "
+                                      "result is logged under the board's name")
 
 
 def spec_of(text: str, problem: Problem | None = None) -> dict:
@@ -173,6 +192,7 @@ class Outcome:
     job_status: str | None
     job_error: str | None      # one line, cut at 300 characters (the raw reply saved by submit and wait has it all)
     runs: list[Run]
+    problem: ResultProblem     # what the result is logged under
 
     @property
     def gpu(self) -> str | None:
@@ -215,7 +235,9 @@ class Outcome:
 
 def parse_submission(data: dict) -> Outcome:
     leaderboard = str(data.get("leaderboard_name") or "?")
-    problem = problem_of(leaderboard)
+    code = str(data.get("code") or "")
+    owner = result_problem(leaderboard, code)
+    problem = owner.record
     runs = []
     for raw in data.get("runs") or []:
         passed = bool(raw.get("passed"))
@@ -230,8 +252,8 @@ def parse_submission(data: dict) -> Outcome:
                         tests=tests, benchmarks=benchmarks, stopped=stopped))
     job = data.get("job") or {}
     return Outcome(submission_id=data.get("id"), leaderboard=leaderboard,
-                   file_name=str(data.get("file_name") or "?"), code=str(data.get("code") or ""),
-                   job_status=job.get("status"), job_error=_clip(job.get("error"), 300), runs=runs)
+                   file_name=str(data.get("file_name") or "?"), code=code,
+                   job_status=job.get("status"), job_error=_clip(job.get("error"), 300), runs=runs, problem=owner)
 
 
 def format_score(score_s: float | None) -> str:
@@ -378,14 +400,16 @@ def save_raw(raw: bytes, name: str, directory: Path | None = None) -> Path:
 
 
 def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path | None = None) -> dict | None:
-    """Append the submission's per-case numbers to the evidence log; the record, or None when the
-    log already holds this submission (one record per submission, however often it is followed)."""
+    """Append the submission's per-case numbers to the evidence log, under its problem (outcome.problem) with
+    the board beside it; the record, or None when the log already holds this submission (one record per
+    submission, however often it is followed)."""
     log_path = Path(log_path or log_dir() / "performance.jsonl")
     if outcome.submission_id is not None and is_logged(outcome.leaderboard, outcome.submission_id, log_path):
         return None
     cases = outcome.cases
     record = new_record(
-        outcome.leaderboard, "leaderboard", gpu=outcome.gpu, cases=cases, geomean_us=case_geomean(cases),
+        outcome.problem.name, "leaderboard", leaderboard=outcome.leaderboard, gpu=outcome.gpu, cases=cases,
+        geomean_us=case_geomean(cases),
         submission_sha256=hashlib.sha256(outcome.code.encode()).hexdigest() if outcome.code else None,
         submission_id=outcome.submission_id, run_mode=run_mode, job_status=outcome.job_status,
         public_score_s=outcome.score_s(False), secret_score_s=outcome.score_s(True),
@@ -395,8 +419,10 @@ def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path 
 
 
 def is_logged(leaderboard: str, submission_id: int, log_path: Path) -> bool:
+    """Whether the log holds this submission to LEADERBOARD; a record older than the `leaderboard` key has the
+    board as its problem."""
     records, _ = read_records(log_path)
-    return any(r.get("mode") == "leaderboard" and r.get("problem") == leaderboard
+    return any(r.get("mode") == "leaderboard" and r.get("leaderboard", r.get("problem")) == leaderboard
                and r.get("submission_id") == submission_id for r in records)
 
 

@@ -3,7 +3,9 @@
 The record shape is the contract in ../shared/docs/design.md ("Evidence"):
 time, problem, mode, commit, submission_sha256, gpu, torch, cuda, compile_s,
 cases[...], geomean_us, baseline_geomean_us, baseline. Extra keys are allowed;
-"device" (the torch device a local run used) says, with "gpu", where it ran.
+"device" (the torch device a local run used) says, with "gpu", where it ran; a leaderboard
+record's "leaderboard" names the board, its "problem" the problem whose file went there (a
+record older than that key has the board as its problem).
 Records made on another machine come in through merge_logs.
 """
 from __future__ import annotations
@@ -263,7 +265,7 @@ def record_problem(record) -> str | None:
     sha = record["submission_sha256"]
     if sha is not None and not (isinstance(sha, str) and SHA256.match(sha)):
         return "submission_sha256 is not a sha256"
-    for key in ("commit", "gpu", "torch", "cuda", "baseline", "device"):
+    for key in ("commit", "gpu", "torch", "cuda", "baseline", "device", "leaderboard"):
         if record.get(key) is not None and not isinstance(record[key], str):
             return f"{key} is not a string"
     for key in ("compile_s", "geomean_us", "baseline_geomean_us"):
