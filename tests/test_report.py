@@ -220,6 +220,20 @@ def test_submissions_newest_first(full):
     assert table[1][6] == "102.json (missing)" and table[2][6] == "101.json"
 
 
+
+def test_a_submission_shows_under_its_problem_and_one_logged_before_the_board_key_under_its_board(tmp_path):
+    # vectoradd's board is vectoradd_v2: a record of today names both; an older one has the board as its problem.
+    log = tmp_path / "logs" / "performance.jsonl"
+    log.parent.mkdir()
+    older = {**_leaderboard("2026-12-01T12:00:00Z", 101, 0.00004, None), "problem": "vectoradd_v2"}
+    today = {**_leaderboard("2026-12-02T12:00:00Z", 102, 0.00004, None), "problem": "vectoradd",
+             "leaderboard": "vectoradd_v2"}
+    log.write_text(f"{json.dumps(older)}\n{json.dumps(today)}\n")
+    evidence = report_data.load_evidence(log)
+    assert [(p.name, [s.submission_id for s in p.submissions]) for p in evidence.problems] == [
+        ("vectoradd", [102]), ("vectoradd_v2", [101])]
+
+
 def test_missing_log_gives_notes_not_charts(tmp_path):
     report = build_report(tmp_path / "logs" / "performance.jsonl", tmp_path / "out", "qr_v2")
     html = report.page.read_text()
