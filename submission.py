@@ -1,16 +1,17 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: b0ac8d762eecf3453903de65ff9b45c95baacd7f
+# toolkit commit: f0f3fe147c4a196f5d5ac51b4c3ae86cbab41a3a
 # part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_panel.cu sha256 b1c499ce626fb1041d5d9357a6b4126c39ec4788e4f7b041b8404a135d3867fe
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part qr_v2/householder_update.cu sha256 faad411bee820d232362ce7404205f6d11d124c394ca09c1db007df689e995a4
+# part qr_v2/householder_blocked.cu sha256 5e8f40aed179dc691076ba8d1482703ef07b524ff0836862e6210db49b4ca485
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 d96171d17d1fee3e58a7354b53093c7c03379b5b456ccb86e2900a9b95932dd9
-# part qr_v2/route.py sha256 7d1a32277860316bea50e1db0e670af354cad598e9195acea3056da5514cd072
+# part qr_v2/route.py sha256 c1f81be077bf7637678d6b2681122f0cd6d67bad33a8aafe468ac4819672a0b5
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -686,12 +687,48 @@ POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, cons
     return (int)cudaGetLastError();
 }
 ''',
+    "qr_v2/householder_blocked.cu": r'''
+// qr_v2, the blocked route in one CUDA call: for k0 = 0, w, 2w, ... factor the panel (qr_panel,
+// householder_panel.cu), then apply it to the trailing columns (qr_update, householder_update.cu):
+// model.blocked_qr with update = apply_block_reflector_tf32x3, the same loop. Vt and T live in the
+// caller's workspace (batch x 32 x n and batch x 32 x 32 floats), which every panel reuses.
+// Why: no Python between the launches and no allocation per panel; at 40x176 the host time between
+// launches was about half of the wall time (scripts/profile_route.py at d11541b: wall 0.68 ms, GPU
+// busy 0.29 ms).
+
+POPKIT_EXPORT int qr_panel_width(int m, int max_threads);
+POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                           int max_threads);
+POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
+                            int w);
+
+// H: the batch's matrices (batch x n x n, a copy of A), factored in place; tau: batch x n; panel CTAs of
+// at most max_threads threads. n^2 < 2^31. A panel width qr_update lacks (8, past m = 2048 rows at 512
+// threads) is cudaErrorInvalidValue, before anything runs.
+POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batch, int n, int max_threads) {
+    if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31)) return (int)cudaErrorInvalidValue;
+    for (int k0 = 0; k0 < n;) {                  // every width first: no half-factored batch on a refusal
+        const int m = n - k0, width = qr_panel_width(m, max_threads);
+        if (width == 0 || (width < m && width != 16 && width != 32)) return (int)cudaErrorInvalidValue;
+        k0 += min(width, m);
+    }
+    for (int k0 = 0; k0 < n;) {
+        const int m = n - k0, w = min(qr_panel_width(m, max_threads), m);
+        int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads);
+        if (err == 0 && k0 + w < n) err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
+        if (err != 0) return err;
+        k0 += w;
+    }
+    return 0;
+}
+''',
 }
 # The translation units the loader compiles in parallel: every header part, then one .cu part.
 CUDA_UNITS = [
     ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_small.cu"],
     ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_panel.cu"],
     ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_update.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_blocked.cu"],
 ]
 
 # ---- part common/cuda_loader.py ----
@@ -1055,7 +1092,8 @@ def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model, up
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
 | <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
-|              | by UPDATE_PRODUCT: cuBLAS fp32, or householder_update.cu |                      |
+|              | by BLOCKED_VARIANT: cuBLAS fp32, householder_update.cu,  |                      |
+|              | or both kernels from one C++ loop (householder_blocked)  |                      |
 | larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
@@ -1067,16 +1105,16 @@ import torch
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
-# The panel kernel's CTA size cap by panel height (rows <= bound -> at most that many threads; fewer
-# threads own more rows each). 256 up to 512 rows (ec11348) lets two CTAs share an SM: 640x512 0.96x,
-# but 40x352 1.04x (40 CTAs leave SMs idle, so fewer threads only lengthen each); a cap by batch
-# against the SM count is the next try. 256 above 512 rows puts 4 rows a thread in 16-column panels
-# (60x1024 1.30x in sweep_route at d11541b).
-PANEL_MAX_THREADS = ((1 << 30, 512),)
-# The trailing update by n (n <= bound -> product): "fp32" (cuBLAS batched SGEMMs) or "tf32x3"
-# (householder_update.cu: one launch on TF32 tensor cores at ~21 bits; panels of 16 or 32 columns).
-# tf32x3 is not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
-UPDATE_PRODUCT = ((1 << 30, "fp32"),)
+# The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
+# lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
+# threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
+# rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
+PANEL_MAX_THREADS = 512
+# How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
+# cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
+# bits) or "one_call" (householder_blocked.cu: that loop in C++, one call a factorization).
+# tf32x3 and one_call are not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
+BLOCKED_VARIANT = ((1 << 30, "fp32"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -1093,7 +1131,7 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, panel_max_threads(n - k0))
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
     return Vt, T
 
 
@@ -1109,17 +1147,25 @@ def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> No
         apply_block_reflector(Vt, T, C)
 
 
+def blocked_one_call_cuda(A: torch.Tensor):
+    """householder_blocked.cu: the whole blocked factorization in one call (model.blocked_qr with the
+    tf32x3 update); Vt and T in one workspace for every panel."""
+    b, n, _ = A.shape
+    H = A.clone()
+    tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
+    Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
+    T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS)
+    return H, tau
+
+
 def first_row(table, key: int):
     """The value of a route table's first row whose bound is at least key."""
     return next(value for bound, value in table if key <= bound)
 
 
-def panel_max_threads(m: int) -> int:
-    return first_row(PANEL_MAX_THREADS, m)
-
-
 def panel_width_cuda(m: int) -> int:
-    return CUDA.query("qr_panel_width", m, panel_max_threads(m))
+    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
 
 
 def fixed_panel_width(m: int) -> int:
@@ -1135,7 +1181,10 @@ def custom_kernel(data: torch.Tensor):
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A)
     if n <= BLOCKED_MAX_N:
-        update = update_tf32x3_cuda if first_row(UPDATE_PRODUCT, n) == "tf32x3" else apply_block_reflector
+        variant = first_row(BLOCKED_VARIANT, n)
+        if variant == "one_call":
+            return blocked_one_call_cuda(A)
+        update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
         return blocked_qr(A, panel_width_cuda, factor_panel_cuda, update)
     return torch.geqrf(A)
 

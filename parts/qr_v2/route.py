@@ -4,7 +4,8 @@
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
 | <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
-|              | by UPDATE_PRODUCT: cuBLAS fp32, or householder_update.cu |                      |
+|              | by BLOCKED_VARIANT: cuBLAS fp32, householder_update.cu,  |                      |
+|              | or both kernels from one C++ loop (householder_blocked)  |                      |
 | larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
@@ -18,16 +19,16 @@ from parts.qr_v2.model import apply_block_reflector, blocked_qr, householder_qr_
 
 SMALL_MAX_N = 64
 PANEL_WIDTH = 32
-# The panel kernel's CTA size cap by panel height (rows <= bound -> at most that many threads; fewer
-# threads own more rows each). 256 up to 512 rows (ec11348) lets two CTAs share an SM: 640x512 0.96x,
-# but 40x352 1.04x (40 CTAs leave SMs idle, so fewer threads only lengthen each); a cap by batch
-# against the SM count is the next try. 256 above 512 rows puts 4 rows a thread in 16-column panels
-# (60x1024 1.30x in sweep_route at d11541b).
-PANEL_MAX_THREADS = ((1 << 30, 512),)
-# The trailing update by n (n <= bound -> product): "fp32" (cuBLAS batched SGEMMs) or "tf32x3"
-# (householder_update.cu: one launch on TF32 tensor cores at ~21 bits; panels of 16 or 32 columns).
-# tf32x3 is not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
-UPDATE_PRODUCT = ((1 << 30, "fp32"),)
+# The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
+# lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
+# threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
+# rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
+PANEL_MAX_THREADS = 512
+# How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
+# cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
+# bits) or "one_call" (householder_blocked.cu: that loop in C++, one call a factorization).
+# tf32x3 and one_call are not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
+BLOCKED_VARIANT = ((1 << 30, "fp32"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -44,7 +45,7 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, panel_max_threads(n - k0))
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
     return Vt, T
 
 
@@ -60,17 +61,25 @@ def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> No
         apply_block_reflector(Vt, T, C)
 
 
+def blocked_one_call_cuda(A: torch.Tensor):
+    """householder_blocked.cu: the whole blocked factorization in one call (model.blocked_qr with the
+    tf32x3 update); Vt and T in one workspace for every panel."""
+    b, n, _ = A.shape
+    H = A.clone()
+    tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
+    Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
+    T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS)
+    return H, tau
+
+
 def first_row(table, key: int):
     """The value of a route table's first row whose bound is at least key."""
     return next(value for bound, value in table if key <= bound)
 
 
-def panel_max_threads(m: int) -> int:
-    return first_row(PANEL_MAX_THREADS, m)
-
-
 def panel_width_cuda(m: int) -> int:
-    return CUDA.query("qr_panel_width", m, panel_max_threads(m))
+    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
 
 
 def fixed_panel_width(m: int) -> int:
@@ -86,6 +95,9 @@ def custom_kernel(data: torch.Tensor):
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A)
     if n <= BLOCKED_MAX_N:
-        update = update_tf32x3_cuda if first_row(UPDATE_PRODUCT, n) == "tf32x3" else apply_block_reflector
+        variant = first_row(BLOCKED_VARIANT, n)
+        if variant == "one_call":
+            return blocked_one_call_cuda(A)
+        update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
         return blocked_qr(A, panel_width_cuda, factor_panel_cuda, update)
     return torch.geqrf(A)
