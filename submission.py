@@ -1,17 +1,18 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: f0f3fe147c4a196f5d5ac51b4c3ae86cbab41a3a
-# part common/device_utils.cuh sha256 ebc8d0970f02f1917270f6cb9643dd0484d903709a1d262c85205aaa5779be36
+# toolkit commit: 95d7fe232098e9ad64c99f191a917ec9ba5a5ba0
+# part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
-# part qr_v2/householder_panel.cu sha256 b1c499ce626fb1041d5d9357a6b4126c39ec4788e4f7b041b8404a135d3867fe
+# part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
+# part qr_v2/householder_panel.cu sha256 dde38959a5f4f9ba5d1936793146f1c113eae698eecefab997148018ffb809e2
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part qr_v2/householder_update.cu sha256 faad411bee820d232362ce7404205f6d11d124c394ca09c1db007df689e995a4
 # part qr_v2/householder_blocked.cu sha256 5e8f40aed179dc691076ba8d1482703ef07b524ff0836862e6210db49b4ca485
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 d96171d17d1fee3e58a7354b53093c7c03379b5b456ccb86e2900a9b95932dd9
-# part qr_v2/route.py sha256 c1f81be077bf7637678d6b2681122f0cd6d67bad33a8aafe468ac4819672a0b5
+# part qr_v2/route.py sha256 33c0c073557886bdc309d5ab952bcb4a701dbdbdaa80945392d0eb1edd389c3b
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -23,7 +24,8 @@ and linked together, or, on a machine of under 4 CPUs, every part as one unit.
 # The CUDA parts in manifest order, their #includes of each other and #pragma once dropped.
 CUDA_PARTS = {
     "common/device_utils.cuh": r'''
-// Shared device helpers for every popkit kernel: warp/block reductions, reflectors,
+// Shared device helpers for every popkit kernel: warp/block reductions (and a warp's
+// transposed sum of a register vector), reflectors,
 // the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
@@ -58,6 +60,40 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
+// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
+// stage. Recursion on the template argument keeps every index a compile-time constant (a
+// loop over LEN compiled to a runtime loop with select chains over all W registers).
+template <int LEN, int W>
+__device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
+    if constexpr (LEN > 1) {
+        constexpr int kOff = 16 * LEN / W;
+        const bool upper = lane & kOff;
+#pragma unroll
+        for (int k = 0; k < LEN / 2; ++k) {
+            const float send = upper ? p[k] : p[k + LEN / 2];
+            const float keep = upper ? p[k + LEN / 2] : p[k];
+            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+        }
+        transpose_sum_stage<LEN / 2, W>(p, lane);
+    }
+}
+
+// Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
+// afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
+template <int W>
+__device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
+    transpose_sum_stage<W, W>(p, lane);
+    float total = p[0];
+#pragma unroll
+    for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    return total;
+}
+
+// log2(32 / W): lane l holds entry l >> entry_shift<W>() after warp_transpose_sum<W> (-1: no such W).
+template <int W>
+__host__ __device__ constexpr int entry_shift() { return W == 32 ? 0 : W == 16 ? 1 : W == 8 ? 2 : -1; }
+
 // Sum over the whole block; every thread gets the result. `scratch` holds one
 // float per warp (32 is enough for 1024 threads). Contains two __syncthreads().
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
@@ -86,6 +122,12 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // and the factor that scales x into the Householder tail v = x * scale.
 // xnorm == 0 gives tau = 0 (H = I), exactly as geqrf does.
 struct Reflector { float tau, beta, scale; };
+
+// Whether ||x||^2 summed in plain float32 kept its bits: in [2^-100, 2^100], neither underflow nor
+// overflow can have touched it or the products beside it; outside, take a norm scaled by max |x_i|.
+__device__ __forceinline__ bool sum_of_squares_safe(float ssq) {
+    return ssq >= 7.8886091e-31f && ssq <= 1.2676506e30f;
+}
 
 __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
     if (xnorm == 0.f) return {0.f, alpha, 0.f};
@@ -177,6 +219,96 @@ POPKIT_EXPORT int qr_small(const float* A, float* H, float* tau, int batch, int 
 
 POPKIT_EXPORT int qr_small_max_n() { return kSmallMaxN; }
 ''',
+    "qr_v2/householder_warp.cu": r'''
+// qr_v2, n <= 32: the whole Householder QR of a matrix in one warp, several matrices per CTA.
+//
+// Computes H, tau in torch.geqrf form, as householder_small.cu does. Lane l owns row l of its
+// matrix (32 columns in registers, zeros past n). Column c is householder_panel.cu's step (its
+// outline has the math): one vector p_j = sum_{r > c} x_r A[r, j], x = A[c+1:, c], gives ||x||^2,
+// the update's v^T A[:, j] = A[c, j] + s p_j and nothing else is needed (no T: no trailing update
+// follows). popkit::warp_transpose_sum leaves lane l with entry l summed over the warp, which here
+// is the whole matrix: a column takes no CTA barrier, only __syncwarp around the per-warp copies
+// of row c and of the coefficients in shared memory. ||x||^2 outside [2^-100, 2^100] takes the
+// norm scaled by max |x_i| (two warp reductions); an exactly zero x gives tau = 0 as in geqrf.
+// Model: model.factor_panel_model(H, tau, 0, n), the same one-reduction step (its T goes unused).
+//
+// Launch: kWarpMatrices warps per CTA, one matrix each; grid = ceil(batch / kWarpMatrices).
+// Why it is fast: ~350 instructions and no CTA barrier per column, where householder_small.cu
+// walks shared memory with two __syncthreads per column (64 us at 20x32 on the H200, d11541b).
+
+namespace {
+
+constexpr int kWarpMaxN = 32;
+constexpr int kWarpMatrices = 4;
+
+__global__ void __launch_bounds__(32 * kWarpMatrices)
+qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int batch, int n) {
+    __shared__ float s_row[kWarpMatrices][kWarpMaxN];      // row c of each warp's matrix
+    __shared__ float s_coef[kWarpMatrices][kWarpMaxN];     // tau v^T A[:, j] for j > c, else 0
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int matrix = blockIdx.x * kWarpMatrices + warp;
+    if (matrix >= batch) return;                           // a whole warp; the kernel has no CTA barrier
+    const float* Ab = A + (size_t)matrix * n * n;
+
+    float a[kWarpMaxN];
+#pragma unroll
+    for (int j = 0; j < kWarpMaxN; ++j) a[j] = (lane < n && j < n) ? Ab[(size_t)lane * n + j] : 0.f;
+
+    // Rolled, as householder_panel.cu's column loop: column c is picked and written with select chains.
+#pragma unroll 1
+    for (int c = 0; c < n; ++c) {
+        float xc = 0.f;
+#pragma unroll
+        for (int j = 0; j < kWarpMaxN; ++j) xc = (j == c) ? a[j] : xc;
+        const float x = (lane > c) ? xc : 0.f;
+        float p[kWarpMaxN];
+#pragma unroll
+        for (int j = 0; j < kWarpMaxN; ++j) p[j] = x * a[j];
+        const float p_lane = popkit::warp_transpose_sum<kWarpMaxN>(p, lane);    // entry `lane`, whole matrix
+        if (lane == c) {
+#pragma unroll
+            for (int j = 0; j < kWarpMaxN; ++j) s_row[warp][j] = a[j];
+        }
+        __syncwarp();
+        const float ssq = __shfl_sync(0xffffffffu, p_lane, c);
+        float xnorm;
+        if (popkit::sum_of_squares_safe(ssq)) {
+            xnorm = sqrtf(ssq);
+        } else {                                           // uniform over the warp
+            const float amax = popkit::warp_max(fabsf(x));
+            const float y = amax > 0.f ? x / amax : 0.f;
+            xnorm = amax > 0.f ? amax * sqrtf(popkit::warp_sum(y * y)) : 0.f;
+        }
+        const popkit::Reflector ref = popkit::make_reflector(s_row[warp][c], xnorm);
+        s_coef[warp][lane] = (lane > c) ? ref.tau * (s_row[warp][lane] + ref.scale * p_lane) : 0.f;
+        if (lane == 0) tau[(size_t)matrix * n + c] = ref.tau;
+        __syncwarp();
+
+        // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
+        const float v = (lane > c) ? x * ref.scale : (lane == c) ? 1.f : 0.f;
+        const float stored = (lane > c) ? v : ref.beta;
+#pragma unroll
+        for (int j = 0; j < kWarpMaxN; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
+#pragma unroll
+        for (int j = 0; j < kWarpMaxN; ++j) a[j] -= s_coef[warp][j] * v;   // zero for j <= c
+        __syncwarp();                                      // s_row and s_coef are rewritten next column
+    }
+
+    if (lane < n) {
+#pragma unroll
+        for (int j = 0; j < kWarpMaxN; ++j)
+            if (j < n) H[(size_t)matrix * n * n + (size_t)lane * n + j] = a[j];
+    }
+}
+
+}  // namespace
+
+POPKIT_EXPORT int qr_warp(const float* A, float* H, float* tau, int batch, int n) {
+    if (n < 1 || n > kWarpMaxN || batch < 1) return (int)cudaErrorInvalidValue;
+    qr_warp_kernel<<<(batch + kWarpMatrices - 1) / kWarpMatrices, 32 * kWarpMatrices>>>(A, H, tau, batch, n);
+    return (int)cudaGetLastError();
+}
+''',
     "qr_v2/householder_panel.cu": r'''
 // qr_v2, blocked route: factor one panel of every matrix and build its
 // compact-WY factor T, so the trailing update can run as large GEMMs.
@@ -222,41 +354,6 @@ namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
-constexpr float kSsqLow = 7.8886091e-31f;    // 2^-100: below it ||x||^2 may have lost bits to underflow
-constexpr float kSsqHigh = 1.2676506e30f;    // 2^100: above it the products risk overflow
-
-// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
-// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
-// stage. Recursion on the template argument keeps every index a compile-time constant (a
-// loop over LEN compiled to a runtime loop with select chains over all W registers).
-template <int LEN, int W>
-__device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
-    if constexpr (LEN > 1) {
-        constexpr int kOff = 16 * LEN / W;
-        const bool upper = lane & kOff;
-#pragma unroll
-        for (int k = 0; k < LEN / 2; ++k) {
-            const float send = upper ? p[k] : p[k + LEN / 2];
-            const float keep = upper ? p[k + LEN / 2] : p[k];
-            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
-        }
-        transpose_sum_stage<LEN / 2, W>(p, lane);
-    }
-}
-
-// Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
-// afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
-template <int W>
-__device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
-    transpose_sum_stage<W, W>(p, lane);
-    float total = p[0];
-#pragma unroll
-    for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
-    return total;
-}
-
-template <int W>
-__host__ __device__ constexpr int entry_shift() { return W == 32 ? 0 : W == 16 ? 1 : W == 8 ? 2 : -1; }
 
 // ||x|| with x scaled by its largest entry (both passes are block-wide); for
 // the rare columns whose plain sum of squares left the safe range. x holds
@@ -278,7 +375,7 @@ template <int R, int W>
 __global__ void __launch_bounds__(kPanelThreads)
 qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
                 float* __restrict__ T, int n, int k0, int w) {
-    constexpr int kShift = entry_shift<W>();
+    constexpr int kShift = popkit::entry_shift<W>();
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
     __shared__ float s_row[2][W];                // row c, broadcast by its owner
@@ -323,7 +420,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
 #pragma unroll
             for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
         }
-        const float warp_total = warp_transpose_sum<W>(p, lane);
+        const float warp_total = popkit::warp_transpose_sum<W>(p, lane);
         if ((lane & ((1 << kShift) - 1)) == 0) s_red[buf][warp][entry] = warp_total;
         if (threadIdx.x == c) {                             // row c is row 0 of thread c
 #pragma unroll
@@ -336,7 +433,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
         const float alpha = s_row[buf][c];
         const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
         float xnorm;
-        if (ssq >= kSsqLow && ssq <= kSsqHigh) {
+        if (popkit::sum_of_squares_safe(ssq)) {
             xnorm = sqrtf(ssq);
         } else {                                            // uniform: every thread has the same ssq
             bool nonzero = false;
@@ -726,6 +823,7 @@ POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batc
 # The translation units the loader compiles in parallel: every header part, then one .cu part.
 CUDA_UNITS = [
     ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_small.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_warp.cu"],
     ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_panel.cu"],
     ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_update.cu"],
     ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_blocked.cu"],
@@ -1090,7 +1188,8 @@ def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model, up
 
 | n            | CUDA route                                              | CPU (model)          |
 |--------------|---------------------------------------------------------|----------------------|
-| <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
+| <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix,  | householder_qr_model |
+|              | or (n <= 32, by SMALL_KERNEL) householder_warp.cu: a warp |                      |
 | <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
 |              | by BLOCKED_VARIANT: cuBLAS fp32, householder_update.cu,  |                      |
 |              | or both kernels from one C++ loop (householder_blocked)  |                      |
@@ -1104,6 +1203,9 @@ import torch
 
 
 SMALL_MAX_N = 64
+# The n <= SMALL_MAX_N kernel by n (n <= bound -> kernel): "smem" (householder_small.cu) or "warp"
+# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). warp is not yet measured on a GPU.
+SMALL_KERNEL = ((64, "smem"),)
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
 # lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
@@ -1118,11 +1220,12 @@ BLOCKED_VARIANT = ((1 << 30, "fp32"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
-def qr_small_cuda(A: torch.Tensor):
+def qr_small_cuda(A: torch.Tensor, kernel: str = "smem"):
+    """householder_small.cu ("smem") or householder_warp.cu ("warp", n <= 32) on the whole batch."""
     b, n, _ = A.shape
     H = torch.empty_like(A)
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
-    CUDA.call("qr_small", A, H, tau, b, n)
+    CUDA.call("qr_warp" if kernel == "warp" else "qr_small", A, H, tau, b, n)
     return H, tau
 
 
@@ -1179,7 +1282,7 @@ def custom_kernel(data: torch.Tensor):
     if not A.is_cuda:
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
-        return qr_small_cuda(A)
+        return qr_small_cuda(A, first_row(SMALL_KERNEL, n))
     if n <= BLOCKED_MAX_N:
         variant = first_row(BLOCKED_VARIANT, n)
         if variant == "one_call":

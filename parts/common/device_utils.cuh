@@ -1,4 +1,5 @@
-// Shared device helpers for every popkit kernel: warp/block reductions, reflectors,
+// Shared device helpers for every popkit kernel: warp/block reductions (and a warp's
+// transposed sum of a register vector), reflectors,
 // the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
@@ -34,6 +35,40 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
+// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
+// stage. Recursion on the template argument keeps every index a compile-time constant (a
+// loop over LEN compiled to a runtime loop with select chains over all W registers).
+template <int LEN, int W>
+__device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
+    if constexpr (LEN > 1) {
+        constexpr int kOff = 16 * LEN / W;
+        const bool upper = lane & kOff;
+#pragma unroll
+        for (int k = 0; k < LEN / 2; ++k) {
+            const float send = upper ? p[k] : p[k + LEN / 2];
+            const float keep = upper ? p[k + LEN / 2] : p[k];
+            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
+        }
+        transpose_sum_stage<LEN / 2, W>(p, lane);
+    }
+}
+
+// Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
+// afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
+template <int W>
+__device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
+    transpose_sum_stage<W, W>(p, lane);
+    float total = p[0];
+#pragma unroll
+    for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
+    return total;
+}
+
+// log2(32 / W): lane l holds entry l >> entry_shift<W>() after warp_transpose_sum<W> (-1: no such W).
+template <int W>
+__host__ __device__ constexpr int entry_shift() { return W == 32 ? 0 : W == 16 ? 1 : W == 8 ? 2 : -1; }
+
 // Sum over the whole block; every thread gets the result. `scratch` holds one
 // float per warp (32 is enough for 1024 threads). Contains two __syncthreads().
 __device__ __forceinline__ float block_sum(float v, float* scratch) {
@@ -62,6 +97,12 @@ __device__ __forceinline__ float block_max(float v, float* scratch) {
 // and the factor that scales x into the Householder tail v = x * scale.
 // xnorm == 0 gives tau = 0 (H = I), exactly as geqrf does.
 struct Reflector { float tau, beta, scale; };
+
+// Whether ||x||^2 summed in plain float32 kept its bits: in [2^-100, 2^100], neither underflow nor
+// overflow can have touched it or the products beside it; outside, take a norm scaled by max |x_i|.
+__device__ __forceinline__ bool sum_of_squares_safe(float ssq) {
+    return ssq >= 7.8886091e-31f && ssq <= 1.2676506e30f;
+}
 
 __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
     if (xnorm == 0.f) return {0.f, alpha, 0.f};

@@ -43,41 +43,6 @@ namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
-constexpr float kSsqLow = 7.8886091e-31f;    // 2^-100: below it ||x||^2 may have lost bits to underflow
-constexpr float kSsqHigh = 1.2676506e30f;    // 2^100: above it the products risk overflow
-
-// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
-// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
-// stage. Recursion on the template argument keeps every index a compile-time constant (a
-// loop over LEN compiled to a runtime loop with select chains over all W registers).
-template <int LEN, int W>
-__device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
-    if constexpr (LEN > 1) {
-        constexpr int kOff = 16 * LEN / W;
-        const bool upper = lane & kOff;
-#pragma unroll
-        for (int k = 0; k < LEN / 2; ++k) {
-            const float send = upper ? p[k] : p[k + LEN / 2];
-            const float keep = upper ? p[k + LEN / 2] : p[k];
-            p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
-        }
-        transpose_sum_stage<LEN / 2, W>(p, lane);
-    }
-}
-
-// Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
-// afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
-template <int W>
-__device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
-    transpose_sum_stage<W, W>(p, lane);
-    float total = p[0];
-#pragma unroll
-    for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
-    return total;
-}
-
-template <int W>
-__host__ __device__ constexpr int entry_shift() { return W == 32 ? 0 : W == 16 ? 1 : W == 8 ? 2 : -1; }
 
 // ||x|| with x scaled by its largest entry (both passes are block-wide); for
 // the rare columns whose plain sum of squares left the safe range. x holds
@@ -99,7 +64,7 @@ template <int R, int W>
 __global__ void __launch_bounds__(kPanelThreads)
 qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
                 float* __restrict__ T, int n, int k0, int w) {
-    constexpr int kShift = entry_shift<W>();
+    constexpr int kShift = popkit::entry_shift<W>();
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
     __shared__ float s_row[2][W];                // row c, broadcast by its owner
@@ -144,7 +109,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
 #pragma unroll
             for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
         }
-        const float warp_total = warp_transpose_sum<W>(p, lane);
+        const float warp_total = popkit::warp_transpose_sum<W>(p, lane);
         if ((lane & ((1 << kShift) - 1)) == 0) s_red[buf][warp][entry] = warp_total;
         if (threadIdx.x == c) {                             // row c is row 0 of thread c
 #pragma unroll
@@ -157,7 +122,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
         const float alpha = s_row[buf][c];
         const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
         float xnorm;
-        if (ssq >= kSsqLow && ssq <= kSsqHigh) {
+        if (popkit::sum_of_squares_safe(ssq)) {
             xnorm = sqrtf(ssq);
         } else {                                            // uniform: every thread has the same ssq
             bool nonzero = false;

@@ -2,7 +2,8 @@
 
 | n            | CUDA route                                              | CPU (model)          |
 |--------------|---------------------------------------------------------|----------------------|
-| <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix   | householder_qr_model |
+| <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix,  | householder_qr_model |
+|              | or (n <= 32, by SMALL_KERNEL) householder_warp.cu: a warp |                      |
 | <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
 |              | by BLOCKED_VARIANT: cuBLAS fp32, householder_update.cu,  |                      |
 |              | or both kernels from one C++ loop (householder_blocked)  |                      |
@@ -18,6 +19,9 @@ from parts.common.cuda_loader import CUDA  # popkit: inline
 from parts.qr_v2.model import apply_block_reflector, blocked_qr, householder_qr_model  # popkit: inline
 
 SMALL_MAX_N = 64
+# The n <= SMALL_MAX_N kernel by n (n <= bound -> kernel): "smem" (householder_small.cu) or "warp"
+# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). warp is not yet measured on a GPU.
+SMALL_KERNEL = ((64, "smem"),)
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
 # lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
@@ -32,11 +36,12 @@ BLOCKED_VARIANT = ((1 << 30, "fp32"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
-def qr_small_cuda(A: torch.Tensor):
+def qr_small_cuda(A: torch.Tensor, kernel: str = "smem"):
+    """householder_small.cu ("smem") or householder_warp.cu ("warp", n <= 32) on the whole batch."""
     b, n, _ = A.shape
     H = torch.empty_like(A)
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
-    CUDA.call("qr_small", A, H, tau, b, n)
+    CUDA.call("qr_warp" if kernel == "warp" else "qr_small", A, H, tau, b, n)
     return H, tau
 
 
@@ -93,7 +98,7 @@ def custom_kernel(data: torch.Tensor):
     if not A.is_cuda:
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
-        return qr_small_cuda(A)
+        return qr_small_cuda(A, first_row(SMALL_KERNEL, n))
     if n <= BLOCKED_MAX_N:
         variant = first_row(BLOCKED_VARIANT, n)
         if variant == "one_call":
