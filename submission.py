@@ -1,13 +1,13 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 95d7fe232098e9ad64c99f191a917ec9ba5a5ba0
+# toolkit commit: d7b08b28a8e3321d823683cba89417640764175e
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/householder_panel.cu sha256 dde38959a5f4f9ba5d1936793146f1c113eae698eecefab997148018ffb809e2
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
-# part qr_v2/householder_update.cu sha256 faad411bee820d232362ce7404205f6d11d124c394ca09c1db007df689e995a4
+# part qr_v2/householder_update.cu sha256 f3da7fa7f8cee0bc37b0d4d1ae2a4ce583937afd54a9240b0b3c6ec1606b3298
 # part qr_v2/householder_blocked.cu sha256 5e8f40aed179dc691076ba8d1482703ef07b524ff0836862e6210db49b4ca485
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
@@ -592,9 +592,9 @@ __device__ __forceinline__ void mma_tf32x3(float (&c)[4], const unsigned (&ah)[4
 // arithmetic). Every product splits its operands x = hi + lo and sums lo hi + hi lo + hi hi.
 //
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch). Phase 1 walks the rows in chunks of 32 (C's chunk and Vt's, staged in shared memory, the
-// next chunk's loads in flight during this one's mma): each warp owns 16 columns of W0 (W / 16 m16
-// tiles x 2 n8 tiles). W = T^T W0 then goes to shared memory already split into hi and lo planes.
+// batch), three CTAs an SM. Phase 1 walks the rows in chunks of 32 (C's chunk and Vt's, staged in
+// shared memory, the next chunk's loads in flight during this one's mma): each warp owns 16 columns
+// of W0 (W / 16 m16 tiles x 2 n8 tiles). W = T^T W0 then goes to shared memory already split into hi and lo planes.
 // Phase 2 walks the rows in chunks of 64, each warp 16 rows x 64 columns (8 n8 tiles), and subtracts
 // its accumulators from C (all old values of a row pair read before any is written).
 // Shared rows are padded (36 and 72 floats) so that every fragment read hits 32 distinct banks.
@@ -630,8 +630,9 @@ __device__ __forceinline__ void mma_split(float (&acc)[4], const float (&fa)[4],
     popkit::mma_tf32x3(acc, ah, al, bh, bl);
 }
 
+// Three CTAs an SM (166 registers at W = 32, no spill; four would spill): 12 warps to hide the loads.
 template <int W>
-__global__ void __launch_bounds__(kUpdateThreads)
+__global__ void __launch_bounds__(kUpdateThreads, 3)
 qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
                  const float* __restrict__ T, int m, int nc) {
     constexpr int kMi = W / 16;                              // phase 1: m16 tiles of W0 per warp

@@ -11,9 +11,9 @@
 // arithmetic). Every product splits its operands x = hi + lo and sums lo hi + hi lo + hi hi.
 //
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch). Phase 1 walks the rows in chunks of 32 (C's chunk and Vt's, staged in shared memory, the
-// next chunk's loads in flight during this one's mma): each warp owns 16 columns of W0 (W / 16 m16
-// tiles x 2 n8 tiles). W = T^T W0 then goes to shared memory already split into hi and lo planes.
+// batch), three CTAs an SM. Phase 1 walks the rows in chunks of 32 (C's chunk and Vt's, staged in
+// shared memory, the next chunk's loads in flight during this one's mma): each warp owns 16 columns
+// of W0 (W / 16 m16 tiles x 2 n8 tiles). W = T^T W0 then goes to shared memory already split into hi and lo planes.
 // Phase 2 walks the rows in chunks of 64, each warp 16 rows x 64 columns (8 n8 tiles), and subtracts
 // its accumulators from C (all old values of a row pair read before any is written).
 // Shared rows are padded (36 and 72 floats) so that every fragment read hits 32 distinct banks.
@@ -51,8 +51,9 @@ __device__ __forceinline__ void mma_split(float (&acc)[4], const float (&fa)[4],
     popkit::mma_tf32x3(acc, ah, al, bh, bl);
 }
 
+// Three CTAs an SM (166 registers at W = 32, no spill; four would spill): 12 warps to hide the loads.
 template <int W>
-__global__ void __launch_bounds__(kUpdateThreads)
+__global__ void __launch_bounds__(kUpdateThreads, 3)
 qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
                  const float* __restrict__ T, int m, int nc) {
     constexpr int kMi = W / 16;                              // phase 1: m16 tiles of W0 per warp
