@@ -180,13 +180,13 @@ def test_case_table_has_first_best_newest_of_the_newest_gpu(full):
     assert "3 bench run(s) on NVIDIA H200" in html
 
 
-def test_frontier_has_one_line_per_gpu(full):
+def test_frontier_has_one_line_per_source_and_gpu(full):
     _, page, _ = full
     rows = _rows(page.tables["qr_v2-frontier"])
     geomean = _geomean(BASE_US)
-    assert rows["NVIDIA H200"] == [f"{geomean * 0.8:.1f}", "2026-12-02 10:00", "3"]
-    assert rows["NVIDIA H100"] == [f"{geomean * 0.7:.1f}", "2026-12-01 10:30", "1"]
-    assert rows["B200"] == ["120.0", "2026-12-03 12:00", "2"]  # from public_score_s
+    assert rows["bench on NVIDIA H200"] == [f"{geomean * 0.8:.1f}", "2026-12-02 10:00", "3"]
+    assert rows["bench on NVIDIA H100"] == [f"{geomean * 0.7:.1f}", "2026-12-01 10:30", "1"]
+    assert rows["leaderboard on B200"] == ["120.0", "2026-12-03 12:00", "2"]  # from public_score_s
 
 
 def test_newest_diff_case_by_case(full):
@@ -295,7 +295,7 @@ def test_failing_bench_counts_for_no_time_and_no_frontier(tmp_path):
     report = build_report(log, tmp_path / "out", all_cases=True)
     assert report.charts["qr_v2"] == {}
     assert report.notes["qr_v2"]["cases"] == "The bench records for qr_v2 hold no passing, timed case."
-    assert report.notes["qr_v2"]["frontier"].startswith("No geomean yet")
+    assert report.notes["qr_v2"]["frontier"].startswith("No GPU geomean yet")
 
 
 def test_cli_prints_summary_and_writes_page(tmp_path):
@@ -421,7 +421,9 @@ def test_cpu_and_chosen_case_runs_when_asked(tmp_path):
     assert ev.hidden_line() == "Left out: 2 CPU run(s) (--include-cpu shows them)."
     [ev] = build_report(log, tmp_path / "b", "qr_v2", include_cpu=True, all_cases=True).evidence.problems
     assert ev.bench.gpu == "cpu" and ev.diff.cases[0].ratio == 2.0 and ev.hidden_line() is None
-    assert {line.gpu for line in ev.frontier} == {"NVIDIA H200", "cpu"}
+    assert [line.label for line in ev.frontier] == ["bench on NVIDIA H200"]     # a CPU geomean is never GPU speed
+    assert ev.frontier_skipped_line() == ("Not in the frontier: 1 run(s) not on a known GPU "
+                                          "(CPU timings are not GPU evidence).")
 
 
 def test_cli_report_options(tmp_path):
@@ -432,6 +434,55 @@ def test_cli_report_options(tmp_path):
                                        "--include-cpu", "--all-cases"])
     assert result.exit_code == 0, result.output
     assert "Left out" not in result.output and "bench on cpu: 1 run(s)" in result.output
+
+
+# ---- the frontier: one line per source and GPU ----------------------------------------------------------
+
+def test_frontier_keeps_bench_and_leaderboard_apart_and_cpu_runs_out(tmp_path):
+    # The frontier grouped runs by GPU name alone: a local bench and the leaderboard's score under the same
+    # name were one line jumping between two kinds of number, and with --include-cpu a CPU bench drew a line
+    # of its own named 'cpu', as if it were GPU evidence.
+    cpu_bench = {**_bench("2026-12-04T10:00:00Z", 0.01, gpu="cpu"), "device": "cpu"}
+    records = [_bench("2026-12-01T10:00:00Z", 1.0),
+               {**_leaderboard("2026-12-02T12:00:00Z", 101, 0.000010, None), "gpu": "NVIDIA H200"},
+               _bench("2026-12-03T10:00:00Z", 0.9), cpu_bench]
+    log = tmp_path / "performance.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = build_report(log, tmp_path / "out", "qr_v2", include_cpu=True)
+    [ev] = report.evidence.problems
+    geomean = _geomean(BASE_US)
+    assert [(line.label, line.best_us) for line in ev.frontier] == [
+        ("bench on NVIDIA H200", pytest.approx([geomean, geomean * 0.9])), ("leaderboard on NVIDIA H200", [10.0])]
+    assert ev.frontier_skipped_line() == ("Not in the frontier: 1 run(s) not on a known GPU "
+                                          "(CPU timings are not GPU evidence).")
+    rows = _rows(_Tables(report.page.read_text()).tables["qr_v2-frontier"])
+    assert rows == {"bench on NVIDIA H200": [f"{geomean * 0.9:.1f}", "2026-12-03 10:00", "2"],
+                    "leaderboard on NVIDIA H200": ["10.0", "2026-12-02 12:00", "1"]}
+    text = summary(report)
+    assert f"frontier bench on NVIDIA H200: best geomean {geomean * 0.9:.1f} us since 2026-12-03 10:00" in text
+    assert "frontier leaderboard on NVIDIA H200: best geomean 10.0 us since 2026-12-02 12:00" in text
+    assert ev.frontier_skipped_line() in text and ev.frontier_skipped_line() in report.page.read_text()
+
+
+def test_frontier_without_gpu_runs_says_cpu_runs_never_count(tmp_path):
+    log = tmp_path / "performance.jsonl"
+    log.write_text(json.dumps({**_bench("2026-12-04T10:00:00Z", 0.01, gpu="cpu"), "device": "cpu"}) + "\n")
+    [ev] = build_report(log, tmp_path / "out", "qr_v2", include_cpu=True).evidence.problems
+    assert ev.frontier == [] and ev.bench.gpu == "cpu"
+    assert ev.notes()["frontier"] == ("No GPU geomean yet: it needs a GPU bench run of the full benchmark list "
+                                      "whose cases all pass, or a scored leaderboard run.")
+
+
+def test_frontier_leaves_out_a_bench_of_chosen_cases_even_when_they_are_shown(tmp_path):
+    # With --all-cases a bench of 3 chosen (fast) cases became the best geomean of the full list's line.
+    chosen = {**_bench("2026-12-02T10:00:00Z", 1.0), "cases": [_case(s, 1.0) for s in SPECS[:3]], "geomean_us": 1.0}
+    log = tmp_path / "performance.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in (_bench("2026-12-01T10:00:00Z", 1.0), chosen)))
+    [ev] = build_report(log, tmp_path / "out", "qr_v2", all_cases=True).evidence.problems
+    assert ev.bench.runs == 2
+    assert [(line.label, line.best_us) for line in ev.frontier] == [
+        ("bench on NVIDIA H200", pytest.approx([_geomean(BASE_US)]))]
+    assert ev.frontier_skipped_line() == "Not in the frontier: 1 run(s) not over the full benchmark list."
 
 
 # ---- specs with any keys ----------------------------------------------------------------------------

@@ -60,11 +60,13 @@ def cases_chart(bench: Bench, title: str, path: Path) -> None:
 
 
 def frontier_chart(lines: list[FrontierLine], title: str, path: Path) -> None:
-    """Best-so-far geomean over time, a step line per GPU."""
+    """Best-so-far geomean over time, a step line per source and GPU (leaderboard lines dashed)."""
     fig = _figure(8.0, 4.0)
     ax = fig.add_subplot()
     for line in lines:
-        ax.step(line.times, line.best_us, where="post", marker="o", label=line.gpu)
+        dashed = line.source == "leaderboard"
+        ax.step(line.times, line.best_us, where="post", marker="s" if dashed else "o",
+                linestyle="--" if dashed else "-", label=line.label)
     times = [t for line in lines for t in line.times]
     if times and min(times) == max(times):      # one point: show a day around it, not years
         ax.set_xlim(min(times) - timedelta(hours=12), max(times) + timedelta(hours=12))

@@ -141,7 +141,7 @@ def _chart_makers(ev: ProblemEvidence) -> dict:
         "cases": lambda path: draw.cases_chart(
             ev.bench, f"{name}: benchmark cases on {ev.bench.gpu} ({ev.bench.runs} bench runs)", path),
         "frontier": lambda path: draw.frontier_chart(
-            ev.frontier, f"{name}: best-so-far geomean", path),
+            ev.frontier, f"{name}: best-so-far geomean per source and GPU", path),
         "diff": lambda path: draw.diff_chart(
             ev.diff, f"{name}: newest diff ({fmt_time(ev.diff.time)})", path),
         "check": lambda path: draw.check_chart(
@@ -165,8 +165,10 @@ def summary(report: Report) -> str:
             out.append(render_table(["case", "first us", "best us", "best since", "newest us",
                                      "baseline us"], rows, right_align={1, 2, 4, 5}))
         for line in ev.frontier:
-            out.append(f"frontier {line.gpu}: best geomean {_us(line.best_us[-1])} "
+            out.append(f"frontier {line.label}: best geomean {_us(line.best_us[-1])} "
                        f"since {fmt_time(line.since)}")
+        if ev.frontier_skipped_line():
+            out.append(ev.frontier_skipped_line())
         if ev.diff:
             verdicts = [c.verdict or "no verdict" for c in ev.diff.cases]
             tally = ", ".join(f"{verdicts.count(v)} {v}" for v in dict.fromkeys(verdicts))

@@ -5,7 +5,8 @@ leaves a gap (None, an empty list) that the page turns into a note, never an exc
 "Newest" means last in the file: the log is append-only, so file order is time order.
 By default check, bench and diff records count only when they ran on a GPU over the problem's
 full official list (tests for check, benchmarks for bench and diff); the others are counted as
-hidden, and shown when asked (include_cpu, all_cases).
+hidden, and shown when asked (include_cpu, all_cases). The frontier, whatever is asked, holds only
+geomeans that compare: GPU runs of the full benchmark list, one line per source (bench, leaderboard) and GPU.
 """
 from __future__ import annotations
 
@@ -23,6 +24,8 @@ VERDICTS = ("faster", "slower", "within noise")
 NEWEST_SUBMISSIONS = 10
 HIDDEN = {"CPU": "{n} CPU run(s) (--include-cpu shows them)",
           "chosen cases": "{n} run(s) of chosen cases only (--all-cases shows them)"}
+FRONTIER_SKIPPED = {"not GPU": "{n} run(s) not on a known GPU (CPU timings are not GPU evidence)",
+                    "other cases": "{n} run(s) not over the full benchmark list"}
 
 
 @dataclass
@@ -49,10 +52,16 @@ class Bench:
 
 @dataclass
 class FrontierLine:
-    """Best-so-far geomean on one GPU: one point per run that counts."""
+    """Best-so-far geomean of one source ("bench": local runs, "leaderboard": the server's) on one GPU:
+    one point per run that counts."""
+    source: str
     gpu: str
     times: list[dt.datetime] = field(default_factory=list)
     best_us: list[float] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return f"{self.source} on {self.gpu}"
 
     @property
     def since(self) -> dt.datetime:
@@ -121,14 +130,18 @@ class ProblemEvidence:
     left_out: Counter        # mode -> how many of its check/bench/diff records were left out
     bench: Bench | None
     frontier: list[FrontierLine]
+    frontier_skipped: Counter  # why timed runs that other sections show are not in the frontier -> how many
     diff: Diff | None
     check: Check | None
     submissions: list[Submission]
 
     def hidden_line(self) -> str | None:
         """Which check, bench and diff records were left out and the option that shows them."""
-        parts = [text.format(n=self.hidden[why]) for why, text in HIDDEN.items() if self.hidden[why]]
-        return "Left out: " + ", ".join(parts) + "." if parts else None
+        return _tally("Left out", self.hidden, HIDDEN)
+
+    def frontier_skipped_line(self) -> str | None:
+        """Which timed runs the frontier leaves out, because their geomean is not comparable."""
+        return _tally("Not in the frontier", self.frontier_skipped, FRONTIER_SKIPPED)
 
     def notes(self) -> dict[str, str]:
         """Why a section has nothing to draw, keyed by section; absent sections are drawable."""
@@ -138,8 +151,8 @@ class ProblemEvidence:
         elif not any(c.newest_us for c in self.bench.cases):
             notes["cases"] = f"The bench records for {name} hold no passing, timed case."
         if not self.frontier:
-            notes["frontier"] = ("No geomean yet: it needs a bench run whose cases all pass, "
-                                 "or a scored leaderboard run.")
+            notes["frontier"] = ("No GPU geomean yet: it needs a GPU bench run of the full benchmark list "
+                                 "whose cases all pass, or a scored leaderboard run.")
         if self.diff is None:
             notes["diff"] = self._none_yet("diff")
         elif not any(c.ratio for c in self.diff.cases):
@@ -209,13 +222,15 @@ def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bo
                 modes[mode].append(record)
                 continue
             left_out[mode] += 1
+    lines, skipped = frontier(modes["bench"] + modes["leaderboard"], official["benchmarks"])
     return ProblemEvidence(
         name=name,
         counts=Counter(str(r.get("mode")) for r in records),
         hidden=hidden,
         left_out=left_out,
         bench=bench_cases(modes["bench"], official["benchmarks"]),
-        frontier=frontier(modes["bench"] + modes["leaderboard"]),
+        frontier=lines,
+        frontier_skipped=skipped,
         diff=newest_diff(modes["diff"]),
         check=newest_check(modes["check"]),
         submissions=newest_submissions(modes["leaderboard"], root),
@@ -258,26 +273,35 @@ def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
                  _num(newest.get("baseline_geomean_us")), newest.get("baseline"))
 
 
-def frontier(records: list[dict]) -> list[FrontierLine]:
-    """Best-so-far geomean over time, one line per GPU.
+def frontier(records: list[dict], benchmarks: list[dict]) -> tuple[list[FrontierLine], Counter]:
+    """Best-so-far geomean over time, one line per source and GPU; and why timed runs were left out.
 
-    A run counts when it has a time and a geomean and none of its cases failed; a leaderboard
-    run without geomean_us counts with its public score (a geomean in seconds).
+    Only numbers of one kind share a line: a bench times the GPU that ran it with popkit's harness, a
+    leaderboard run the board's GPU with the server's. A run counts when it has a time and a geomean and
+    none of its cases failed; a leaderboard run without geomean_us counts with its public score (a geomean
+    in seconds). A timed run that ran on no known GPU, or a bench of other cases than the full benchmark
+    list (--all-cases shows one elsewhere), is counted as skipped instead.
     """
-    points = []
+    points, skipped = [], Counter()
     for record in records:
+        source = "leaderboard" if record.get("mode") == "leaderboard" else "bench"
         when, value = _parse_time(record.get("time")), _num(record.get("geomean_us"))
-        if value is None and record.get("mode") == "leaderboard":
+        if value is None and source == "leaderboard":
             value = _seconds_to_us(record.get("public_score_s"))
-        failed = any(c.get("status") == "fail" for c in _cases(record))
-        if when and value and not failed:
-            points.append((when, str(record.get("gpu") or "?"), value))
-    lines: dict[str, FrontierLine] = {}
-    for when, gpu, value in sorted(points, key=lambda p: p[0]):
-        line = lines.setdefault(gpu, FrontierLine(gpu))
+        if not when or not value or any(c.get("status") == "fail" for c in _cases(record)):
+            continue
+        if not ran_on_gpu(record):
+            skipped["not GPU"] += 1
+        elif source == "bench" and not covers(record, benchmarks):
+            skipped["other cases"] += 1
+        else:
+            points.append((when, source, _text(record.get("gpu")) or "an unknown GPU", value))
+    lines: dict[tuple[str, str], FrontierLine] = {}
+    for when, source, gpu, value in sorted(points, key=lambda p: p[0]):
+        line = lines.setdefault((source, gpu), FrontierLine(source, gpu))
         line.times.append(when)
         line.best_us.append(min(value, line.best_us[-1]) if line.best_us else value)
-    return list(lines.values())
+    return list(lines.values()), skipped
 
 
 def newest_diff(records: list[dict]) -> Diff | None:
@@ -341,6 +365,12 @@ def _labels(specs: list[dict]) -> list[str]:
     shared = {label for label, n in Counter(labels).items() if n > 1}
     return [label if label not in shared else f"{label} s{spec['seed']}" if "seed" in spec else generic_label(spec)
             for label, spec in zip(labels, specs)]
+
+
+def _tally(title: str, counts: Counter, texts: dict[str, str]) -> str | None:
+    """'TITLE: 2 ..., 1 ....' from the counts of each reason in texts (None when all are zero)."""
+    parts = [text.format(n=counts[why]) for why, text in texts.items() if counts[why]]
+    return f"{title}: " + ", ".join(parts) + "." if parts else None
 
 
 def _official_lists(name: str) -> dict[str, list[dict]]:
