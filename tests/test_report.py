@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from checks.problems import load_problem, short_spec
+from checks.problems import format_spec, load_problem, short_spec
 from popcorn.cli import main
 from popcorn.evidence.tables import fmt_sig
 from popcorn.report import data as report_data
@@ -213,11 +213,11 @@ def test_newest_check_fractions_of_limits(full):
 def test_submissions_newest_first(full):
     _, page, _ = full
     table = page.tables["qr_v2-submissions"]
-    assert [row[1:6] for row in table[1:]] == [
-        ["102", "leaderboard", "B200", "120.0", "-"],
-        ["101", "leaderboard", "B200", "150.0", "155.0"],
+    assert [row[1:7] for row in table[1:]] == [
+        ["102", "leaderboard", "B200", "-", "120.0", "-"],          # no cases to compare with the official lists
+        ["101", "leaderboard", "B200", "-", "150.0", "155.0"],
     ]
-    assert table[1][6] == "102.json (missing)" and table[2][6] == "101.json"
+    assert table[1][7] == "102.json (missing)" and table[2][7] == "101.json"
 
 
 
@@ -483,6 +483,59 @@ def test_frontier_leaves_out_a_bench_of_chosen_cases_even_when_they_are_shown(tm
     assert [(line.label, line.best_us) for line in ev.frontier] == [
         ("bench on NVIDIA H200", pytest.approx([_geomean(BASE_US)]))]
     assert ev.frontier_skipped_line() == "Not in the frontier: 1 run(s) not over the full benchmark list."
+
+
+# ---- leaderboard runs against the official lists ---------------------------------------------------------
+
+def _board_run(time, submission_id, cases, geomean_us=None, public_s=None, run_mode="leaderboard"):
+    """A leaderboard record of today's shape (problem and board beside it) with the given cases."""
+    return {**_leaderboard(time, submission_id, public_s, None), "leaderboard": "qr_v2", "cases": cases,
+            "geomean_us": geomean_us, "run_mode": run_mode}
+
+
+def _report_of(tmp_path, records):
+    log = tmp_path / "logs" / "performance.jsonl"
+    log.parent.mkdir()
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return build_report(log, tmp_path / "out", "qr_v2")
+
+
+def test_a_leaderboard_run_of_part_of_the_benchmark_list_is_marked_and_not_in_the_frontier(tmp_path):
+    # A leaderboard record's cases were never held against the official list: a run that stopped after 3 fast
+    # cases (its geomean over those 3) became the board's best geomean.
+    report = _report_of(tmp_path, [
+        _board_run("2026-12-01T12:00:00Z", 101, [_case(s, 100.0) for s in SPECS], geomean_us=100.0),
+        _board_run("2026-12-02T12:00:00Z", 102, [_case(s, 1.0) for s in SPECS[:3]], geomean_us=1.0)])
+    ev, page = report.evidence.problems[0], _Tables(report.page.read_text())
+    assert [(line.label, line.best_us) for line in ev.frontier] == [("leaderboard on B200", [100.0])]
+    assert ev.frontier_skipped_line() == "Not in the frontier: 1 run(s) not over the full benchmark list."
+    table = page.tables["qr_v2-submissions"]
+    assert table[0][4] == "cases"
+    assert [(row[1], row[4]) for row in table[1:]] == [("102", f"3 of {len(SPECS)} benchmarks"),
+                                                       ("101", f"all {len(SPECS)} benchmarks")]
+    assert f"newest submission 102 (leaderboard, B200, 3 of {len(SPECS)} benchmarks)" in summary(report)
+
+
+def test_older_leaderboard_records_are_checked_as_far_as_their_specs_allow(tmp_path):
+    # Before the client read specs under the problem's record they lacked its defaults (qr_v2's case: dense),
+    # and a spec it could not read was logged as its text; a record may have no cases at all.
+    def older(spec):
+        return {k: v for k, v in spec.items() if (k, v) != ("case", "dense")}
+    old_cases = [{**_case(s, 50.0), "spec": older(s)} for s in SPECS[:-1]]
+    old_cases.append({**_case(SPECS[-1], 50.0), "spec": {"raw": format_spec(SPECS[-1])}})
+    before_the_key = {**_leaderboard("2026-12-01T12:00:00Z", 101, None, None), "cases": old_cases, "geomean_us": 50.0}
+    no_cases = _leaderboard("2026-12-02T12:00:00Z", 102, 0.000040, None)
+    unreadable = _board_run("2026-12-03T12:00:00Z", 103, [_case(s, 1.0) for s in SPECS[:-1]]
+                            + [{**_case(SPECS[-1], 1.0), "spec": {"raw": "no spec here"}}], geomean_us=1.0)
+    tests = _board_run("2026-12-04T12:00:00Z", 104, [_case(s) for s in TESTS], run_mode="test")
+    report = _report_of(tmp_path, [before_the_key, no_cases, unreadable, tests])
+    ev, page = report.evidence.problems[0], _Tables(report.page.read_text())
+    assert [(line.label, line.best_us) for line in ev.frontier] == [("leaderboard on B200", [50.0, 40.0])]
+    assert ev.frontier_skipped_line() == "Not in the frontier: 1 run(s) not over the full benchmark list."
+    assert {row[1]: row[4] for row in page.tables["qr_v2-submissions"][1:]} == {
+        "101": f"all {len(SPECS)} benchmarks", "102": "-", "103": f"{len(SPECS) - 1} of {len(SPECS)} benchmarks",
+        "104": f"all {len(TESTS)} tests"}
+    assert f"newest submission 104 (test, B200, all {len(TESTS)} tests) 2026-12-04 12:00" in summary(report)
 
 
 # ---- specs with any keys ----------------------------------------------------------------------------

@@ -178,7 +178,8 @@ def summary(report: Report) -> str:
             out.append(f"newest check {fmt_time(ev.check.time)}: {_check_line(ev)}")
         if ev.submissions:
             s = ev.submissions[0]
-            out.append(f"newest submission {s.submission_id} ({s.run_mode}, {s.gpu}) "
+            what = ", ".join(str(part) for part in (s.run_mode, s.gpu, s.cases) if part)
+            out.append(f"newest submission {s.submission_id} ({what}) "
                        f"{fmt_time(s.time)}: public {_us(s.public_us)}, secret {_us(s.secret_us)}")
         out += [f"note: {text}" for text in report.notes[ev.name].values()]
     if not report.evidence.problems:

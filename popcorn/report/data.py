@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from checks.problems import known_problems, load_problem, short_spec
+from checks.problems import Problem, known_problems, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.logs import capped, covers, ran_on_gpu, read_records, spec_key
 
@@ -111,12 +111,28 @@ class Check:
     cases: list[CheckCase]
 
 
+@dataclass(frozen=True)
+class Coverage:
+    """How much of one official list ("benchmarks" or "tests") a leaderboard run's cases hold."""
+    kind: str
+    ran: int
+    of: int
+
+    @property
+    def full(self) -> bool:
+        return self.ran == self.of
+
+    def __str__(self) -> str:
+        return f"all {self.of} {self.kind}" if self.full else f"{self.ran} of {self.of} {self.kind}"
+
+
 @dataclass
 class Submission:
     time: str | None
     submission_id: object
     run_mode: str | None
     gpu: str | None
+    cases: Coverage | None   # None: no cases, or no official list, to compare
     public_us: float | None
     secret_us: float | None
     raw_result: Path | None
@@ -208,7 +224,8 @@ def load_evidence(log: Path | str, problem: str | None = None, include_cpu: bool
 def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bool = False,
                      all_cases: bool = False) -> ProblemEvidence:
     """Everything the report shows for one problem; raw_result paths resolve against root."""
-    official = _official_lists(name)
+    prob = _problem(name)
+    official = {"tests": prob.tests, "benchmarks": prob.ranked_benchmarks} if prob else {"tests": [], "benchmarks": []}
     hidden, left_out = Counter(), Counter()
     modes = {"leaderboard": [r for r in records if r.get("mode") == "leaderboard"]}
     for mode, which in (("check", "tests"), ("bench", "benchmarks"), ("diff", "benchmarks")):
@@ -222,7 +239,7 @@ def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bo
                 modes[mode].append(record)
                 continue
             left_out[mode] += 1
-    lines, skipped = frontier(modes["bench"] + modes["leaderboard"], official["benchmarks"])
+    lines, skipped = frontier(modes["bench"] + modes["leaderboard"], prob)
     return ProblemEvidence(
         name=name,
         counts=Counter(str(r.get("mode")) for r in records),
@@ -233,7 +250,7 @@ def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bo
         frontier_skipped=skipped,
         diff=newest_diff(modes["diff"]),
         check=newest_check(modes["check"]),
-        submissions=newest_submissions(modes["leaderboard"], root),
+        submissions=newest_submissions(modes["leaderboard"], root, prob),
     )
 
 
@@ -273,14 +290,14 @@ def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
                  _num(newest.get("baseline_geomean_us")), newest.get("baseline"))
 
 
-def frontier(records: list[dict], benchmarks: list[dict]) -> tuple[list[FrontierLine], Counter]:
+def frontier(records: list[dict], prob: Problem | None) -> tuple[list[FrontierLine], Counter]:
     """Best-so-far geomean over time, one line per source and GPU; and why timed runs were left out.
 
     Only numbers of one kind share a line: a bench times the GPU that ran it with popkit's harness, a
     leaderboard run the board's GPU with the server's. A run counts when it has a time and a geomean and
     none of its cases failed; a leaderboard run without geomean_us counts with its public score (a geomean
-    in seconds). A timed run that ran on no known GPU, or a bench of other cases than the full benchmark
-    list (--all-cases shows one elsewhere), is counted as skipped instead.
+    in seconds). A timed run that ran on no known GPU, or one of other cases than the full benchmark list
+    (a leaderboard run that stopped early, a bench that --all-cases shows elsewhere), is counted as skipped.
     """
     points, skipped = [], Counter()
     for record in records:
@@ -292,7 +309,7 @@ def frontier(records: list[dict], benchmarks: list[dict]) -> tuple[list[Frontier
             continue
         if not ran_on_gpu(record):
             skipped["not GPU"] += 1
-        elif source == "bench" and not covers(record, benchmarks):
+        elif not timed_full_list(record, prob):
             skipped["other cases"] += 1
         else:
             points.append((when, source, _text(record.get("gpu")) or "an unknown GPU", value))
@@ -302,6 +319,36 @@ def frontier(records: list[dict], benchmarks: list[dict]) -> tuple[list[Frontier
         line.times.append(when)
         line.best_us.append(min(value, line.best_us[-1]) if line.best_us else value)
     return list(lines.values()), skipped
+
+
+def timed_full_list(record: dict, prob: Problem | None) -> bool:
+    """Whether a bench or leaderboard run timed the whole benchmark list, as far as its cases tell: a
+    leaderboard run without cases, or of a problem popkit has no record of, is taken at the server's word."""
+    if record.get("mode") == "leaderboard":
+        coverage = board_coverage(record, prob)
+        return coverage is None or (coverage.kind == "benchmarks" and coverage.full)
+    return prob is None or covers(record, prob.ranked_benchmarks)
+
+
+def board_coverage(record: dict, prob: Problem | None) -> Coverage | None:
+    """The official list a leaderboard run's cases hold the most of (benchmarks on a tie), and how much;
+    None without cases or a list. Its specs are read again under the problem's record: the client logs a
+    spec it cannot read as {'raw': text}, and an older one read specs under the record named like the
+    board, or under none, which left out the problem's defaults."""
+    ran = {spec_key(_reread(c["spec"], prob)) for c in _cases(record)} if prob else set()
+    if not ran:
+        return None
+    return max((Coverage(kind, sum(spec_key(s) in ran for s in specs), len(specs))
+                for kind, specs in (("benchmarks", prob.ranked_benchmarks), ("tests", prob.tests))),
+               key=lambda c: c.ran / c.of)
+
+
+def _reread(spec: dict, prob: Problem) -> dict:
+    """A logged spec in the problem's terms today; as it was when they cannot read it."""
+    try:
+        return parse_spec(str(spec["raw"]), prob) if set(spec) == {"raw"} else normalize(prob, spec)
+    except ProblemError:
+        return spec
 
 
 def newest_diff(records: list[dict]) -> Diff | None:
@@ -333,14 +380,14 @@ def newest_check(records: list[dict]) -> Check | None:
     return Check(record.get("time"), _text(record.get("commit")), _text(record.get("gpu")), gates, rows)
 
 
-def newest_submissions(records: list[dict], root: Path) -> list[Submission]:
-    """The newest leaderboard records, newest first."""
+def newest_submissions(records: list[dict], root: Path, prob: Problem | None) -> list[Submission]:
+    """The newest leaderboard records, newest first, each with how its cases compare with the official lists."""
     rows = []
     for record in reversed(records[-NEWEST_SUBMISSIONS:]):
         raw = record.get("raw_result")
         rows.append(Submission(
             record.get("time"), record.get("submission_id"), record.get("run_mode"),
-            record.get("gpu"), _seconds_to_us(record.get("public_score_s")),
+            record.get("gpu"), board_coverage(record, prob), _seconds_to_us(record.get("public_score_s")),
             _seconds_to_us(record.get("secret_score_s")),
             root / raw if isinstance(raw, str) and raw else None))
     return rows
@@ -373,14 +420,13 @@ def _tally(title: str, counts: Counter, texts: dict[str, str]) -> str | None:
     return f"{title}: " + ", ".join(parts) + "." if parts else None
 
 
-def _official_lists(name: str) -> dict[str, list[dict]]:
-    """The problem's official tests and the benchmarks its leaderboard times; empty for a problem popkit
-    does not know."""
+def _problem(name: str) -> Problem | None:
+    """popkit's record of the problem (its official tests, and the benchmarks its leaderboard times); None
+    for a problem it does not know."""
     try:
-        prob = load_problem(name)
+        return load_problem(name)
     except ProblemError:
-        return {"tests": [], "benchmarks": []}
-    return {"tests": prob.tests, "benchmarks": prob.ranked_benchmarks}
+        return None
 
 
 def _cases(record: dict) -> list[dict]:
