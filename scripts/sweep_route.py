@@ -39,6 +39,12 @@ def as_global(value):
     return tuple(tuple(row) if isinstance(row, list) else row for row in value) if isinstance(value, list) else value
 
 
+def unknown_globals(module, variants: dict[str, dict]) -> list[str]:
+    """The names the variants set that the built file does not define: a misspelt tunable would time the
+    route's default under the variant's name."""
+    return sorted({key for overrides in variants.values() for key in overrides if not hasattr(module, key)})
+
+
 def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: int, clock: Clock,
           device: str = "cuda", report: Callable[[dict], None] = lambda row: None) -> list[dict]:
     """Check and time every variant on every case; returns one row per case. The module's globals are
@@ -95,6 +101,11 @@ def main() -> None:
         print(f"error: {args.variants}: not a readable JSON file of variants ({exc})", file=sys.stderr)
         raise SystemExit(2)
     module = import_submission(built_file(args.submission), "swept")
+    unknown = unknown_globals(module, variants)
+    if unknown:
+        print(f"error: {args.variants} sets {', '.join(unknown)}, which {args.submission} does not define: "
+              "nothing was timed", file=sys.stderr)
+        raise SystemExit(2)
     prob = load_problem(args.problem)
     specs = [parse_spec(text, prob) for text in args.case] or prob.benchmarks
     gpu = torch.cuda.is_available()
