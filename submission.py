@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: d7b08b28a8e3321d823683cba89417640764175e
+# toolkit commit: e0b7c26dd1557d8c690731332efd4b89b334bfa4
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -11,7 +11,7 @@
 # part qr_v2/householder_blocked.cu sha256 5e8f40aed179dc691076ba8d1482703ef07b524ff0836862e6210db49b4ca485
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
-# part qr_v2/model.py sha256 d96171d17d1fee3e58a7354b53093c7c03379b5b456ccb86e2900a9b95932dd9
+# part qr_v2/model.py sha256 49c4e8e8aa2e3df93ba449e6041036e9197da2e01e34bb0bc236c21cdf99dbfe
 # part qr_v2/route.py sha256 33c0c073557886bdc309d5ab952bcb4a701dbdbdaa80945392d0eb1edd389c3b
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
@@ -1055,7 +1055,8 @@ and the built submission uses them on CPU tensors.
 
 - `reflector`: LAPACK slarfg with a norm scaled by the largest entry (`slarfg` from a given norm).
 - `householder_qr_model`: unblocked QR (householder_small.cu).
-- `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu).
+- `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu;
+  over all n columns of an n <= 32 matrix, householder_warp.cu).
 - `blocked_qr`: the blocked algorithm; the panel factorization and the trailing update are
   parameters, so the GPU route runs this very driver with the CUDA kernels.
 - `apply_block_reflector` (float32 matmuls) and `apply_block_reflector_tf32x3` (householder_update.cu):

@@ -6,7 +6,8 @@ and the built submission uses them on CPU tensors.
 
 - `reflector`: LAPACK slarfg with a norm scaled by the largest entry (`slarfg` from a given norm).
 - `householder_qr_model`: unblocked QR (householder_small.cu).
-- `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu).
+- `factor_panel_model`: one panel plus its compact-WY factor T, one reduction per column (householder_panel.cu;
+  over all n columns of an n <= 32 matrix, householder_warp.cu).
 - `blocked_qr`: the blocked algorithm; the panel factorization and the trailing update are
   parameters, so the GPU route runs this very driver with the CUDA kernels.
 - `apply_block_reflector` (float32 matmuls) and `apply_block_reflector_tf32x3` (householder_update.cu):
