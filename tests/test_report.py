@@ -740,3 +740,12 @@ def test_a_report_that_fails_half_way_leaves_nothing_half_written(failure, exist
         assert ((out / "index.html").read_text(), (out / "qr_v2-cases.png").read_bytes()) == (
             "the old page\n", b"the old chart")
     assert sorted(p.name for p in tmp_path.iterdir()) == (["performance.jsonl"] + (["report"] if existing else []))
+
+
+def test_a_coverage_of_one_case_reads_as_one():
+    # A board ranked by its last case alone (vectoradd) read "all 1 benchmarks".
+    from popcorn.report.data import Coverage
+    assert str(Coverage("benchmarks", 1, 1)) == "the 1 benchmark"
+    assert str(Coverage("benchmarks", 0, 1)) == "0 of 1 benchmark"
+    assert str(Coverage("benchmarks", 12, 12)) == "all 12 benchmarks"
+    assert str(Coverage("tests", 3, 22)) == "3 of 22 tests"

@@ -123,6 +123,8 @@ class Coverage:
         return self.ran == self.of
 
     def __str__(self) -> str:
+        if self.of == 1:                      # a board ranked by one case (vectoradd): "all 1 benchmarks" read oddly
+            return f"the 1 {self.kind[:-1]}" if self.full else f"0 of 1 {self.kind[:-1]}"
         return f"all {self.of} {self.kind}" if self.full else f"{self.ran} of {self.of} {self.kind}"
 
 
