@@ -744,8 +744,8 @@ def test_a_report_that_fails_half_way_leaves_nothing_half_written(failure, exist
 
 def test_a_coverage_of_one_case_reads_as_one():
     # A board ranked by its last case alone (vectoradd) read "all 1 benchmarks".
-    from popcorn.report.data import Coverage
-    assert str(Coverage("benchmarks", 1, 1)) == "the 1 benchmark"
-    assert str(Coverage("benchmarks", 0, 1)) == "0 of 1 benchmark"
-    assert str(Coverage("benchmarks", 12, 12)) == "all 12 benchmarks"
-    assert str(Coverage("tests", 3, 22)) == "3 of 22 tests"
+    coverage = report_data.Coverage
+    assert str(coverage("benchmarks", 1, 1)) == "the 1 benchmark"
+    assert str(coverage("benchmarks", 0, 1)) == "0 of 1 benchmark"
+    assert str(coverage("benchmarks", 12, 12)) == "all 12 benchmarks"
+    assert str(coverage("tests", 3, 22)) == "3 of 22 tests"
