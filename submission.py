@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: e0b7c26dd1557d8c690731332efd4b89b334bfa4
+# toolkit commit: 871fb49a0c6aa7d331c056965d4d3629766abb27
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -12,7 +12,7 @@
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 49c4e8e8aa2e3df93ba449e6041036e9197da2e01e34bb0bc236c21cdf99dbfe
-# part qr_v2/route.py sha256 33c0c073557886bdc309d5ab952bcb4a701dbdbdaa80945392d0eb1edd389c3b
+# part qr_v2/route.py sha256 7b6ff443cb3d1e742e272508e22f9f95495187e26c26553d72431ffe5437750c
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -1264,9 +1264,13 @@ def blocked_one_call_cuda(A: torch.Tensor):
     return H, tau
 
 
-def first_row(table, key: int):
-    """The value of a route table's first row whose bound is at least key."""
-    return next(value for bound, value in table if key <= bound)
+def first_row(table, key: int, allowed: tuple[str, ...]) -> str:
+    """The value of a route table's first row whose bound is at least key, one of `allowed` (a misspelt
+    value would otherwise pick the default route without a word)."""
+    value = next((value for bound, value in table if key <= bound), None)
+    if value not in allowed:
+        raise ValueError(f"route table {table!r} gives {value!r} for n = {key}: expected one of {allowed}")
+    return value
 
 
 def panel_width_cuda(m: int) -> int:
@@ -1284,9 +1288,9 @@ def custom_kernel(data: torch.Tensor):
     if not A.is_cuda:
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
-        return qr_small_cuda(A, first_row(SMALL_KERNEL, n))
+        return qr_small_cuda(A, first_row(SMALL_KERNEL, n, ("smem", "warp")))
     if n <= BLOCKED_MAX_N:
-        variant = first_row(BLOCKED_VARIANT, n)
+        variant = first_row(BLOCKED_VARIANT, n, ("fp32", "tf32x3", "one_call"))
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector

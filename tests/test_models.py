@@ -8,6 +8,7 @@ import torch
 
 from checks.native import eigh, qr_v2
 from parts.eigh.model import jacobi_eigh_model, tournament_pairs
+from parts.qr_v2 import route as qr_route
 from parts.qr_v2.model import (apply_block_reflector, apply_block_reflector_tf32x3, blocked_qr, factor_panel_model,
                                householder_qr_model, reflector)
 
@@ -234,3 +235,12 @@ def test_the_warp_kernels_model_passes_the_gates_and_agrees_with_geqrf(n, case):
     if case in QR_AGREE_FAMILIES:
         H_ref, tau_ref = torch.geqrf(A)
         assert rel(H, H_ref) < 1e-4 and rel(tau, tau_ref) < 1e-4
+
+
+def test_a_route_table_value_the_route_does_not_know_is_refused():
+    # A misspelt variant ("tf32" for "tf32x3") silently ran the fp32 route under the new name.
+    assert qr_route.first_row(((64, "smem"),), 32, ("smem", "warp")) == "smem"
+    with pytest.raises(ValueError, match="'tf32' for n = 512"):
+        qr_route.first_row(((1 << 30, "tf32"),), 512, ("fp32", "tf32x3", "one_call"))
+    with pytest.raises(ValueError, match="None for n = 100"):
+        qr_route.first_row(((64, "smem"),), 100, ("smem", "warp"))

@@ -78,9 +78,13 @@ def blocked_one_call_cuda(A: torch.Tensor):
     return H, tau
 
 
-def first_row(table, key: int):
-    """The value of a route table's first row whose bound is at least key."""
-    return next(value for bound, value in table if key <= bound)
+def first_row(table, key: int, allowed: tuple[str, ...]) -> str:
+    """The value of a route table's first row whose bound is at least key, one of `allowed` (a misspelt
+    value would otherwise pick the default route without a word)."""
+    value = next((value for bound, value in table if key <= bound), None)
+    if value not in allowed:
+        raise ValueError(f"route table {table!r} gives {value!r} for n = {key}: expected one of {allowed}")
+    return value
 
 
 def panel_width_cuda(m: int) -> int:
@@ -98,9 +102,9 @@ def custom_kernel(data: torch.Tensor):
     if not A.is_cuda:
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
-        return qr_small_cuda(A, first_row(SMALL_KERNEL, n))
+        return qr_small_cuda(A, first_row(SMALL_KERNEL, n, ("smem", "warp")))
     if n <= BLOCKED_MAX_N:
-        variant = first_row(BLOCKED_VARIANT, n)
+        variant = first_row(BLOCKED_VARIANT, n, ("fp32", "tf32x3", "one_call"))
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
