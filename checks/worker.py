@@ -42,8 +42,8 @@ def built_file(path: str) -> str:
 
 def bench_each_built_file(argv: list[str], doc: str, bench) -> None:
     """The command line of a kernel bench script: --help prints DOC; else every argument must be a built
-    file (checked before the first run, so a typo in the last costs nothing), then bench(path, tag) for each,
-    tagged v0:NAME, v1:NAME, ... in argument order."""
+    file (checked before the first run, so a typo in the last costs nothing) and the machine must have a
+    CUDA GPU, then bench(path, tag) for each, tagged v0:NAME, v1:NAME, ... in argument order."""
     if argv[:1] in (["-h"], ["--help"]):
         print(doc)
         raise SystemExit(0)
@@ -52,6 +52,10 @@ def bench_each_built_file(argv: list[str], doc: str, bench) -> None:
         raise SystemExit(2)
     for path in argv:
         built_file(path)
+    if not torch.cuda.is_available():
+        print("error: a kernel bench times CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)",
+              file=sys.stderr)
+        raise SystemExit(2)
     for i, path in enumerate(argv):
         bench(path, f"v{i}:{os.path.basename(path)}")
 

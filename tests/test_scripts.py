@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "scripts" / "gpu_session.sh"
@@ -112,3 +113,14 @@ def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, arg
     done = script(tmp_path, "peers.py", "built.py", *args)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(line), done.stderr
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
+@pytest.mark.parametrize("name", ["cholesky_kernel_bench.py", "qr_kernel_bench.py"])
+def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
+    # It imported the built file (a CUDA compile on a GPU host) and failed in torch's device code.
+    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")
+    done = script(tmp_path, name, "ok.py")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: a kernel bench times CUDA kernels: this machine has no CUDA GPU "
+                                        "(run it on a GPU host)"]
