@@ -1,14 +1,14 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 871fb49a0c6aa7d331c056965d4d3629766abb27
+# toolkit commit: aae0e21bf2f6f0b531e814e54fdd3c2575ad00e7
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/householder_panel.cu sha256 dde38959a5f4f9ba5d1936793146f1c113eae698eecefab997148018ffb809e2
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part qr_v2/householder_update.cu sha256 f3da7fa7f8cee0bc37b0d4d1ae2a4ce583937afd54a9240b0b3c6ec1606b3298
-# part qr_v2/householder_blocked.cu sha256 5e8f40aed179dc691076ba8d1482703ef07b524ff0836862e6210db49b4ca485
+# part qr_v2/householder_blocked.cu sha256 8d07e8b45863d0711546b4a61b4a911bea9a15d875a4ece43c0dc24f4d8a8301
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 49c4e8e8aa2e3df93ba449e6041036e9197da2e01e34bb0bc236c21cdf99dbfe
@@ -813,7 +813,8 @@ POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batc
     for (int k0 = 0; k0 < n;) {
         const int m = n - k0, w = min(qr_panel_width(m, max_threads), m);
         int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads);
-        if (err == 0 && k0 + w < n) err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
+        if (err == 0 && k0 + w < n)
+            err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
         if (err != 0) return err;
         k0 += w;
     }

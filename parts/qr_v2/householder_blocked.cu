@@ -26,7 +26,8 @@ POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batc
     for (int k0 = 0; k0 < n;) {
         const int m = n - k0, w = min(qr_panel_width(m, max_threads), m);
         int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads);
-        if (err == 0 && k0 + w < n) err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
+        if (err == 0 && k0 + w < n)
+            err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
         if (err != 0) return err;
         k0 += w;
     }
