@@ -1,17 +1,18 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: aae0e21bf2f6f0b531e814e54fdd3c2575ad00e7
+# toolkit commit: 3dcf6c76a3469978b8670e43c4d3bf4c41388f8c
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/householder_panel.cu sha256 dde38959a5f4f9ba5d1936793146f1c113eae698eecefab997148018ffb809e2
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
-# part qr_v2/householder_update.cu sha256 f3da7fa7f8cee0bc37b0d4d1ae2a4ce583937afd54a9240b0b3c6ec1606b3298
+# part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
+# part qr_v2/householder_update.cu sha256 55a9aed8150cc3eba0af87b8ee999c0a949c84cede066dac289de59b7c95c397
 # part qr_v2/householder_blocked.cu sha256 8d07e8b45863d0711546b4a61b4a911bea9a15d875a4ece43c0dc24f4d8a8301
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
-# part qr_v2/model.py sha256 49c4e8e8aa2e3df93ba449e6041036e9197da2e01e34bb0bc236c21cdf99dbfe
+# part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
 # part qr_v2/route.py sha256 7b6ff443cb3d1e742e272508e22f9f95495187e26c26553d72431ffe5437750c
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
@@ -578,6 +579,54 @@ __device__ __forceinline__ void mma_tf32x3(float (&c)[4], const unsigned (&ah)[4
 
 }  // namespace popkit
 ''',
+    "common/async_copy.cuh": r'''
+// Asynchronous global -> shared copies (cp.async, sm_80 and later), shared by every problem's kernels.
+//
+// A copy is issued and forgotten: the data lands in shared memory while the thread goes on, so a
+// kernel keeps several tiles in flight without holding them in registers. Copies are grouped
+// (commit_async_group) and waited for by count (wait_async_groups<N>: all but the N newest groups have
+// landed, for this thread; a __syncthreads after it makes every thread's copies visible).
+#include <cuda_runtime.h>
+
+namespace popkit {
+
+// kVec floats (1 or 4) from global to shared; only the first `bytes` are read, the rest of the
+// destination is zero-filled. kVec = 4 needs both addresses 16-byte aligned.
+template <int kVec>
+__device__ __forceinline__ void copy_async(float* dst, const float* src, int bytes) {
+    const unsigned to = (unsigned)__cvta_generic_to_shared(dst);
+    static_assert(kVec == 1 || kVec == 4, "cp.async copies 4 or 16 bytes here");
+    if constexpr (kVec == 4)
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(to), "l"(src), "r"(bytes) : "memory");
+    else
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(to), "l"(src), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void commit_async_group() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+template <int kPending>
+__device__ __forceinline__ void wait_async_groups() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+
+// A kRows x kCols tile, row r at src + r ld_src, to shared row r at dst + r ld_dst, by every one of the
+// CTA's kThreads threads in kVec-float pieces; entries in rows >= rows_valid or columns >= cols_valid
+// are zero-filled (and not read). Issued only: commit and wait as above.
+template <int kRows, int kCols, int kVec, int kThreads>
+__device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const float* src, size_t ld_src, int rows_valid,
+                                                int cols_valid) {
+    constexpr int kPiecesPerRow = kCols / kVec, kPieces = kRows * kPiecesPerRow;
+    static_assert(kCols % kVec == 0 && kPieces % kThreads == 0, "the tile splits evenly over the threads");
+#pragma unroll 4    // fully unrolled, 4-byte pieces hoist 16+ addresses into registers (spills)
+    for (int i = 0; i < kPieces / kThreads; ++i) {
+        const int idx = threadIdx.x + i * kThreads, r = idx / kPiecesPerRow, c = (idx % kPiecesPerRow) * kVec;
+        const int valid = r < rows_valid ? max(0, min(kVec, cols_valid - c)) : 0;
+        copy_async<kVec>(dst + r * ld_dst + c, valid > 0 ? src + r * ld_src + c : src, 4 * valid);
+    }
+}
+
+}  // namespace popkit
+''',
     "qr_v2/householder_update.cu": r'''
 // qr_v2, blocked route: apply one panel's block reflector to the trailing columns, in one launch, on
 // TF32 tensor cores at ~fp32 accuracy (tf32x3, common/tensor_core_tf32.cuh).
@@ -586,189 +635,231 @@ __device__ __forceinline__ void mma_tf32x3(float (&c)[4], const unsigned (&ah)[4
 // H_0 ... H_{w-1} = I - V T V^T) from householder_panel.cu, the trailing block C = A[k0:n, k0+w:n]
 // (m = n - k0 rows, nc = n - k0 - w columns, leading dimension n) becomes Q_panel^T C:
 //   W0 = Vt C            (w x nc, contraction over the m rows)
-//   W  = T^T W0          (w x nc, fp32, T upper so W[i] = sum_{k <= i} T[k][i] W0[k])
+//   W  = T^T W0          (w x nc, contraction over the w reflectors)
 //   C -= V W             (m x nc, contraction over the w reflectors)
-// the three products blocked_qr runs as cuBLAS calls (model.apply_block_reflector_tf32x3: the same
-// arithmetic). Every product splits its operands x = hi + lo and sums lo hi + hi lo + hi hi.
+// model.apply_block_reflector_tf32x3 is the same arithmetic: every product splits its operands
+// x = hi + lo and sums lo hi + hi lo + hi hi.
 //
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch), three CTAs an SM. Phase 1 walks the rows in chunks of 32 (C's chunk and Vt's, staged in
-// shared memory, the next chunk's loads in flight during this one's mma): each warp owns 16 columns
-// of W0 (W / 16 m16 tiles x 2 n8 tiles). W = T^T W0 then goes to shared memory already split into hi and lo planes.
-// Phase 2 walks the rows in chunks of 64, each warp 16 rows x 64 columns (8 n8 tiles), and subtracts
-// its accumulators from C (all old values of a row pair read before any is written).
-// Shared rows are padded (36 and 72 floats) so that every fragment read hits 32 distinct banks.
+// batch), three CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
+// owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16 rows
+// x 32 columns: 4 n8 tiles). Both phases read the same chunk (C's 32 x 64 and Vt's w x 32), so one
+// pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the copies run ahead
+// across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
+// in shared memory and writes the result straight to global memory.
+// Shared rows are padded (72, 36 and 40 floats) so that fragment reads hit 32 distinct banks
+// (phase 2's reads of V are 2-way: the two phases read V's chunk transposed to each other).
 // Why it is fast: one launch instead of three, W0 and W never leave the chip, C is read twice (the
-// second time mostly from L2: the CTA read its tile moments before) and written once, and the
-// products run on tensor cores where cuBLAS's batched SGEMMs of K = 32 or M = 32 run on SIMT units.
+// second time mostly from L2) and written once, the copies keep ~27 KB a CTA in flight without
+// registers (an earlier version that loaded through registers and read C's old values with plain
+// loads stalled on them: 84% of its cycles, 4.2x slower than cuBLAS at 640x512), and the products
+// run on tensor cores where cuBLAS's batched SGEMMs of K = 32 or M = 32 run on SIMT units.
 
 namespace {
 
 constexpr int kUpdateThreads = 128;
 constexpr int kTileCols = 64;               // columns of C per CTA
-constexpr int kRowsIn = 32;                 // phase 1: rows of C per chunk (the K of W0 = Vt C)
-constexpr int kRowsOut = 64;                // phase 2: rows of C per chunk (16 per warp)
-constexpr int kLdWide = kTileCols + 8;      // 72: fragment reads (row t, column g) hit banks 8t + g
-constexpr int kLdNarrow = kRowsIn + 4;      // 36: fragment reads (row g, column t) hit banks 4g + t
+constexpr int kChunkRows = 32;              // rows of C per pipeline chunk (the K of W0 = Vt C)
+constexpr int kStages = 3;                  // chunks in shared memory: one computed, two in flight
+constexpr int kLdC = kTileCols + 8;         // 72: reads (row t, column g) hit banks 8t + g
+constexpr int kLdV = kChunkRows + 4;        // 36: reads (row g, column t) hit banks 4g + t
+constexpr int kLdT = 40;                    // reads (row t, column g) hit banks 8t + g
+
+template <int W>
+struct Chunk {
+    float c[kChunkRows][kLdC];              // C's rows r0 .. r0 + 31, the CTA's 64 columns
+    float v[W][kLdV];                       // Vt's columns r0 .. r0 + 31
+};
 
 template <int W>
 struct UpdateSmem {
-    float c[kRowsIn][kLdWide];              // phase 1: C's chunk;   phase 2: Vt's chunk (W x 64 rows)
-    float v[W][kLdNarrow];                  // phase 1: Vt's chunk (W x 32 rows)
-    float w0[W][kLdWide];                   // W0, then read for W = T^T W0
-    unsigned wh[W][kLdWide], wl[W][kLdWide];    // W split into TF32 hi and lo
-    float t[W][W + 1];
+    Chunk<W> chunk[kStages];
+    float w0[W][kLdC];                      // W0
+    unsigned wh[W][kLdC], wl[W][kLdC];      // W = T^T W0 split into TF32 hi and lo
+    float t[W][kLdT];                       // T, zero below the diagonal
 };
 
-// One m16n8k8 tf32x3 step: acc += A B with A's fragment (4 floats) and B's (2 floats) split here.
-__device__ __forceinline__ void mma_split(float (&acc)[4], const float (&fa)[4], const float (&fb)[2]) {
-    unsigned ah[4], al[4], bh[2], bl[2];
+template <int W>
+constexpr int update_smem_bytes() { return (int)sizeof(UpdateSmem<W>); }
+
+__device__ __forceinline__ void split4(const float (&x)[4], unsigned (&hi)[4], unsigned (&lo)[4]) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) popkit::split_tf32(fa[e], ah[e], al[e]);
-#pragma unroll
-    for (int e = 0; e < 2; ++e) popkit::split_tf32(fb[e], bh[e], bl[e]);
-    popkit::mma_tf32x3(acc, ah, al, bh, bl);
+    for (int e = 0; e < 4; ++e) popkit::split_tf32(x[e], hi[e], lo[e]);
 }
 
-// Three CTAs an SM (166 registers at W = 32, no spill; four would spill): 12 warps to hide the loads.
+__device__ __forceinline__ void split2(float x0, float x1, unsigned (&hi)[2], unsigned (&lo)[2]) {
+    popkit::split_tf32(x0, hi[0], lo[0]);
+    popkit::split_tf32(x1, hi[1], lo[1]);
+}
+
+// Phase 1 on one chunk: acc[mi][q] (W0's rows mi*16.., columns warp*16 + q*8..) += Vt_chunk C_chunk.
 template <int W>
+__device__ __forceinline__ void accumulate_w0(float (&acc)[W / 16][2][4], const Chunk<W>& ch, int warp, int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < kChunkRows; kk += 8) {
+        unsigned bh[2][2], bl[2][2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int col = warp * 16 + q * 8 + g;
+            split2(ch.c[kk + t][col], ch.c[kk + t + 4][col], bh[q], bl[q]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W / 16; ++mi) {
+            const float fa[4] = {ch.v[mi * 16 + g][kk + t], ch.v[mi * 16 + g + 8][kk + t],
+                                 ch.v[mi * 16 + g][kk + t + 4], ch.v[mi * 16 + g + 8][kk + t + 4]};
+            unsigned ah[4], al[4];
+            split4(fa, ah, al);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(acc[mi][q], ah, al, bh[q], bl[q]);
+        }
+    }
+}
+
+// Between the phases, each warp on its own 16 columns: W0 to shared memory, W = T^T W0 on tensor
+// cores, W split into s.wh / s.wl. The caller's __syncthreads then publishes W to every warp.
+template <int W>
+__device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 16][2][4], int warp, int g, int t) {
+#pragma unroll
+    for (int mi = 0; mi < W / 16; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int col = warp * 16 + q * 8 + 2 * t;
+            s.w0[mi * 16 + g][col] = acc[mi][q][0];
+            s.w0[mi * 16 + g][col + 1] = acc[mi][q][1];
+            s.w0[mi * 16 + g + 8][col] = acc[mi][q][2];
+            s.w0[mi * 16 + g + 8][col + 1] = acc[mi][q][3];
+        }
+    __syncwarp();
+    float w[W / 16][2][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < W; kk += 8) {
+        unsigned bh[2][2], bl[2][2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int col = warp * 16 + q * 8 + g;
+            split2(s.w0[kk + t][col], s.w0[kk + t + 4][col], bh[q], bl[q]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W / 16; ++mi) {        // A = T^T: A[i][k] = T[k][i]
+            const float fa[4] = {s.t[kk + t][mi * 16 + g], s.t[kk + t][mi * 16 + g + 8],
+                                 s.t[kk + t + 4][mi * 16 + g], s.t[kk + t + 4][mi * 16 + g + 8]};
+            unsigned ah[4], al[4];
+            split4(fa, ah, al);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(w[mi][q], ah, al, bh[q], bl[q]);
+        }
+    }
+#pragma unroll
+    for (int mi = 0; mi < W / 16; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int row = mi * 16 + g + 8 * (e >> 1), col = warp * 16 + q * 8 + 2 * t + (e & 1);
+                popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
+            }
+}
+
+// Phase 2 on one chunk: C's rows r0 + wr*16 .., columns j0 + wc*32 .. become old - V_chunk W.
+template <int W, int kVec>
+__device__ __forceinline__ void subtract_vw(const UpdateSmem<W>& s, const Chunk<W>& ch, float* C, int ldc, int m, int nc,
+                                           int r0, int j0, int wr, int wc, int g, int t) {
+    float acc[4][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < W; kk += 8) {           // A = V: A[row][k] = Vt[k][row]
+        const float fa[4] = {ch.v[kk + t][wr * 16 + g], ch.v[kk + t][wr * 16 + g + 8],
+                             ch.v[kk + t + 4][wr * 16 + g], ch.v[kk + t + 4][wr * 16 + g + 8]};
+        unsigned ah[4], al[4];
+        split4(fa, ah, al);
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int col = wc * 32 + ni * 8 + g;
+            const unsigned bh[2] = {s.wh[kk + t][col], s.wh[kk + t + 4][col]};
+            const unsigned bl[2] = {s.wl[kk + t][col], s.wl[kk + t + 4][col]};
+            popkit::mma_tf32x3(acc[ni], ah, al, bh, bl);
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int rl = wr * 16 + g + 8 * half, r = r0 + rl;
+        if (r >= m) continue;
+#pragma unroll
+        for (int ni = 0; ni < 4; ++ni) {
+            const int cl = wc * 32 + ni * 8 + 2 * t, col = j0 + cl;
+            const float2 old = *reinterpret_cast<const float2*>(&ch.c[rl][cl]);
+            const float x0 = old.x - acc[ni][2 * half], x1 = old.y - acc[ni][2 * half + 1];
+            float* out = C + (size_t)r * ldc + col;
+            if (kVec == 4 && col + 1 < nc) {       // ldc % 4 == 0 and col even: 8-byte aligned
+                *reinterpret_cast<float2*>(out) = make_float2(x0, x1);
+            } else {
+                if (col < nc) out[0] = x0;
+                if (col + 1 < nc) out[1] = x1;
+            }
+        }
+    }
+}
+
+// kVec = 4: C, Vt, ldc, stride and m allow 16-byte copies; 1 otherwise.
+template <int W, int kVec>
 __global__ void __launch_bounds__(kUpdateThreads, 3)
 qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
                  const float* __restrict__ T, int m, int nc) {
-    constexpr int kMi = W / 16;                              // phase 1: m16 tiles of W0 per warp
-    constexpr int kLoadC = kRowsIn * kTileCols / kUpdateThreads;     // 16 floats a thread
-    constexpr int kLoadV = W * kRowsIn / kUpdateThreads;             // 8 or 4
-    constexpr int kLoadV2 = W * kRowsOut / kUpdateThreads;           // 16 or 8
-    __shared__ UpdateSmem<W> s;
+    extern __shared__ __align__(16) unsigned char smem_raw[];
+    UpdateSmem<W>& s = *reinterpret_cast<UpdateSmem<W>*>(smem_raw);
     const int j0 = blockIdx.x * kTileCols;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     float* C = Cs + (size_t)blockIdx.y * stride;
     const float* V = Vt + (size_t)blockIdx.y * W * m;
+    const float* Tb = T + (size_t)blockIdx.y * W * W;
 
-    for (int idx = threadIdx.x; idx < W * W; idx += kUpdateThreads)
-        s.t[idx / W][idx % W] = T[(size_t)blockIdx.y * W * W + idx];
-
-    // ---- phase 1: W0 = Vt C over row chunks of 32
-    float acc1[kMi][2][4] = {};
-    float rc[kLoadC], rv[kLoadV];
-    auto load_chunk = [&](int r0) {
-#pragma unroll
-        for (int i = 0; i < kLoadC; ++i) {
-            const int idx = threadIdx.x + i * kUpdateThreads, r = r0 + idx / kTileCols, col = j0 + idx % kTileCols;
-            rc[i] = (r < m && col < nc) ? C[(size_t)r * ldc + col] : 0.f;
+    const int chunks = (m + kChunkRows - 1) / kChunkRows, copies = 2 * chunks;
+    auto issue = [&](int k) {                       // copy k: chunk k % chunks into stage k % kStages
+        if (k < copies) {
+            const int r0 = (k % chunks) * kChunkRows;
+            Chunk<W>& ch = s.chunk[k % kStages];
+            popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
+                &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
+            popkit::copy_tile_async<W, kChunkRows, kVec, kUpdateThreads>(&ch.v[0][0], kLdV, V + r0, m, W, m - r0);
         }
-#pragma unroll
-        for (int i = 0; i < kLoadV; ++i) {
-            const int idx = threadIdx.x + i * kUpdateThreads, c = idx / kRowsIn, r = r0 + idx % kRowsIn;
-            rv[i] = (r < m) ? V[(size_t)c * m + r] : 0.f;
-        }
+        popkit::commit_async_group();               // empty past the end: the group count stays regular
     };
-    load_chunk(0);
-    for (int r0 = 0; r0 < m; r0 += kRowsIn) {
 #pragma unroll
-        for (int i = 0; i < kLoadC; ++i) {
-            const int idx = threadIdx.x + i * kUpdateThreads;
-            s.c[idx / kTileCols][idx % kTileCols] = rc[i];
-        }
-#pragma unroll
-        for (int i = 0; i < kLoadV; ++i) {
-            const int idx = threadIdx.x + i * kUpdateThreads;
-            s.v[idx / kRowsIn][idx % kRowsIn] = rv[i];
-        }
-        __syncthreads();
-        if (r0 + kRowsIn < m) load_chunk(r0 + kRowsIn);      // in flight during this chunk's products
-#pragma unroll
-        for (int kk = 0; kk < kRowsIn; kk += 8) {
-#pragma unroll
-            for (int mi = 0; mi < kMi; ++mi) {
-                const float fa[4] = {s.v[mi * 16 + g][kk + t], s.v[mi * 16 + g + 8][kk + t],
-                                     s.v[mi * 16 + g][kk + t + 4], s.v[mi * 16 + g + 8][kk + t + 4]};
-#pragma unroll
-                for (int q = 0; q < 2; ++q) {
-                    const int col = (2 * warp + q) * 8 + g;
-                    const float fb[2] = {s.c[kk + t][col], s.c[kk + t + 4][col]};
-                    mma_split(acc1[mi][q], fa, fb);
-                }
-            }
-        }
-        __syncthreads();
-    }
-#pragma unroll
-    for (int mi = 0; mi < kMi; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = (2 * warp + q) * 8 + 2 * t;
-            s.w0[mi * 16 + g][col] = acc1[mi][q][0];
-            s.w0[mi * 16 + g][col + 1] = acc1[mi][q][1];
-            s.w0[mi * 16 + g + 8][col] = acc1[mi][q][2];
-            s.w0[mi * 16 + g + 8][col + 1] = acc1[mi][q][3];
-        }
-    __syncthreads();
-
-    // ---- W = T^T W0, stored split
-    for (int idx = threadIdx.x; idx < W * kTileCols; idx += kUpdateThreads) {
-        const int i = idx / kTileCols, col = idx % kTileCols;
-        float sum = 0.f;
-        for (int k = 0; k <= i; ++k) sum += s.t[k][i] * s.w0[k][col];
-        popkit::split_tf32(sum, s.wh[i][col], s.wl[i][col]);
+    for (int k = 0; k < kStages - 1; ++k) issue(k);
+    for (int idx = threadIdx.x; idx < W * W; idx += kUpdateThreads) {
+        const int k = idx / W, i = idx % W;
+        s.t[k][i] = k <= i ? Tb[idx] : 0.f;
     }
 
-    // ---- phase 2: C -= V W over row chunks of 64
-    const int wrow = warp * 16;
-    float rv2[kLoadV2];
-    auto load_v = [&](int r0) {
-#pragma unroll
-        for (int i = 0; i < kLoadV2; ++i) {
-            const int idx = threadIdx.x + i * kUpdateThreads, c = idx / kRowsOut, r = r0 + idx % kRowsOut;
-            rv2[i] = (r < m) ? V[(size_t)c * m + r] : 0.f;
+    float acc[W / 16][2][4] = {};
+    for (int k = 0; k < copies; ++k) {
+        popkit::wait_async_groups<kStages - 2>();   // copy k has landed (this thread's part)
+        __syncthreads();                            // everyone's part; stage (k - 1) % kStages is free
+        issue(k + kStages - 1);
+        const Chunk<W>& ch = s.chunk[k % kStages];
+        if (k < chunks) {
+            accumulate_w0<W>(acc, ch, warp, g, t);
+            continue;
         }
-    };
-    float (*sv2)[kLdWide] = s.c;                             // phase 1's C chunk holds Vt's W x 64 chunk
-    static_assert(W <= kRowsIn, "Vt's phase-2 chunk must fit in phase 1's C chunk");
-    load_v(0);
-    for (int r0 = 0; r0 < m; r0 += kRowsOut) {
-        __syncthreads();                                     // the previous chunk's reads (and W's stores) done
-#pragma unroll
-        for (int i = 0; i < kLoadV2; ++i) {
-            const int idx = threadIdx.x + i * kUpdateThreads;
-            sv2[idx / kRowsOut][idx % kRowsOut] = rv2[i];
+        if (k == chunks) {
+            form_w<W>(s, acc, warp, g, t);
+            __syncthreads();
         }
-        __syncthreads();
-        if (r0 + kRowsOut < m) load_v(r0 + kRowsOut);
-        float acc[8][4] = {};
-#pragma unroll
-        for (int kk = 0; kk < W; kk += 8) {
-            float fa[4] = {sv2[kk + t][wrow + g], sv2[kk + t][wrow + g + 8],
-                           sv2[kk + t + 4][wrow + g], sv2[kk + t + 4][wrow + g + 8]};
-            unsigned ah[4], al[4];
-#pragma unroll
-            for (int e = 0; e < 4; ++e) popkit::split_tf32(fa[e], ah[e], al[e]);
-#pragma unroll
-            for (int ni = 0; ni < 8; ++ni) {
-                const unsigned bh[2] = {s.wh[kk + t][ni * 8 + g], s.wh[kk + t + 4][ni * 8 + g]};
-                const unsigned bl[2] = {s.wl[kk + t][ni * 8 + g], s.wl[kk + t + 4][ni * 8 + g]};
-                popkit::mma_tf32x3(acc[ni], ah, al, bh, bl);
-            }
-        }
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int r = r0 + wrow + g + 8 * half;
-            float old[8][2];
-#pragma unroll
-            for (int ni = 0; ni < 8; ++ni) {
-                const int col = j0 + ni * 8 + 2 * t;
-                old[ni][0] = (r < m && col < nc) ? C[(size_t)r * ldc + col] : 0.f;
-                old[ni][1] = (r < m && col + 1 < nc) ? C[(size_t)r * ldc + col + 1] : 0.f;
-            }
-#pragma unroll
-            for (int ni = 0; ni < 8; ++ni) {
-                const int col = j0 + ni * 8 + 2 * t;
-                if (r < m && col < nc) C[(size_t)r * ldc + col] = old[ni][0] - acc[ni][2 * half];
-                if (r < m && col + 1 < nc) C[(size_t)r * ldc + col + 1] = old[ni][1] - acc[ni][2 * half + 1];
-            }
-        }
+        subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, (k - chunks) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
     }
 }
+
+template <int W, int kVec>
+int launch_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc) {
+    static int granted = 0;
+    const int bytes = update_smem_bytes<W>();
+    cudaError_t err = popkit::allow_dynamic_smem(qr_update_kernel<W, kVec>, bytes, granted);
+    if (err != cudaSuccess) return (int)err;
+    const dim3 grid((nc + kTileCols - 1) / kTileCols, batch);
+    qr_update_kernel<W, kVec><<<grid, kUpdateThreads, bytes>>>(C, ldc, stride, Vt, T, m, nc);
+    return (int)cudaGetLastError();
+}
+
+bool aligned16(const void* p) { return ((size_t)p & 15) == 0; }
 
 }  // namespace
 
@@ -778,11 +869,12 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
 POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
                             int w) {
     if (batch < 1 || m < 1 || nc < 1 || ldc < nc) return (int)cudaErrorInvalidValue;
-    const dim3 grid((nc + kTileCols - 1) / kTileCols, batch);
-    if (w == 32) qr_update_kernel<32><<<grid, kUpdateThreads>>>(C, ldc, stride, Vt, T, m, nc);
-    else if (w == 16) qr_update_kernel<16><<<grid, kUpdateThreads>>>(C, ldc, stride, Vt, T, m, nc);
-    else return (int)cudaErrorInvalidValue;
-    return (int)cudaGetLastError();
+    const bool vec = aligned16(C) && aligned16(Vt) && ldc % 4 == 0 && stride % 4 == 0 && m % 4 == 0;
+    if (w == 32) return vec ? launch_update<32, 4>(C, ldc, stride, Vt, T, batch, m, nc)
+                            : launch_update<32, 1>(C, ldc, stride, Vt, T, batch, m, nc);
+    if (w == 16) return vec ? launch_update<16, 4>(C, ldc, stride, Vt, T, batch, m, nc)
+                            : launch_update<16, 1>(C, ldc, stride, Vt, T, batch, m, nc);
+    return (int)cudaErrorInvalidValue;
 }
 ''',
     "qr_v2/householder_blocked.cu": r'''
@@ -824,11 +916,11 @@ POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batc
 }
 # The translation units the loader compiles in parallel: every header part, then one .cu part.
 CUDA_UNITS = [
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_small.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_warp.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_panel.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_update.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "qr_v2/householder_blocked.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_small.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_warp.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_panel.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_update.cu"],
+    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_blocked.cu"],
 ]
 
 # ---- part common/cuda_loader.py ----
@@ -1161,9 +1253,9 @@ def apply_block_reflector(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) ->
 
 
 def apply_block_reflector_tf32x3(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
-    """The same with householder_update.cu's arithmetic: W0 = Vt C and C -= V W as tf32x3 products
-    (operands split into TF32 hi + lo, ~21 bits), W = T^T W0 in float32."""
-    W = T.mT @ tf32x3_product(Vt, C.mT)
+    """The same with householder_update.cu's arithmetic: W0 = Vt C, W = T^T W0 and C -= V W as tf32x3
+    products (operands split into TF32 hi + lo, ~21 bits)."""
+    W = tf32x3_product(T.mT, tf32x3_product(Vt, C.mT).mT)
     C -= tf32x3_product(Vt.mT, W.mT)
 
 

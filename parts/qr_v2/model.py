@@ -112,9 +112,9 @@ def apply_block_reflector(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) ->
 
 
 def apply_block_reflector_tf32x3(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
-    """The same with householder_update.cu's arithmetic: W0 = Vt C and C -= V W as tf32x3 products
-    (operands split into TF32 hi + lo, ~21 bits), W = T^T W0 in float32."""
-    W = T.mT @ tf32x3_product(Vt, C.mT)
+    """The same with householder_update.cu's arithmetic: W0 = Vt C, W = T^T W0 and C -= V W as tf32x3
+    products (operands split into TF32 hi + lo, ~21 bits)."""
+    W = tf32x3_product(T.mT, tf32x3_product(Vt, C.mT).mT)
     C -= tf32x3_product(Vt.mT, W.mT)
 
 
