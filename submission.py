@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 3dcf6c76a3469978b8670e43c4d3bf4c41388f8c
+# toolkit commit: 97f3e5239cc995f62983517571d1f3f023cd1a53
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -13,7 +13,7 @@
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
-# part qr_v2/route.py sha256 7b6ff443cb3d1e742e272508e22f9f95495187e26c26553d72431ffe5437750c
+# part qr_v2/route.py sha256 c326f2b39a4443ae38979d89f2fb2634b3dfe35b7df122de99039a97342a2d15
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -1310,8 +1310,10 @@ PANEL_MAX_THREADS = 512
 # How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
 # cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
 # bits) or "one_call" (householder_blocked.cu: that loop in C++, one call a factorization).
-# tf32x3 and one_call are not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
-BLOCKED_VARIANT = ((1 << 30, "fp32"),)
+# H200, sweep_route at 97f3e52 (logs/device/20261201T1705Z-*): one_call against fp32 at 40x176 3.2x,
+# 40x352 2.3x, 640x512 1.26x, 60x1024 1.23x, 8x2048 1.26x (tf32x3 alike but for the host time between
+# launches at 40x176); gate fractions 0.002-0.012 of 1 either way.
+BLOCKED_VARIANT = ((1 << 30, "one_call"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 

@@ -31,8 +31,10 @@ PANEL_MAX_THREADS = 512
 # How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
 # cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
 # bits) or "one_call" (householder_blocked.cu: that loop in C++, one call a factorization).
-# tf32x3 and one_call are not yet measured on a GPU: fp32 everywhere until a diff says otherwise.
-BLOCKED_VARIANT = ((1 << 30, "fp32"),)
+# H200, sweep_route at 97f3e52 (logs/device/20261201T1705Z-*): one_call against fp32 at 40x176 3.2x,
+# 40x352 2.3x, 640x512 1.26x, 60x1024 1.23x, 8x2048 1.26x (tf32x3 alike but for the host time between
+# launches at 40x176); gate fractions 0.002-0.012 of 1 either way.
+BLOCKED_VARIANT = ((1 << 30, "one_call"),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
