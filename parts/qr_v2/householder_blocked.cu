@@ -7,25 +7,26 @@
 // busy 0.29 ms).
 #include "device_utils.cuh"
 
-POPKIT_EXPORT int qr_panel_width(int m, int max_threads);
+POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster);
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads);
+                           int max_threads, int cluster);
 POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
                             int w);
 
-// H: the batch's matrices (batch x n x n, a copy of A), factored in place; tau: batch x n; panel CTAs of
-// at most max_threads threads. n^2 < 2^31. A panel width qr_update lacks (8, past m = 2048 rows at 512
-// threads) is cudaErrorInvalidValue, before anything runs.
-POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batch, int n, int max_threads) {
+// H: the batch's matrices (batch x n x n, a copy of A), factored in place; tau: batch x n; panels on
+// `cluster` CTAs of at most max_threads threads. n^2 < 2^31. A panel width qr_update lacks (8: past
+// m = 2048 rows on one CTA of 512 threads) is cudaErrorInvalidValue, before anything runs.
+POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batch, int n, int max_threads,
+                             int cluster) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31)) return (int)cudaErrorInvalidValue;
     for (int k0 = 0; k0 < n;) {                  // every width first: no half-factored batch on a refusal
-        const int m = n - k0, width = qr_panel_width(m, max_threads);
+        const int m = n - k0, width = qr_panel_width(m, max_threads, cluster);
         if (width == 0 || (width < m && width != 16 && width != 32)) return (int)cudaErrorInvalidValue;
         k0 += min(width, m);
     }
     for (int k0 = 0; k0 < n;) {
-        const int m = n - k0, w = min(qr_panel_width(m, max_threads), m);
-        int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads);
+        const int m = n - k0, w = min(qr_panel_width(m, max_threads, cluster), m);
+        int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads, cluster);
         if (err == 0 && k0 + w < n)
             err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
         if (err != 0) return err;

@@ -35,8 +35,19 @@
 // thread t owns rows t, t + blockDim, ... (R of them, the least of 1, 2, 4, 8
 // that covers m) with all W columns in registers: W = 32 for R <= 2, 16 for
 // R = 4, 8 for R = 8 (at 512 threads: m <= 1024, 2048, 4096).
+// Cluster mode (CL = 2, 4 or 8 CTAs a matrix, a thread block cluster): the team's
+// threads split the rows the same way (thread t of rank q owns rows q blockDim + t,
+// + CL blockDim, ...); per column each CTA sums its warps' vectors into shared
+// memory, one cluster barrier, then every thread adds the CL CTA totals through
+// distributed shared memory and reads row c from rank 0's. Same arithmetic as one
+// CTA (the model is model.factor_panel_model either way); a small batch of tall
+// panels then uses CL times the SMs and keeps 32 columns (at 512 threads and two
+// rows a thread, 8 CTAs hold 8192 rows).
 // Why it is fast: the panel is read and written once, lives in registers, and
-// each column is one barrier; the O(n^3) work is left to the trailing update.
+// each column is one barrier (two with a cluster); the O(n^3) work is left to the
+// trailing update.
+#include <cooperative_groups.h>
+
 #include "device_utils.cuh"
 
 namespace {
@@ -44,26 +55,46 @@ namespace {
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
 
-// ||x|| with x scaled by its largest entry (both passes are block-wide); for
-// the rare columns whose plain sum of squares left the safe range. x holds
-// this thread's entries of the column below the diagonal (zero elsewhere).
-template <int R>
-__device__ float careful_norm(const float (&x)[R], float* scratch) {
+// A sum or max over the team: the CTA, or (CL > 1) the cluster of CTAs sharing the panel. Every thread
+// of the team must call it (it holds barriers); slot: one float of this CTA's shared memory.
+template <int CL, bool MAX>
+__device__ float team_reduce(float v, float* scratch, float* slot) {
+    v = MAX ? popkit::block_max(v, scratch) : popkit::block_sum(v, scratch);
+    if constexpr (CL > 1) {
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        if (threadIdx.x == 0) *slot = v;
+        cluster.sync();
+        v = 0.f;                                 // both uses reduce nonnegative values
+        for (int q = 0; q < CL; ++q) {
+            const float other = *cluster.map_shared_rank(slot, q);
+            v = MAX ? fmaxf(v, other) : v + other;
+        }
+        cluster.sync();                          // the slot is free again
+    }
+    return v;
+}
+
+// ||x|| with x scaled by its largest entry (both passes are team-wide); for the rare columns whose
+// plain sum of squares left the safe range. x holds this thread's entries of the column below the
+// diagonal (zero elsewhere).
+template <int R, int CL>
+__device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) {
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    amax = popkit::block_max(amax, scratch);
+    amax = team_reduce<CL, true>(amax, scratch, slot);
     if (amax == 0.f) return 0.f;
     float ssq = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) { const float y = x[i] / amax; ssq += y * y; }
-    return amax * sqrtf(popkit::block_sum(ssq, scratch));
+    return amax * sqrtf(team_reduce<CL, false>(ssq, scratch, slot));
 }
 
-template <int R, int W>
-__global__ void __launch_bounds__(kPanelThreads)
-qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
-                float* __restrict__ T, int n, int k0, int w) {
+// The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
+// whose CTAs split the rows and add their partial sums through distributed shared memory).
+template <int R, int W, int CL>
+__device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
+                                             float* __restrict__ T, int n, int k0, int w) {
     constexpr int kShift = popkit::entry_shift<W>();
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
@@ -73,15 +104,20 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
     __shared__ float scratch[32];
+    __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
+    __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
     const int m = n - k0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
-    float* Ab = A + (size_t)blockIdx.x * n * n + (size_t)k0 * n + k0;
+    const bool entry_lane = (lane & ((1 << kShift) - 1)) == 0;   // the first lane holding its entry
+    const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
+    const int first = rank * blockDim.x + threadIdx.x, stride = blockDim.x * CL;   // rows first + i stride
+    float* Ab = A + (size_t)matrix * n * n + (size_t)k0 * n + k0;
 
     float a[R][W];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-        const int r = threadIdx.x + i * blockDim.x;
+        const int r = first + i * stride;
 #pragma unroll
         for (int j = 0; j < W; ++j) a[i][j] = (r < m && j < w) ? Ab[(size_t)r * n + j] : 0.f;
     }
@@ -99,7 +135,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             float xc = 0.f;
 #pragma unroll
             for (int j = 0; j < W; ++j) xc = (j == c) ? a[i][j] : xc;
-            x[i] = (threadIdx.x + i * blockDim.x > c) ? xc : 0.f;   // rows >= m hold zeros
+            x[i] = (first + i * stride > c) ? xc : 0.f;    // rows >= m hold zeros
         }
         float p[W];
 #pragma unroll
@@ -110,16 +146,29 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
         }
         const float warp_total = popkit::warp_transpose_sum<W>(p, lane);
-        if ((lane & ((1 << kShift) - 1)) == 0) s_red[buf][warp][entry] = warp_total;
-        if (threadIdx.x == c) {                             // row c is row 0 of thread c
+        if (entry_lane) s_red[buf][warp][entry] = warp_total;
+        if (first == c) {                                   // row c is row 0 of thread c (of rank 0)
 #pragma unroll
             for (int j = 0; j < W; ++j) s_row[buf][j] = a[0][j];
         }
         __syncthreads();
 
-        float p_entry = 0.f;                                // this lane's entry, over the whole CTA
-        for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
-        const float alpha = s_row[buf][c];
+        float p_entry = 0.f;                                // this lane's entry, over the whole team
+        const float* row_c = s_row[buf];
+        if constexpr (CL == 1) {
+            for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
+        } else {
+            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            if (warp == 0) {
+                float total = 0.f;
+                for (int src = 0; src < warps; ++src) total += s_red[buf][src][entry];
+                if (entry_lane) s_cta[buf][entry] = total;
+            }
+            cluster.sync();                                 // every CTA's totals (and row c) visible
+            for (int q = 0; q < CL; ++q) p_entry += cluster.map_shared_rank(s_cta[buf], q)[entry];
+            row_c = cluster.map_shared_rank(s_row[buf], 0);
+        }
+        const float alpha = row_c[c];
         const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
         float xnorm;
         if (popkit::sum_of_squares_safe(ssq)) {
@@ -128,21 +177,22 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             bool nonzero = false;
 #pragma unroll
             for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
-            xnorm = __syncthreads_or(nonzero) ? careful_norm<R>(x, scratch) : 0.f;
+            const bool any = team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
+            xnorm = any ? careful_norm<R, CL>(x, scratch, &s_slot) : 0.f;
         }
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
-        const float vdot = s_row[buf][entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && (lane & ((1 << kShift) - 1)) == 0) s_G[entry][c] = vdot;
+        const float vdot = row_c[entry] + ref.scale * p_entry;
+        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = vdot;
         if (threadIdx.x == 0) s_tau[c] = ref.tau;
-        if ((lane & ((1 << kShift) - 1)) == 0) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
+        if (entry_lane) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
         __syncwarp();
 
         // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
         float v[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const int r = threadIdx.x + i * blockDim.x;
+            const int r = first + i * stride;
             v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
             const float stored = (r > c) ? v[i] : ref.beta;
 #pragma unroll
@@ -155,7 +205,8 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             for (int i = 0; i < R; ++i) a[i][j] -= coef_j * v[i];
         }
     }
-    __syncthreads();
+    if constexpr (CL == 1) __syncthreads();
+    else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
     // T row by row: row k depends only on its own earlier entries.
     if (threadIdx.x < w) {
@@ -169,10 +220,10 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
         }
     }
 
-    const size_t vbase = (size_t)blockIdx.x * w * m;
+    const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-        const int r = threadIdx.x + i * blockDim.x;
+        const int r = first + i * stride;
         if (r >= m) continue;
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -182,16 +233,31 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
         }
     }
     __syncthreads();
+    if (rank != 0) return;                             // every CTA has T and tau; one writes them
     for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)
-        T[(size_t)blockIdx.x * w * w + idx] = s_T[idx / w][idx % w];
-    if (threadIdx.x < w) tau[(size_t)blockIdx.x * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
+        T[(size_t)matrix * w * w + idx] = s_T[idx / w][idx % w];
+    if (threadIdx.x < w) tau[(size_t)matrix * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
 }
 
-// Rows per thread for a panel of m rows on at most `threads` threads (0: too tall for one CTA's registers).
-int rows_per_thread(int m, int threads) {
-    if (threads < 32 || threads > kPanelThreads) return 0;
-    for (int rows = 1; rows <= 8; rows *= 2)
-        if (m <= rows * threads) return rows;
+template <int R, int W>
+__global__ void __launch_bounds__(kPanelThreads)
+qr_panel_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel<R, W, 1>(A, tau, Vt, T, n, k0, w);
+}
+
+template <int R, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(kPanelThreads)
+qr_panel_cluster_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel<R, 32, CL>(A, tau, Vt, T, n, k0, w);
+}
+
+// Rows per thread for a panel of m rows on `cluster` CTAs of at most `threads` threads (0: too tall for
+// the team's registers). Clusters are compiled for 1 and 2 rows a thread (32-column panels) only.
+int rows_per_thread(int m, int threads, int cluster) {
+    if (threads < 32 || threads > kPanelThreads || (cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8))
+        return 0;
+    for (int rows = 1; rows <= (cluster == 1 ? 8 : 2); rows *= 2)
+        if (m <= rows * threads * cluster) return rows;
     return 0;
 }
 
@@ -202,12 +268,26 @@ cudaError_t launch_panel(float* A, float* tau, float* Vt, float* T, int batch, i
     return cudaGetLastError();
 }
 
+template <int R, int CL>
+cudaError_t launch_cluster_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+    const int threads = ((n - k0 + R * CL - 1) / (R * CL) + 31) / 32 * 32;
+    qr_panel_cluster_kernel<R, CL><<<batch * CL, threads>>>(A, tau, Vt, T, n, k0, w);
+    return cudaGetLastError();
+}
+
+template <int CL>
+cudaError_t launch_cluster_panel(int rows, float* A, float* tau, float* Vt, float* T, int batch, int n, int k0,
+                                 int w) {
+    return rows == 1 ? launch_cluster_panel<1, CL>(A, tau, Vt, T, batch, n, k0, w)
+                     : launch_cluster_panel<2, CL>(A, tau, Vt, T, batch, n, k0, w);
+}
+
 }  // namespace
 
-// The panel width for a panel of m rows on at most max_threads threads: what R rows per thread
-// leave room for in registers (0: none fits).
-POPKIT_EXPORT int qr_panel_width(int m, int max_threads) {
-    switch (rows_per_thread(m, max_threads)) {
+// The panel width for a panel of m rows on `cluster` CTAs (1, 2, 4 or 8) of at most max_threads threads:
+// what R rows per thread leave room for in registers (0: none fits).
+POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster) {
+    switch (rows_per_thread(m, max_threads, cluster)) {
         case 1: case 2: return 32;
         case 4: return 16;
         case 8: return 8;
@@ -216,11 +296,18 @@ POPKIT_EXPORT int qr_panel_width(int m, int max_threads) {
 }
 
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads) {
+                           int max_threads, int cluster) {
     const int m = n - k0;
-    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads) || w > m)
+    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads, cluster) || w > m)
         return (int)cudaErrorInvalidValue;
-    switch (rows_per_thread(m, max_threads)) {
+    const int rows = rows_per_thread(m, max_threads, cluster);
+    switch (cluster) {
+        case 2: return (int)launch_cluster_panel<2>(rows, A, tau, Vt, T, batch, n, k0, w);
+        case 4: return (int)launch_cluster_panel<4>(rows, A, tau, Vt, T, batch, n, k0, w);
+        case 8: return (int)launch_cluster_panel<8>(rows, A, tau, Vt, T, batch, n, k0, w);
+        default: break;
+    }
+    switch (rows) {
         case 1: return (int)launch_panel<1, 32>(A, tau, Vt, T, batch, n, k0, w);
         case 2: return (int)launch_panel<2, 32>(A, tau, Vt, T, batch, n, k0, w);
         case 4: return (int)launch_panel<4, 16>(A, tau, Vt, T, batch, n, k0, w);

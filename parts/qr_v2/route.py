@@ -35,6 +35,10 @@ PANEL_MAX_THREADS = 512
 # 40x352 2.3x, 640x512 1.26x, 60x1024 1.23x, 8x2048 1.26x (tf32x3 alike but for the host time between
 # launches at 40x176); gate fractions 0.002-0.012 of 1 either way.
 BLOCKED_VARIANT = ((1 << 30, "one_call"),)
+# CTAs per panel by n and batch (n <= bound and batch <= bound -> cluster size 1, 2, 4 or 8): a thread
+# block cluster splits a panel's rows and adds its partial sums through distributed shared memory, so
+# a small batch of tall panels uses more SMs and keeps 32 columns. Not yet measured: 1 everywhere.
+PANEL_CLUSTER = ((1 << 30, 1 << 30, 1),)
 BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
 
 
@@ -47,12 +51,16 @@ def qr_small_cuda(A: torch.Tensor, kernel: str = "smem"):
     return H, tau
 
 
+def panel_cluster(n: int, batch: int) -> int:
+    return next(size for max_n, max_batch, size in PANEL_CLUSTER if n <= max_n and batch <= max_batch)
+
+
 def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     """The CUDA panel kernel, with the signature of model.factor_panel_model."""
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b))
     return Vt, T
 
 
@@ -76,7 +84,7 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS)
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b))
     return H, tau
 
 
@@ -89,8 +97,8 @@ def first_row(table, key: int, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def panel_width_cuda(m: int) -> int:
-    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
+def panel_width_cuda(m: int, cluster: int = 1) -> int:
+    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS, cluster)
 
 
 def fixed_panel_width(m: int) -> int:
@@ -110,5 +118,6 @@ def custom_kernel(data: torch.Tensor):
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
-        return blocked_qr(A, panel_width_cuda, factor_panel_cuda, update)
+        cluster = panel_cluster(n, A.shape[0])
+        return blocked_qr(A, lambda m: panel_width_cuda(m, cluster), factor_panel_cuda, update)
     return torch.geqrf(A)
