@@ -1,11 +1,11 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 62f6bd033d2ebb747081a75ec92d54e05cc31950
+# toolkit commit: 32eedcd54d9bf69767eb9c1a1b349411b13c712b
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
-# part qr_v2/householder_panel.cu sha256 dde38959a5f4f9ba5d1936793146f1c113eae698eecefab997148018ffb809e2
+# part qr_v2/householder_panel.cu sha256 60d1fd09a631ebd1148cab16cd9d967daabf9095a5a85ecde8f9ecc5b3a02cd4
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
 # part qr_v2/householder_update.cu sha256 5edbd4f8d054c645922bc15dd484b08f7ed3ecf120b4d26578a9f337eaf8356f
@@ -355,6 +355,7 @@ namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
+constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
 
 // ||x|| with x scaled by its largest entry (both passes are block-wide); for
 // the rare columns whose plain sum of squares left the safe range. x holds
@@ -385,6 +386,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
     __shared__ float scratch[32];
+    __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
@@ -489,9 +491,27 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Ab[(size_t)r * n + j] = a[i][j];
             Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
         }
+    }
+    // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
+    // whole rows: written by each thread from its registers, a warp store touched 32 rows (32
+    // partial sectors per instruction, W instructions per row).
+    for (int base = 0; base < m; base += kStageRows) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int r = threadIdx.x + i * blockDim.x - base;
+            if (r >= 0 && r < kStageRows) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) s_stage[r][j] = a[i][j];
+            }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
+            const int r = idx / W, j = idx % W;
+            if (base + r < m && j < w) Ab[(size_t)(base + r) * n + j] = s_stage[r][j];
+        }
+        __syncthreads();
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)

@@ -43,6 +43,7 @@ namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
+constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
 
 // ||x|| with x scaled by its largest entry (both passes are block-wide); for
 // the rare columns whose plain sum of squares left the safe range. x holds
@@ -73,6 +74,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
     __shared__ float scratch[32];
+    __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
@@ -177,9 +179,27 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Ab[(size_t)r * n + j] = a[i][j];
             Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
         }
+    }
+    // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
+    // whole rows: written by each thread from its registers, a warp store touched 32 rows (32
+    // partial sectors per instruction, W instructions per row).
+    for (int base = 0; base < m; base += kStageRows) {
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            const int r = threadIdx.x + i * blockDim.x - base;
+            if (r >= 0 && r < kStageRows) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) s_stage[r][j] = a[i][j];
+            }
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
+            const int r = idx / W, j = idx % W;
+            if (base + r < m && j < w) Ab[(size_t)(base + r) * n + j] = s_stage[r][j];
+        }
+        __syncthreads();
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)
