@@ -1,11 +1,11 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 32eedcd54d9bf69767eb9c1a1b349411b13c712b
+# toolkit commit: 70cadd54d62ace81c143c40986a60fe0d2753b92
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
-# part qr_v2/householder_panel.cu sha256 97737a42ae0128f1be4701eb32342a576cd34e74f981e92a4914d3ea9436df04
+# part qr_v2/householder_panel.cu sha256 008cdef93fbf317dd8d0f84e4db15c0403b9280e097150c26e905431bac381d5
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
 # part qr_v2/householder_update.cu sha256 5edbd4f8d054c645922bc15dd484b08f7ed3ecf120b4d26578a9f337eaf8356f
@@ -13,7 +13,7 @@
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
-# part qr_v2/route.py sha256 57c75f2af491051dd7764ed35b0a73d50472ebbfe0dbb8d845bfdd3ae4837041
+# part qr_v2/route.py sha256 a5db278edeb012085ffaa313a9bca4eb98473ccc9908e758eb920b3b41ee9068
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -366,6 +366,7 @@ namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
+constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
 
 // A sum or max over the team: the CTA, or (CL > 1) the cluster of CTAs sharing the panel. Every thread
 // of the team must call it (it holds barriers); slot: one float of this CTA's shared memory.
@@ -418,6 +419,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float scratch[32];
     __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
+    __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
@@ -540,8 +542,28 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Ab[(size_t)r * n + j] = a[i][j];
             Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
+        }
+    }
+    // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
+    // whole rows: written by each thread from its registers, a warp store touched 32 rows (32
+    // partial sectors per instruction, W instructions per row). Rows first + i stride of the
+    // threads are blockDim.x consecutive rows from row0.
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int row0 = rank * blockDim.x + i * stride;
+        for (int base = 0; base < (int)blockDim.x && row0 + base < m; base += kStageRows) {
+            const int local = threadIdx.x - base;
+            if (local >= 0 && local < kStageRows) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) s_stage[local][j] = a[i][j];
+            }
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
+                const int r = idx / W, j = idx % W, row = row0 + base + r;
+                if (base + r < (int)blockDim.x && row < m && j < w) Ab[(size_t)row * n + j] = s_stage[r][j];
+            }
+            __syncthreads();
         }
     }
     __syncthreads();
@@ -1383,10 +1405,14 @@ def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model, up
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix,  | householder_qr_model |
 |              | or (n <= 32, by SMALL_KERNEL) householder_warp.cu: a warp |                      |
-| <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
-|              | by BLOCKED_VARIANT: cuBLAS fp32, householder_update.cu,  |                      |
-|              | or both kernels from one C++ loop (householder_blocked)  |                      |
-| larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
+| <= 4096      | blocked_qr: householder_panel.cu (a CTA or, by           | blocked_qr (model)   |
+|              | PANEL_CLUSTER, a cluster of CTAs per panel) + the        |                      |
+|              | trailing update by BLOCKED_VARIANT: cuBLAS fp32,         |                      |
+|              | householder_update.cu, or both kernels from one C++ loop |                      |
+|              | (householder_blocked.cu); where the first panel would be |                      |
+|              | under 16 columns wide (tall, batch over the cluster rows)|                      |
+|              | torch.geqrf                                              |                      |
+| larger       | torch.geqrf (cuSOLVER)                                   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
 matrix is factored on its own merits: rank-deficient, clustered or
@@ -1414,9 +1440,11 @@ PANEL_MAX_THREADS = 512
 BLOCKED_VARIANT = ((1 << 30, "one_call"),)
 # CTAs per panel by n and batch (n <= bound and batch <= bound -> cluster size 1, 2, 4 or 8): a thread
 # block cluster splits a panel's rows and adds its partial sums through distributed shared memory, so
-# a small batch of tall panels uses more SMs and keeps 32 columns. Not yet measured: 1 everywhere.
-PANEL_CLUSTER = ((1 << 30, 1 << 30, 1),)
-BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
+# a small batch of tall panels uses more SMs and keeps 32 columns. H200, sweep_route at 70cadd5
+# (logs/device/20261201T1725Z-*): against one CTA a panel, 2x4096 at 8 CTAs 1.90x (against geqrf,
+# the route one CTA leaves to it), 8x2048 at 8 CTAs 1.75x, 60x1024 at 2 CTAs 1.07x.
+PANEL_CLUSTER = ((512, 1 << 30, 1), (1024, 60, 2), (2048, 8, 8), (4096, 2, 8), (1 << 30, 1 << 30, 1))
+BLOCKED_MAX_N = 4096     # above it, or where the panel would narrow below 16 columns: geqrf
 
 
 def qr_small_cuda(A: torch.Tensor, kernel: str = "smem"):
@@ -1490,12 +1518,12 @@ def custom_kernel(data: torch.Tensor):
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A, first_row(SMALL_KERNEL, n, ("smem", "warp")))
-    if n <= BLOCKED_MAX_N:
+    cluster = panel_cluster(n, A.shape[0])
+    if n <= BLOCKED_MAX_N and panel_width_cuda(n, cluster) in UPDATE_WIDTHS:
         variant = first_row(BLOCKED_VARIANT, n, ("fp32", "tf32x3", "one_call"))
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
-        cluster = panel_cluster(n, A.shape[0])
         return blocked_qr(A, lambda m: panel_width_cuda(m, cluster), factor_panel_cuda, update)
     return torch.geqrf(A)
 

@@ -54,6 +54,7 @@ namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
+constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
 
 // A sum or max over the team: the CTA, or (CL > 1) the cluster of CTAs sharing the panel. Every thread
 // of the team must call it (it holds barriers); slot: one float of this CTA's shared memory.
@@ -106,6 +107,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float scratch[32];
     __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
+    __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
@@ -228,8 +230,28 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Ab[(size_t)r * n + j] = a[i][j];
             Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
+        }
+    }
+    // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
+    // whole rows: written by each thread from its registers, a warp store touched 32 rows (32
+    // partial sectors per instruction, W instructions per row). Rows first + i stride of the
+    // threads are blockDim.x consecutive rows from row0.
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int row0 = rank * blockDim.x + i * stride;
+        for (int base = 0; base < (int)blockDim.x && row0 + base < m; base += kStageRows) {
+            const int local = threadIdx.x - base;
+            if (local >= 0 && local < kStageRows) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) s_stage[local][j] = a[i][j];
+            }
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
+                const int r = idx / W, j = idx % W, row = row0 + base + r;
+                if (base + r < (int)blockDim.x && row < m && j < w) Ab[(size_t)row * n + j] = s_stage[r][j];
+            }
+            __syncthreads();
         }
     }
     __syncthreads();

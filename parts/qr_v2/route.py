@@ -4,10 +4,14 @@
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix,  | householder_qr_model |
 |              | or (n <= 32, by SMALL_KERNEL) householder_warp.cu: a warp |                      |
-| <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
-|              | by BLOCKED_VARIANT: cuBLAS fp32, householder_update.cu,  |                      |
-|              | or both kernels from one C++ loop (householder_blocked)  |                      |
-| larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
+| <= 4096      | blocked_qr: householder_panel.cu (a CTA or, by           | blocked_qr (model)   |
+|              | PANEL_CLUSTER, a cluster of CTAs per panel) + the        |                      |
+|              | trailing update by BLOCKED_VARIANT: cuBLAS fp32,         |                      |
+|              | householder_update.cu, or both kernels from one C++ loop |                      |
+|              | (householder_blocked.cu); where the first panel would be |                      |
+|              | under 16 columns wide (tall, batch over the cluster rows)|                      |
+|              | torch.geqrf                                              |                      |
+| larger       | torch.geqrf (cuSOLVER)                                   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
 matrix is factored on its own merits: rank-deficient, clustered or
@@ -37,9 +41,11 @@ PANEL_MAX_THREADS = 512
 BLOCKED_VARIANT = ((1 << 30, "one_call"),)
 # CTAs per panel by n and batch (n <= bound and batch <= bound -> cluster size 1, 2, 4 or 8): a thread
 # block cluster splits a panel's rows and adds its partial sums through distributed shared memory, so
-# a small batch of tall panels uses more SMs and keeps 32 columns. Not yet measured: 1 everywhere.
-PANEL_CLUSTER = ((1 << 30, 1 << 30, 1),)
-BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
+# a small batch of tall panels uses more SMs and keeps 32 columns. H200, sweep_route at 70cadd5
+# (logs/device/20261201T1725Z-*): against one CTA a panel, 2x4096 at 8 CTAs 1.90x (against geqrf,
+# the route one CTA leaves to it), 8x2048 at 8 CTAs 1.75x, 60x1024 at 2 CTAs 1.07x.
+PANEL_CLUSTER = ((512, 1 << 30, 1), (1024, 60, 2), (2048, 8, 8), (4096, 2, 8), (1 << 30, 1 << 30, 1))
+BLOCKED_MAX_N = 4096     # above it, or where the panel would narrow below 16 columns: geqrf
 
 
 def qr_small_cuda(A: torch.Tensor, kernel: str = "smem"):
@@ -113,11 +119,11 @@ def custom_kernel(data: torch.Tensor):
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A, first_row(SMALL_KERNEL, n, ("smem", "warp")))
-    if n <= BLOCKED_MAX_N:
+    cluster = panel_cluster(n, A.shape[0])
+    if n <= BLOCKED_MAX_N and panel_width_cuda(n, cluster) in UPDATE_WIDTHS:
         variant = first_row(BLOCKED_VARIANT, n, ("fp32", "tf32x3", "one_call"))
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
-        cluster = panel_cluster(n, A.shape[0])
         return blocked_qr(A, lambda m: panel_width_cuda(m, cluster), factor_panel_cuda, update)
     return torch.geqrf(A)
