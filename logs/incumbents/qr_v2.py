@@ -1,19 +1,19 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 32eedcd
+# toolkit commit: 0eae5f7
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
-# part qr_v2/householder_panel.cu sha256 dde38959a5f4f9ba5d1936793146f1c113eae698eecefab997148018ffb809e2
+# part qr_v2/householder_panel.cu sha256 008cdef93fbf317dd8d0f84e4db15c0403b9280e097150c26e905431bac381d5
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
 # part qr_v2/householder_update.cu sha256 5edbd4f8d054c645922bc15dd484b08f7ed3ecf120b4d26578a9f337eaf8356f
-# part qr_v2/householder_blocked.cu sha256 8d07e8b45863d0711546b4a61b4a911bea9a15d875a4ece43c0dc24f4d8a8301
+# part qr_v2/householder_blocked.cu sha256 e60339c947bf1e7e131eff0e33d2b21641e3ae721938d20b79492eae85faf4f0
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
-# part qr_v2/route.py sha256 c326f2b39a4443ae38979d89f2fb2634b3dfe35b7df122de99039a97342a2d15
+# part qr_v2/route.py sha256 a5db278edeb012085ffaa313a9bca4eb98473ccc9908e758eb920b3b41ee9068
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -348,34 +348,66 @@ POPKIT_EXPORT int qr_warp(const float* A, float* H, float* tau, int batch, int n
 // thread t owns rows t, t + blockDim, ... (R of them, the least of 1, 2, 4, 8
 // that covers m) with all W columns in registers: W = 32 for R <= 2, 16 for
 // R = 4, 8 for R = 8 (at 512 threads: m <= 1024, 2048, 4096).
+// Cluster mode (CL = 2, 4 or 8 CTAs a matrix, a thread block cluster): the team's
+// threads split the rows the same way (thread t of rank q owns rows q blockDim + t,
+// + CL blockDim, ...); per column each CTA sums its warps' vectors into shared
+// memory, one cluster barrier, then every thread adds the CL CTA totals through
+// distributed shared memory and reads row c from rank 0's. Same arithmetic as one
+// CTA (the model is model.factor_panel_model either way); a small batch of tall
+// panels then uses CL times the SMs and keeps 32 columns (at 512 threads and two
+// rows a thread, 8 CTAs hold 8192 rows).
 // Why it is fast: the panel is read and written once, lives in registers, and
-// each column is one barrier; the O(n^3) work is left to the trailing update.
+// each column is one barrier (two with a cluster); the O(n^3) work is left to the
+// trailing update.
+#include <cooperative_groups.h>
+
 
 namespace {
 
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
+constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
 
-// ||x|| with x scaled by its largest entry (both passes are block-wide); for
-// the rare columns whose plain sum of squares left the safe range. x holds
-// this thread's entries of the column below the diagonal (zero elsewhere).
-template <int R>
-__device__ float careful_norm(const float (&x)[R], float* scratch) {
+// A sum or max over the team: the CTA, or (CL > 1) the cluster of CTAs sharing the panel. Every thread
+// of the team must call it (it holds barriers); slot: one float of this CTA's shared memory.
+template <int CL, bool MAX>
+__device__ float team_reduce(float v, float* scratch, float* slot) {
+    v = MAX ? popkit::block_max(v, scratch) : popkit::block_sum(v, scratch);
+    if constexpr (CL > 1) {
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        if (threadIdx.x == 0) *slot = v;
+        cluster.sync();
+        v = 0.f;                                 // both uses reduce nonnegative values
+        for (int q = 0; q < CL; ++q) {
+            const float other = *cluster.map_shared_rank(slot, q);
+            v = MAX ? fmaxf(v, other) : v + other;
+        }
+        cluster.sync();                          // the slot is free again
+    }
+    return v;
+}
+
+// ||x|| with x scaled by its largest entry (both passes are team-wide); for the rare columns whose
+// plain sum of squares left the safe range. x holds this thread's entries of the column below the
+// diagonal (zero elsewhere).
+template <int R, int CL>
+__device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) {
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    amax = popkit::block_max(amax, scratch);
+    amax = team_reduce<CL, true>(amax, scratch, slot);
     if (amax == 0.f) return 0.f;
     float ssq = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) { const float y = x[i] / amax; ssq += y * y; }
-    return amax * sqrtf(popkit::block_sum(ssq, scratch));
+    return amax * sqrtf(team_reduce<CL, false>(ssq, scratch, slot));
 }
 
-template <int R, int W>
-__global__ void __launch_bounds__(kPanelThreads)
-qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
-                float* __restrict__ T, int n, int k0, int w) {
+// The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
+// whose CTAs split the rows and add their partial sums through distributed shared memory).
+template <int R, int W, int CL>
+__device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
+                                             float* __restrict__ T, int n, int k0, int w) {
     constexpr int kShift = popkit::entry_shift<W>();
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
@@ -385,15 +417,21 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
     __shared__ float scratch[32];
+    __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
+    __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
+    __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int entry = lane >> kShift;            // the entry of the reduced vector this lane holds
-    float* Ab = A + (size_t)blockIdx.x * n * n + (size_t)k0 * n + k0;
+    const bool entry_lane = (lane & ((1 << kShift) - 1)) == 0;   // the first lane holding its entry
+    const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
+    const int first = rank * blockDim.x + threadIdx.x, stride = blockDim.x * CL;   // rows first + i stride
+    float* Ab = A + (size_t)matrix * n * n + (size_t)k0 * n + k0;
 
     float a[R][W];
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-        const int r = threadIdx.x + i * blockDim.x;
+        const int r = first + i * stride;
 #pragma unroll
         for (int j = 0; j < W; ++j) a[i][j] = (r < m && j < w) ? Ab[(size_t)r * n + j] : 0.f;
     }
@@ -411,7 +449,7 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             float xc = 0.f;
 #pragma unroll
             for (int j = 0; j < W; ++j) xc = (j == c) ? a[i][j] : xc;
-            x[i] = (threadIdx.x + i * blockDim.x > c) ? xc : 0.f;   // rows >= m hold zeros
+            x[i] = (first + i * stride > c) ? xc : 0.f;    // rows >= m hold zeros
         }
         float p[W];
 #pragma unroll
@@ -422,16 +460,29 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
         }
         const float warp_total = popkit::warp_transpose_sum<W>(p, lane);
-        if ((lane & ((1 << kShift) - 1)) == 0) s_red[buf][warp][entry] = warp_total;
-        if (threadIdx.x == c) {                             // row c is row 0 of thread c
+        if (entry_lane) s_red[buf][warp][entry] = warp_total;
+        if (first == c) {                                   // row c is row 0 of thread c (of rank 0)
 #pragma unroll
             for (int j = 0; j < W; ++j) s_row[buf][j] = a[0][j];
         }
         __syncthreads();
 
-        float p_entry = 0.f;                                // this lane's entry, over the whole CTA
-        for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
-        const float alpha = s_row[buf][c];
+        float p_entry = 0.f;                                // this lane's entry, over the whole team
+        const float* row_c = s_row[buf];
+        if constexpr (CL == 1) {
+            for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
+        } else {
+            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            if (warp == 0) {
+                float total = 0.f;
+                for (int src = 0; src < warps; ++src) total += s_red[buf][src][entry];
+                if (entry_lane) s_cta[buf][entry] = total;
+            }
+            cluster.sync();                                 // every CTA's totals (and row c) visible
+            for (int q = 0; q < CL; ++q) p_entry += cluster.map_shared_rank(s_cta[buf], q)[entry];
+            row_c = cluster.map_shared_rank(s_row[buf], 0);
+        }
+        const float alpha = row_c[c];
         const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
         float xnorm;
         if (popkit::sum_of_squares_safe(ssq)) {
@@ -440,21 +491,22 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             bool nonzero = false;
 #pragma unroll
             for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
-            xnorm = __syncthreads_or(nonzero) ? careful_norm<R>(x, scratch) : 0.f;
+            const bool any = team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
+            xnorm = any ? careful_norm<R, CL>(x, scratch, &s_slot) : 0.f;
         }
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
-        const float vdot = s_row[buf][entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && (lane & ((1 << kShift) - 1)) == 0) s_G[entry][c] = vdot;
+        const float vdot = row_c[entry] + ref.scale * p_entry;
+        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = vdot;
         if (threadIdx.x == 0) s_tau[c] = ref.tau;
-        if ((lane & ((1 << kShift) - 1)) == 0) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
+        if (entry_lane) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
         __syncwarp();
 
         // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
         float v[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
-            const int r = threadIdx.x + i * blockDim.x;
+            const int r = first + i * stride;
             v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
             const float stored = (r > c) ? v[i] : ref.beta;
 #pragma unroll
@@ -467,7 +519,8 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
             for (int i = 0; i < R; ++i) a[i][j] -= coef_j * v[i];
         }
     }
-    __syncthreads();
+    if constexpr (CL == 1) __syncthreads();
+    else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
     // T row by row: row k depends only on its own earlier entries.
     if (threadIdx.x < w) {
@@ -481,29 +534,64 @@ qr_panel_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restric
         }
     }
 
-    const size_t vbase = (size_t)blockIdx.x * w * m;
+    const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll
     for (int i = 0; i < R; ++i) {
-        const int r = threadIdx.x + i * blockDim.x;
+        const int r = first + i * stride;
         if (r >= m) continue;
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Ab[(size_t)r * n + j] = a[i][j];
             Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
         }
     }
+    // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
+    // whole rows: written by each thread from its registers, a warp store touched 32 rows (32
+    // partial sectors per instruction, W instructions per row). Rows first + i stride of the
+    // threads are blockDim.x consecutive rows from row0.
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const int row0 = rank * blockDim.x + i * stride;
+        for (int base = 0; base < (int)blockDim.x && row0 + base < m; base += kStageRows) {
+            const int local = threadIdx.x - base;
+            if (local >= 0 && local < kStageRows) {
+#pragma unroll
+                for (int j = 0; j < W; ++j) s_stage[local][j] = a[i][j];
+            }
+            __syncthreads();
+            for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
+                const int r = idx / W, j = idx % W, row = row0 + base + r;
+                if (base + r < (int)blockDim.x && row < m && j < w) Ab[(size_t)row * n + j] = s_stage[r][j];
+            }
+            __syncthreads();
+        }
+    }
     __syncthreads();
+    if (rank != 0) return;                             // every CTA has T and tau; one writes them
     for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)
-        T[(size_t)blockIdx.x * w * w + idx] = s_T[idx / w][idx % w];
-    if (threadIdx.x < w) tau[(size_t)blockIdx.x * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
+        T[(size_t)matrix * w * w + idx] = s_T[idx / w][idx % w];
+    if (threadIdx.x < w) tau[(size_t)matrix * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
 }
 
-// Rows per thread for a panel of m rows on at most `threads` threads (0: too tall for one CTA's registers).
-int rows_per_thread(int m, int threads) {
-    if (threads < 32 || threads > kPanelThreads) return 0;
-    for (int rows = 1; rows <= 8; rows *= 2)
-        if (m <= rows * threads) return rows;
+template <int R, int W>
+__global__ void __launch_bounds__(kPanelThreads)
+qr_panel_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel<R, W, 1>(A, tau, Vt, T, n, k0, w);
+}
+
+template <int R, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(kPanelThreads)
+qr_panel_cluster_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel<R, 32, CL>(A, tau, Vt, T, n, k0, w);
+}
+
+// Rows per thread for a panel of m rows on `cluster` CTAs of at most `threads` threads (0: too tall for
+// the team's registers). Clusters are compiled for 1 and 2 rows a thread (32-column panels) only.
+int rows_per_thread(int m, int threads, int cluster) {
+    if (threads < 32 || threads > kPanelThreads || (cluster != 1 && cluster != 2 && cluster != 4 && cluster != 8))
+        return 0;
+    for (int rows = 1; rows <= (cluster == 1 ? 8 : 2); rows *= 2)
+        if (m <= rows * threads * cluster) return rows;
     return 0;
 }
 
@@ -514,12 +602,26 @@ cudaError_t launch_panel(float* A, float* tau, float* Vt, float* T, int batch, i
     return cudaGetLastError();
 }
 
+template <int R, int CL>
+cudaError_t launch_cluster_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+    const int threads = ((n - k0 + R * CL - 1) / (R * CL) + 31) / 32 * 32;
+    qr_panel_cluster_kernel<R, CL><<<batch * CL, threads>>>(A, tau, Vt, T, n, k0, w);
+    return cudaGetLastError();
+}
+
+template <int CL>
+cudaError_t launch_cluster_panel(int rows, float* A, float* tau, float* Vt, float* T, int batch, int n, int k0,
+                                 int w) {
+    return rows == 1 ? launch_cluster_panel<1, CL>(A, tau, Vt, T, batch, n, k0, w)
+                     : launch_cluster_panel<2, CL>(A, tau, Vt, T, batch, n, k0, w);
+}
+
 }  // namespace
 
-// The panel width for a panel of m rows on at most max_threads threads: what R rows per thread
-// leave room for in registers (0: none fits).
-POPKIT_EXPORT int qr_panel_width(int m, int max_threads) {
-    switch (rows_per_thread(m, max_threads)) {
+// The panel width for a panel of m rows on `cluster` CTAs (1, 2, 4 or 8) of at most max_threads threads:
+// what R rows per thread leave room for in registers (0: none fits).
+POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster) {
+    switch (rows_per_thread(m, max_threads, cluster)) {
         case 1: case 2: return 32;
         case 4: return 16;
         case 8: return 8;
@@ -528,11 +630,18 @@ POPKIT_EXPORT int qr_panel_width(int m, int max_threads) {
 }
 
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads) {
+                           int max_threads, int cluster) {
     const int m = n - k0;
-    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads) || w > m)
+    if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads, cluster) || w > m)
         return (int)cudaErrorInvalidValue;
-    switch (rows_per_thread(m, max_threads)) {
+    const int rows = rows_per_thread(m, max_threads, cluster);
+    switch (cluster) {
+        case 2: return (int)launch_cluster_panel<2>(rows, A, tau, Vt, T, batch, n, k0, w);
+        case 4: return (int)launch_cluster_panel<4>(rows, A, tau, Vt, T, batch, n, k0, w);
+        case 8: return (int)launch_cluster_panel<8>(rows, A, tau, Vt, T, batch, n, k0, w);
+        default: break;
+    }
+    switch (rows) {
         case 1: return (int)launch_panel<1, 32>(A, tau, Vt, T, batch, n, k0, w);
         case 2: return (int)launch_panel<2, 32>(A, tau, Vt, T, batch, n, k0, w);
         case 4: return (int)launch_panel<4, 16>(A, tau, Vt, T, batch, n, k0, w);
@@ -896,25 +1005,26 @@ POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, cons
 // launches was about half of the wall time (scripts/profile_route.py at d11541b: wall 0.68 ms, GPU
 // busy 0.29 ms).
 
-POPKIT_EXPORT int qr_panel_width(int m, int max_threads);
+POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster);
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads);
+                           int max_threads, int cluster);
 POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
                             int w);
 
-// H: the batch's matrices (batch x n x n, a copy of A), factored in place; tau: batch x n; panel CTAs of
-// at most max_threads threads. n^2 < 2^31. A panel width qr_update lacks (8, past m = 2048 rows at 512
-// threads) is cudaErrorInvalidValue, before anything runs.
-POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batch, int n, int max_threads) {
+// H: the batch's matrices (batch x n x n, a copy of A), factored in place; tau: batch x n; panels on
+// `cluster` CTAs of at most max_threads threads. n^2 < 2^31. A panel width qr_update lacks (8: past
+// m = 2048 rows on one CTA of 512 threads) is cudaErrorInvalidValue, before anything runs.
+POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batch, int n, int max_threads,
+                             int cluster) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31)) return (int)cudaErrorInvalidValue;
     for (int k0 = 0; k0 < n;) {                  // every width first: no half-factored batch on a refusal
-        const int m = n - k0, width = qr_panel_width(m, max_threads);
+        const int m = n - k0, width = qr_panel_width(m, max_threads, cluster);
         if (width == 0 || (width < m && width != 16 && width != 32)) return (int)cudaErrorInvalidValue;
         k0 += min(width, m);
     }
     for (int k0 = 0; k0 < n;) {
-        const int m = n - k0, w = min(qr_panel_width(m, max_threads), m);
-        int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads);
+        const int m = n - k0, w = min(qr_panel_width(m, max_threads, cluster), m);
+        int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads, cluster);
         if (err == 0 && k0 + w < n)
             err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
         if (err != 0) return err;
@@ -1295,10 +1405,14 @@ def blocked_qr(A: torch.Tensor, panel_width, factor_panel=factor_panel_model, up
 |--------------|---------------------------------------------------------|----------------------|
 | <= 64        | householder_small.cu: whole QR on chip, one CTA/matrix,  | householder_qr_model |
 |              | or (n <= 32, by SMALL_KERNEL) householder_warp.cu: a warp |                      |
-| <= 2048      | blocked_qr: householder_panel.cu + the trailing update   | blocked_qr (model)   |
-|              | by BLOCKED_VARIANT: cuBLAS fp32, householder_update.cu,  |                      |
-|              | or both kernels from one C++ loop (householder_blocked)  |                      |
-| larger       | torch.geqrf (cuSOLVER), until a multi-CTA panel exists   | torch.geqrf          |
+| <= 4096      | blocked_qr: householder_panel.cu (a CTA or, by           | blocked_qr (model)   |
+|              | PANEL_CLUSTER, a cluster of CTAs per panel) + the        |                      |
+|              | trailing update by BLOCKED_VARIANT: cuBLAS fp32,         |                      |
+|              | householder_update.cu, or both kernels from one C++ loop |                      |
+|              | (householder_blocked.cu); where the first panel would be |                      |
+|              | under 16 columns wide (tall, batch over the cluster rows)|                      |
+|              | torch.geqrf                                              |                      |
+| larger       | torch.geqrf (cuSOLVER)                                   | torch.geqrf          |
 
 Every route is Householder QR with geqrf's reflector convention, so each
 matrix is factored on its own merits: rank-deficient, clustered or
@@ -1324,7 +1438,13 @@ PANEL_MAX_THREADS = 512
 # 40x352 2.3x, 640x512 1.26x, 60x1024 1.23x, 8x2048 1.26x (tf32x3 alike but for the host time between
 # launches at 40x176); gate fractions 0.002-0.012 of 1 either way.
 BLOCKED_VARIANT = ((1 << 30, "one_call"),)
-BLOCKED_MAX_N = 2048     # above it one CTA per panel leaves the GPU idle: geqrf is faster
+# CTAs per panel by n and batch (n <= bound and batch <= bound -> cluster size 1, 2, 4 or 8): a thread
+# block cluster splits a panel's rows and adds its partial sums through distributed shared memory, so
+# a small batch of tall panels uses more SMs and keeps 32 columns. H200, sweep_route at 70cadd5
+# (logs/device/20261201T1725Z-*): against one CTA a panel, 2x4096 at 8 CTAs 1.90x (against geqrf,
+# the route one CTA leaves to it), 8x2048 at 8 CTAs 1.75x, 60x1024 at 2 CTAs 1.07x.
+PANEL_CLUSTER = ((512, 1 << 30, 1), (1024, 60, 2), (2048, 8, 8), (4096, 2, 8), (1 << 30, 1 << 30, 1))
+BLOCKED_MAX_N = 4096     # above it, or where the panel would narrow below 16 columns: geqrf
 
 
 def qr_small_cuda(A: torch.Tensor, kernel: str = "smem"):
@@ -1336,12 +1456,16 @@ def qr_small_cuda(A: torch.Tensor, kernel: str = "smem"):
     return H, tau
 
 
+def panel_cluster(n: int, batch: int) -> int:
+    return next(size for max_n, max_batch, size in PANEL_CLUSTER if n <= max_n and batch <= max_batch)
+
+
 def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     """The CUDA panel kernel, with the signature of model.factor_panel_model."""
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b))
     return Vt, T
 
 
@@ -1365,7 +1489,7 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS)
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b))
     return H, tau
 
 
@@ -1378,8 +1502,8 @@ def first_row(table, key: int, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def panel_width_cuda(m: int) -> int:
-    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS)
+def panel_width_cuda(m: int, cluster: int = 1) -> int:
+    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS, cluster)
 
 
 def fixed_panel_width(m: int) -> int:
@@ -1394,12 +1518,13 @@ def custom_kernel(data: torch.Tensor):
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A, first_row(SMALL_KERNEL, n, ("smem", "warp")))
-    if n <= BLOCKED_MAX_N:
+    cluster = panel_cluster(n, A.shape[0])
+    if n <= BLOCKED_MAX_N and panel_width_cuda(n, cluster) in UPDATE_WIDTHS:
         variant = first_row(BLOCKED_VARIANT, n, ("fp32", "tf32x3", "one_call"))
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
-        return blocked_qr(A, panel_width_cuda, factor_panel_cuda, update)
+        return blocked_qr(A, lambda m: panel_width_cuda(m, cluster), factor_panel_cuda, update)
     return torch.geqrf(A)
 
 CUDA.configure("popkit_qr_v2", CUDA_PARTS, CUDA_UNITS)
