@@ -146,6 +146,26 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('lang: "py"', 'lang: "cu"')),
      "popkit builds Python submissions only"),
     (lambda d: (d.parent / "eval.py").unlink(), "comes from ../eval.py, which is missing"),
+    # These four were tracebacks (int('soon'), int(None), 'str' object has no attribute 'get'):
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "test_timeout: soon\n"),
+     "test_timeout must be a positive number of seconds, not 'soon'"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranked_timeout:\n"),
+     "ranked_timeout must be a positive number of seconds, not None"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('config:\n  main: "eval.py"',
+                                                                         'config: "eval.py"')),
+     "config must be a mapping"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "gpus: {B200: 1}\n"),
+     "gpus must be a GPU name or a list of them"),
+    # Recorded as given, though the server ranks by geom, mean or last only:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranking_by: 5\n"),
+     "ranking_by 5 is not one of the runner's rules"),
+    # Was "no tests list", for a list that is there with an entry that is not a case:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("tests:\n", "tests:\n  - 5\n")),
+     "tests entry 1 is 5, not a case"),
+    # Would have copied utils.py outside the run folder:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"name": "reference.py"',
+                                                                         '{"name": "../../reference.py"')),
+     "file name '../../reference.py' lies outside the run folder"),
 ])
 def test_add_rejects_bad_folders_in_one_line_and_writes_nothing(toy, tmp_path, damage, message):
     damage(toy)
@@ -829,6 +849,16 @@ def test_problem_show_and_list_name_an_odd_record_in_one_line(toy, change, why):
     listing = CliRunner().invoke(main, ["problem", "list"])
     assert listing.exit_code == 0 and "addone   unreadable" in listing.stdout
     assert listing.stderr.startswith(f"warning: {path}: {why}")
+
+
+def test_a_task_whose_gpus_is_one_name_records_that_gpu(toy, tmp_path):
+    # Outside any collection index the GPUs come from task.yml: 'gpus: H100' was recorded as H, 1, 0, 0, and the
+    # built file's header said '#!POPCORN gpu H'.
+    (toy.parent.parent / "toy.yaml").unlink()
+    write(toy / "task.yml", (toy / "task.yml").read_text() + "gpus: H100\n")
+    problem_add.add_problem("addone", toy, leaderboard="addone_v1")
+    assert yaml.safe_load(problems.record_path("addone").read_text())["gpus"] == ["H100"]
+    assert problems.load_problem("addone").gpu == "H100"
 
 
 def test_a_gpus_entry_of_one_name_is_that_gpu(toy):
