@@ -871,6 +871,25 @@ def test_a_gpus_entry_of_one_name_is_that_gpu(toy):
     assert (prob.gpus, prob.ranking) == (["H100"], "")     # were ['H', '1', '0', '0'] and 'None'
 
 
+def test_add_refuses_a_name_whose_parts_folder_is_not_a_problems(toy, tmp_path):
+    # 'problem add common' scaffolded manifest.yml, model.py and route.py into parts/common/, among the shared
+    # loader and device helpers, and recorded a problem 'common'.
+    shared = tmp_path / "parts" / "common"
+    shared.mkdir(parents=True)
+    write(shared / "cuda_loader.py", "")
+    other = tmp_path / "parts" / "notes"
+    other.mkdir()
+    write(other / "ideas.txt", "")
+    for name, why in (("common", "holds the parts every problem shares"), ("notes", "holds ideas.txt and no manifest")):
+        result = CliRunner().invoke(main, ["problem", "add", name, "--from", str(toy)])
+        assert result.exit_code == 1
+        assert result.stderr == (f"error: problem name {name!r}: parts/{name}/ {why}, not a problem's parts: "
+                                 "choose another name; nothing was added\n")
+    assert sorted(p.name for p in shared.iterdir()) == ["cuda_loader.py"]
+    assert sorted(p.name for p in other.iterdir()) == ["ideas.txt"]
+    assert not (tmp_path / "cases").exists()
+
+
 @pytest.mark.parametrize("name", ["../cases/addone", "Addone", "a" * 300])
 def test_a_name_that_is_not_a_problem_name_is_refused(toy, name):
     # '../cases/addone' read the record through the path (and showed it as a harness problem named so); a
