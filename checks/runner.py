@@ -243,7 +243,8 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             try:
                 kind, payload = parent.recv()
             except EOFError:
-                failure = f"worker died (exit code {proc.exitcode if proc.exitcode is not None else 'unknown'})"
+                proc.join(timeout=5)     # the pipe closes as the process ends: its exit code comes just after
+                failure = f"worker died ({exit_text(proc.exitcode)})"
                 break
             if kind == "start":
                 info, started = payload, True
@@ -269,6 +270,19 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
         reason = failure if index == 0 else f"not run ({failure})" if failure else "not run"
         results.append({"spec": spec, "status": "fail", "error": reason or "not run", "residuals": {}})
     return info, results
+
+
+def exit_text(code: int | None) -> str:
+    """How a process ended, for a line: its exit code, or the signal that killed it (a crash in a kernel or a
+    library is SIGSEGV or SIGABRT, which multiprocessing reports as a negative exit code)."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _gate_cell(residuals: dict, gate: str) -> str:

@@ -71,6 +71,27 @@ def test_a_submission_that_does_not_import_is_one_line_and_no_record(tmp_path):
     assert not log.exists()
 
 
+CRASHES = {"segfault": ("import ctypes\nctypes.string_at(0)", "worker died (killed by SIGSEGV)"),
+           "exit": ("import os\nos._exit(3)", "worker died (exit code 3)")}
+
+
+@pytest.mark.parametrize("crash", sorted(CRASHES))
+def test_a_worker_that_dies_in_a_case_says_how(tmp_path, crash):
+    # Both read "worker died (exit code unknown)": the code was read before the process had ended.
+    body, why = CRASHES[crash]
+    path = tmp_path / "crash.py"
+    path.write_text("import torch\n\n\ndef custom_kernel(data):\n" + "".join(f"    {line}\n" for line in
+                                                                           body.splitlines()))
+    outcome = runner.check("qr_v2", path, [SPEC], device="cpu", log_path=None)
+    assert [(c["status"], c["error"]) for c in outcome.record["cases"]] == [("fail", why)]
+
+
+@pytest.mark.parametrize("code, text", [(None, "exit code unknown"), (0, "exit code 0"), (-6, "killed by SIGABRT"),
+                                        (-200, "killed by signal 200")])
+def test_exit_text_names_the_signal(code, text):
+    assert runner.exit_text(code) == text
+
+
 @pytest.mark.parametrize("device, message", [("gpu", "use cuda, cuda:N or cpu"), ("cuda:x", "use cuda")])
 def test_device_is_validated(built, tmp_path, device, message):
     result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", device,
