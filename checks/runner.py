@@ -676,9 +676,11 @@ def _official_diff(prob: Problem, submissions: dict[str, Path], specs: list[dict
     for i, spec in enumerate(specs):
         cand = [r[i] for r in per_run["candidate"]]
         inc = [r[i] for r in per_run["incumbent"]]
-        failed = [r for r in cand + inc if r["status"] != "pass"]
-        if failed:
-            results.append({"spec": spec, "status": "fail", "error": failed[0]["error"], "residuals": {}})
+        firsts = {name: next((r for r in side if r["status"] != "pass"), None)
+                  for name, side in (("candidate", cand), ("incumbent", inc))}
+        failed = [f"{name}: {r['error']}" for name, r in firsts.items() if r is not None]
+        if failed:      # each side's first failure, named: the two files are run alike, so the table cannot tell
+            results.append({"spec": spec, "status": "fail", "error": "; ".join(failed), "residuals": {}})
             continue
         cand_stats = timing.Stats.from_samples([r["mean_us"] * 1e3 for r in cand])
         inc_stats = timing.Stats.from_samples([r["mean_us"] * 1e3 for r in inc])

@@ -503,6 +503,16 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
                for c in outcome.record["cases"])
 
 
+def test_diff_names_the_side_that_failed(toy, tmp_path):
+    # A raising incumbent read "ValueError: boom", as if the candidate had raised: the two are run alike.
+    added(toy)
+    good = write(tmp_path / "good.py", GOOD)
+    bad = write(tmp_path / "bad.py", "def custom_kernel(data):\n    raise ValueError('boom')\n")
+    for candidate, incumbent, side in ((good, bad, "incumbent"), (bad, good, "candidate")):
+        outcome = runner.diff("addone", candidate, incumbent, rounds=3, device="cpu", log_path=None)
+        assert [(c["status"], c["error"]) for c in outcome.record["cases"]] == [("fail", f"{side}: ValueError: boom")] * 2
+
+
 RANKS_EVAL = """import os, sys
 out = os.fdopen(int(os.environ["POPCORN_FD"]), "w")
 cases = open(sys.argv[2]).read().splitlines()
