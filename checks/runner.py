@@ -67,14 +67,21 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def require_device_for(prob: Problem, device: str) -> None:
-    """A harness problem runs the folder's eval.py, which makes its inputs on the leaderboard's GPU: on the CPU
-    every case would crash. Refused before anything runs, unless the record's GPUs name the CPU (a folder made
-    to run there, such as the toy folder of popkit's tests)."""
-    if device == "cpu" and prob.native is None and "CPU" not in (g.upper() for g in prob.gpus):
+def require_device_for(prob: Problem, device: str, backend: str | None = None) -> None:
+    """The folder's eval.py (a harness problem's, or a native problem's under --harness official or both) makes
+    its inputs on the leaderboard's GPU: on the CPU every case would crash. Refused before anything runs, unless
+    the record's GPUs name the CPU (a folder made to run there, such as the toy folder of popkit's tests). BACKEND
+    None is the problem's own (native where it has a checker)."""
+    backend = backend or ("native" if prob.native is not None else "official")
+    if device != "cpu" or backend == "native" or "CPU" in (g.upper() for g in prob.gpus):
+        return
+    if prob.native is None:
         raise PopkitError(f"{prob.name} is a harness problem, and harness problems run on the GPU only (the "
                           f"folder's eval.py makes its inputs on the leaderboard's GPU, {'/'.join(prob.gpus)}): "
                           "nothing ran on the CPU; run it on a GPU host")
+    raise PopkitError(f"--harness {backend} runs the competition folder's eval.py, which makes its inputs on the "
+                      f"leaderboard's GPU ({'/'.join(prob.gpus)}): nothing ran on the CPU; run it on a GPU host, or "
+                      f"--harness native here")
 
 
 def require_reference_kernel(prob: Problem, role: str = "baseline") -> None:
@@ -443,7 +450,9 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
         require_submission_for(prob, Path(path), role)
     backend = resolve_backend(prob, harness, mode)
     device = resolve_device(device)
-    require_device_for(prob, device)
+    require_device_for(prob, device, backend)
+    if backend != "native":
+        task_folder.harness_folder(prob)      # where eval.py is, found before anything runs (--harness both: ours)
     for path in submissions.values():
         packages.require_installed(Path(path))
     return prob, device, backend

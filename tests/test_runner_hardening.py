@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from checks import problems, runner
 from popcorn.cli import main
-from popcorn.errors import Interrupted, PopkitError
+from popcorn.errors import Interrupted, PopkitError, ProblemError
 
 SPEC = "batch: 2; n: 8; cond: 1; seed: 3; case: dense"
 SLEEPY = '''
@@ -175,6 +175,39 @@ def test_check_of_a_built_submission_py_runs_while_the_manifest_is_broken(tmp_pa
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].startswith("warning: parts/qr_v2 cannot be read now (")
     assert result.output.splitlines()[0].endswith("): this run is of submission.py as built")
+
+
+@pytest.mark.parametrize("harness", ["official", "both"])
+def test_the_folders_eval_on_the_cpu_is_refused_before_the_run(built, tmp_path, monkeypatch, harness):
+    # --harness both ran our checker, then eval.py, which crashed on the CPU ('Torch not compiled with CUDA
+    # enabled'): every case failed and the record was logged; --harness official ran eval.py to the same end.
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    monkeypatch.setattr(runner.official, "run_eval", lambda *args, **kwargs: pytest.fail("eval.py ran"))
+    log = tmp_path / "l"
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", "cpu",
+                 "--harness", harness, "--log", log)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: --harness {harness} runs the competition folder's eval.py, which "
+                                          "makes its inputs on the leaderboard's GPU (B200): nothing ran on the CPU; "
+                                          "run it on a GPU host, or --harness native here"]
+    with pytest.raises(PopkitError, match="nothing ran on the CPU"):
+        runner.check("qr_v2", built["qr_v2"], [SPEC], device="cpu", log_path=None, harness=harness)
+    assert not log.exists()
+
+
+def test_harness_both_looks_for_the_folder_before_our_checker_runs(built, tmp_path, monkeypatch):
+    # It ran every case through our checker, then failed on 'no competition folder', the work thrown away.
+    from checks import task_folder
+    real = problems.load_problem
+    monkeypatch.setattr(runner, "load_problem", lambda name, cases_dir=None: dataclasses.replace(
+        real(name, cases_dir), gpus=["CPU"]))               # a board that runs on the CPU, so eval.py may run here
+    monkeypatch.setattr(task_folder, "LOCAL_CONFIG", tmp_path / "harness.yml")
+    monkeypatch.setattr(task_folder, "VENDOR_ROOT", tmp_path / "no-vendor")
+    for key in ("POPKIT_REFERENCE_KERNELS", task_folder.env_key("qr_v2")):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    with pytest.raises(ProblemError, match="no competition folder for qr_v2 on this machine"):
+        runner.check("qr_v2", built["qr_v2"], [SPEC], device="cpu", log_path=None, harness="both")
 
 
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])
