@@ -9,6 +9,7 @@ copies the competition's code into the project: it records the facts of task.yml
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 import shutil
@@ -80,7 +81,7 @@ class TaskFolder:
         return list(dict.fromkeys(p for p in paths if p.is_file()))
 
     def timeouts_s(self) -> dict:
-        return {key: int(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))
+        return {key: math.ceil(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))     # 0.5 s is not 0 s
                 for key in ("test", "benchmark", "ranked")}
 
 

@@ -861,6 +861,13 @@ def test_problem_show_and_list_name_an_odd_record_in_one_line(toy, change, why):
     assert listing.stderr.startswith(f"warning: {path}: {why}")
 
 
+def test_a_timeout_of_a_fraction_of_a_second_is_not_recorded_as_zero(toy):
+    # int(0.5) recorded 'test: 0': every case of the next check timed out at once.
+    write(toy / "task.yml", (toy / "task.yml").read_text().replace("test_timeout: 20", "test_timeout: 0.5"))
+    problem_add.add_problem("addone", toy)
+    assert problems.load_problem("addone").timeouts_s == {"test": 1, "benchmark": 20, "ranked": 30}
+
+
 def test_a_task_whose_gpus_is_one_name_records_that_gpu(toy, tmp_path):
     # Outside any collection index the GPUs come from task.yml: 'gpus: H100' was recorded as H, 1, 0, 0, and the
     # built file's header said '#!POPCORN gpu H'.
