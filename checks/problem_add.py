@@ -145,6 +145,23 @@ def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[
             folder / "route.py": route}
 
 
+SHARED_PARTS = ("common",)      # parts/common/: the loader and device helpers every problem's manifest may list
+
+
+def _refuse_shared_parts_folder(name: str) -> None:
+    """parts/NAME/ must be a problem's own folder: not the shared parts/common/, nor, for a problem without a record,
+    a folder of other files without a manifest (the scaffold's manifest, model.py and route.py would land among
+    them). A recorded problem's folder that lost its manifest is its own: --force scaffolds what is missing."""
+    part_folder = PARTS_DIR / name
+    own = problems.record_path(name).is_file() or (part_folder / "manifest.yml").exists()
+    others = sorted(p.name for p in part_folder.iterdir() if p.name not in ("__init__.py", "__pycache__")) \
+        if part_folder.is_dir() and not own else []
+    if name in SHARED_PARTS or others:
+        what = "the parts every problem shares" if name in SHARED_PARTS else f"{', '.join(others[:3])} and no manifest"
+        raise ProblemError(f"problem name {name!r}: parts/{name}/ holds {what}, not a problem's parts: choose another "
+                           "name; nothing was added")
+
+
 def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None) -> AddResult:
     """Record problem NAME from a competition folder and scaffold parts/NAME/ where it does not exist."""
     if not problems.NAME_PATTERN.match(name or ""):
@@ -152,6 +169,7 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         hint = f" (such as {like})" if problems.NAME_PATTERN.match(like) else ""
         raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a "
                            f"letter{hint}")
+    _refuse_shared_parts_folder(name)
     folder = task_folder.read_task_folder(source)
     record_path = problems.record_path(name)
     exists = record_path.is_file()

@@ -67,14 +67,21 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def require_device_for(prob: Problem, device: str) -> None:
-    """A harness problem runs the folder's eval.py, which makes its inputs on the leaderboard's GPU: on the CPU
-    every case would crash. Refused before anything runs, unless the record's GPUs name the CPU (a folder made
-    to run there, such as the toy folder of popkit's tests)."""
-    if device == "cpu" and prob.native is None and "CPU" not in (g.upper() for g in prob.gpus):
+def require_device_for(prob: Problem, device: str, backend: str | None = None) -> None:
+    """The folder's eval.py (a harness problem's, or a native problem's under --harness official or both) makes
+    its inputs on the leaderboard's GPU: on the CPU every case would crash. Refused before anything runs, unless
+    the record's GPUs name the CPU (a folder made to run there, such as the toy folder of popkit's tests). BACKEND
+    None is the problem's own (native where it has a checker)."""
+    backend = backend or ("native" if prob.native is not None else "official")
+    if device != "cpu" or backend == "native" or "CPU" in (g.upper() for g in prob.gpus):
+        return
+    if prob.native is None:
         raise PopkitError(f"{prob.name} is a harness problem, and harness problems run on the GPU only (the "
                           f"folder's eval.py makes its inputs on the leaderboard's GPU, {'/'.join(prob.gpus)}): "
                           "nothing ran on the CPU; run it on a GPU host")
+    raise PopkitError(f"--harness {backend} runs the competition folder's eval.py, which makes its inputs on the "
+                      f"leaderboard's GPU ({'/'.join(prob.gpus)}): nothing ran on the CPU; run it on a GPU host, or "
+                      f"--harness native here")
 
 
 def require_reference_kernel(prob: Problem, role: str = "baseline") -> None:
@@ -243,7 +250,8 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             try:
                 kind, payload = parent.recv()
             except EOFError:
-                failure = f"worker died (exit code {proc.exitcode if proc.exitcode is not None else 'unknown'})"
+                proc.join(timeout=5)     # the pipe closes as the process ends: its exit code comes just after
+                failure = f"worker died ({exit_text(proc.exitcode)})"
                 break
             if kind == "start":
                 info, started = payload, True
@@ -269,6 +277,19 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
         reason = failure if index == 0 else f"not run ({failure})" if failure else "not run"
         results.append({"spec": spec, "status": "fail", "error": reason or "not run", "residuals": {}})
     return info, results
+
+
+def exit_text(code: int | None) -> str:
+    """How a process ended, for a line: its exit code, or the signal that killed it (a crash in a kernel or a
+    library is SIGSEGV or SIGABRT, which multiprocessing reports as a negative exit code)."""
+    if code is None:
+        return "exit code unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
 
 
 def _gate_cell(residuals: dict, gate: str) -> str:
@@ -429,7 +450,9 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
         require_submission_for(prob, Path(path), role)
     backend = resolve_backend(prob, harness, mode)
     device = resolve_device(device)
-    require_device_for(prob, device)
+    require_device_for(prob, device, backend)
+    if backend != "native":
+        task_folder.harness_folder(prob)      # where eval.py is, found before anything runs (--harness both: ours)
     for path in submissions.values():
         packages.require_installed(Path(path))
     return prob, device, backend
@@ -662,9 +685,11 @@ def _official_diff(prob: Problem, submissions: dict[str, Path], specs: list[dict
     for i, spec in enumerate(specs):
         cand = [r[i] for r in per_run["candidate"]]
         inc = [r[i] for r in per_run["incumbent"]]
-        failed = [r for r in cand + inc if r["status"] != "pass"]
-        if failed:
-            results.append({"spec": spec, "status": "fail", "error": failed[0]["error"], "residuals": {}})
+        firsts = {name: next((r for r in side if r["status"] != "pass"), None)
+                  for name, side in (("candidate", cand), ("incumbent", inc))}
+        failed = [f"{name}: {r['error']}" for name, r in firsts.items() if r is not None]
+        if failed:      # each side's first failure, named: the two files are run alike, so the table cannot tell
+            results.append({"spec": spec, "status": "fail", "error": "; ".join(failed), "residuals": {}})
             continue
         cand_stats = timing.Stats.from_samples([r["mean_us"] * 1e3 for r in cand])
         inc_stats = timing.Stats.from_samples([r["mean_us"] * 1e3 for r in inc])

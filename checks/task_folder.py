@@ -9,6 +9,7 @@ copies the competition's code into the project: it records the facts of task.yml
 from __future__ import annotations
 
 import ast
+import math
 import os
 import re
 import shutil
@@ -27,6 +28,7 @@ VENDOR_ROOT = PROJECT_ROOT / "vendor" / "reference-kernels"  # a conventional, g
 SUBMISSION_SOURCE = "@SUBMISSION@"
 DEFAULT_TIMEOUT_S = 180
 DEFAULT_RANKING = "last"          # the runner's rule for a task.yml without ranking_by
+RANKINGS = ("geom", "mean", "last")   # the server's ranking rules (the score of each, docs: popcorn-api.md)
 TEMPLATE_NAMES = ("submission.py", "template.py")   # a folder's own template, where task.yml names none
 
 
@@ -79,7 +81,7 @@ class TaskFolder:
         return list(dict.fromkeys(p for p in paths if p.is_file()))
 
     def timeouts_s(self) -> dict:
-        return {key: int(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))
+        return {key: math.ceil(self.task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))     # 0.5 s is not 0 s
                 for key in ("test", "benchmark", "ranked")}
 
 
@@ -107,7 +109,8 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     # No guess from task.yml's '# name:' comment or the folder's name: they name the board in few folders
     # ('3_moe' is amd-mixture-of-experts, '"identity"' amd-identity, 'single node all2all' amd-all2all).
     board, gpus = collection_entry(path, root)
-    gpus = gpus or [str(g) for g in task.get("gpus") or []] or ["B200"]
+    own = task.get("gpus") or []
+    gpus = gpus or [str(g) for g in ([own] if isinstance(own, str) else own)] or ["B200"]
     return TaskFolder(path, task, board, gpus, path.relative_to(root).as_posix() if root else None)
 
 
@@ -117,8 +120,13 @@ def _validate(task: dict, path: Path, task_yml: Path) -> None:
         raise ProblemError(f"{task_yml}: lang {lang!r}: popkit builds Python submissions only (lang: py)")
     for key in ("tests", "benchmarks"):
         cases = task.get(key)
-        if not isinstance(cases, list) or not cases or not all(isinstance(c, dict) for c in cases):
+        if not isinstance(cases, list) or not cases:
             raise ProblemError(f"{task_yml}: no {key} list (a problem needs tests and benchmarks)")
+        odd = next((i for i, case in enumerate(cases) if not isinstance(case, dict)), None)
+        if odd is not None:
+            raise ProblemError(f"{task_yml}: {key} entry {odd + 1} is {cases[odd]!r}, not a case (a mapping of "
+                               "the task's keys, such as {\"size\": 1024, \"seed\": 5})")
+    _validate_facts(task, task_yml)
     files = task.get("files")
     if not isinstance(files, list) or not all(isinstance(f, dict) and "name" in f and "source" in f
                                               for f in files):
@@ -129,9 +137,32 @@ def _validate(task: dict, path: Path, task_yml: Path) -> None:
         if f["source"] != SUBMISSION_SOURCE and not (path / str(f["source"])).is_file():
             raise ProblemError(f"{task_yml}: file {f['name']} comes from {f['source']}, which is missing "
                                f"(looked at {(path / str(f['source'])).resolve()})")
+    escaping = [str(f["name"]) for f in files if Path(str(f["name"])).is_absolute() or ".." in Path(str(f["name"])).parts]
+    if escaping:
+        raise ProblemError(f"{task_yml}: file name {escaping[0]!r} lies outside the run folder (a name is a path "
+                           "inside the folder the runner assembles, such as utils.py)")
     main = str((task.get("config") or {}).get("main", "eval.py"))
     if main not in {str(f["name"]) for f in files}:
         raise ProblemError(f"{task_yml}: config.main {main!r} is not one of its files")
+
+
+def _validate_facts(task: dict, task_yml: Path) -> None:
+    """The task's scalar facts are of the kind the record keeps: config a mapping, each timeout a positive number
+    of seconds, gpus a name or a list of names, ranking_by one of the runner's rules."""
+    if task.get("config") is not None and not isinstance(task["config"], dict):
+        raise ProblemError(f"{task_yml}: config must be a mapping (config: {{main: eval.py}}), not {task['config']!r}")
+    for key in ("test", "benchmark", "ranked"):
+        value = task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise ProblemError(f"{task_yml}: {key}_timeout must be a positive number of seconds, not {value!r}")
+    gpus = task.get("gpus")
+    if gpus is not None and not isinstance(gpus, str) and not (
+            isinstance(gpus, list) and all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
+        raise ProblemError(f"{task_yml}: gpus must be a GPU name or a list of them, not {gpus!r}")
+    ranking = task.get("ranking_by", DEFAULT_RANKING)
+    if ranking not in RANKINGS:
+        raise ProblemError(f"{task_yml}: ranking_by {ranking!r} is not one of the runner's rules "
+                           f"({', '.join(RANKINGS)})")
 
 
 def defines_ref_kernel(folder: Path, files: list[dict]) -> bool:

@@ -167,6 +167,16 @@ def run_bench_case(problem, kernel, spec, device, baseline, send, reuse: dict | 
     return result
 
 
+class SideFailed(Exception):
+    """One side of a diff failed a case; its text names the side (candidate or incumbent) and the error."""
+
+
+def error_line(exc: BaseException) -> str:
+    """A case's error in one line: the exception's type and text (a SideFailed's text already says both)."""
+    text = str(exc) if isinstance(exc, SideFailed) else f"{type(exc).__name__}: {exc}"
+    return (text.splitlines() or [""])[0][:500]
+
+
 def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
     """Candidate vs incumbent in alternating rounds of grader-style timing, on the same inputs."""
     inputs = checker(problem).benchmark_inputs(spec, device)
@@ -175,8 +185,11 @@ def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
 
     def measure(name):
         def run():
-            reports[name], stats = time_kernel(problem, kernels[name], inputs, device, rule, send,
-                                               f"{short_spec(spec)} {name}")
+            try:
+                reports[name], stats = time_kernel(problem, kernels[name], inputs, device, rule, send,
+                                                   f"{short_spec(spec)} {name}")
+            except Exception as exc:
+                raise SideFailed(f"{name}: {error_line(exc)}") from exc
             samples[name].append(stats.mean)
             return stats.mean
         return run
@@ -187,7 +200,7 @@ def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
     margins = verdicts.margin_regressions(reports["candidate"].residuals, reports["incumbent"].residuals)
     passed = all(r.passed for r in reports.values())
     return {"status": "pass" if passed and not margins and not verdict.regression else "fail",
-            "error": "; ".join([r.message for r in reports.values() if r.message] + margins) or None,
+            "error": "; ".join([f"{name}: {r.message}" for name, r in reports.items() if r.message] + margins) or None,
             "residuals": reports["candidate"].residuals, "incumbent_residuals": reports["incumbent"].residuals,
             **cand.as_us_dict(), **inc.as_incumbent_dict(), "ratio": verdict.ratio,
             "verdict": verdict.verdict, "regression": verdict.regression, "margin_regressions": margins}
@@ -221,8 +234,7 @@ def main(conn, job: dict) -> None:
                 else:
                     result = run_diff_case(problem, kernels, spec, device, job.get("rounds", 3), send)
             except Exception as exc:  # one case's failure is reported, the next case still runs
-                result = {"status": "fail", "error": f"{type(exc).__name__}: {exc}".splitlines()[0][:500],
-                          "residuals": {}}
+                result = {"status": "fail", "error": error_line(exc), "residuals": {}}
                 send(("case", {"spec": spec, **result}))
                 sync(device)          # a sticky CUDA error raises here and ends the worker
                 continue

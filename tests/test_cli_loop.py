@@ -294,6 +294,22 @@ def test_diff_of_two_copies(steady, tmp_path):
             "combined error, or under 0.5% of the incumbent, is within noise") in lines
 
 
+def test_diff_names_the_side_that_failed(steady, tmp_path):
+    # An incumbent that raised (or failed a gate) read "ValueError: boom" (or the gate's message) alone, as if the
+    # candidate had: the two are run alike, so the table could not tell.
+    raising = tmp_path / "raising.py"
+    raising.write_text(steady.read_text() + "\n\ndef custom_kernel(data):\n    raise ValueError('boom')\n")
+    broken = tmp_path / "broken.py"
+    broken.write_text(BROKEN)
+    for incumbent, error in ((raising, "incumbent: ValueError: boom"), (broken, "incumbent: AssertionError: factor")):
+        result = run("diff", "qr_v2", "--submission", steady, "--incumbent", incumbent, "--case", TINY,
+                     "--device", "cpu", "--log", tmp_path / "l")
+        assert result.exit_code == 1, result.output
+        (rec,) = strict_lines(tmp_path / "l")[-1:]
+        (case,) = rec["cases"]
+        assert case["status"] == "fail" and case["error"].startswith(error), case["error"]
+
+
 def test_diff_needs_three_rounds(steady, tmp_path):
     # 'diff needs at least 3 rounds' did not name the option that sets them.
     result = run("diff", "qr_v2", "--submission", steady, "--incumbent", steady, "--rounds", 2, "--case", TINY,

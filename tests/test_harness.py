@@ -146,6 +146,26 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('lang: "py"', 'lang: "cu"')),
      "popkit builds Python submissions only"),
     (lambda d: (d.parent / "eval.py").unlink(), "comes from ../eval.py, which is missing"),
+    # These four were tracebacks (int('soon'), int(None), 'str' object has no attribute 'get'):
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "test_timeout: soon\n"),
+     "test_timeout must be a positive number of seconds, not 'soon'"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranked_timeout:\n"),
+     "ranked_timeout must be a positive number of seconds, not None"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('config:\n  main: "eval.py"',
+                                                                         'config: "eval.py"')),
+     "config must be a mapping"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "gpus: {B200: 1}\n"),
+     "gpus must be a GPU name or a list of them"),
+    # Recorded as given, though the server ranks by geom, mean or last only:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranking_by: 5\n"),
+     "ranking_by 5 is not one of the runner's rules"),
+    # Was "no tests list", for a list that is there with an entry that is not a case:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("tests:\n", "tests:\n  - 5\n")),
+     "tests entry 1 is 5, not a case"),
+    # Would have copied utils.py outside the run folder:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"name": "reference.py"',
+                                                                         '{"name": "../../reference.py"')),
+     "file name '../../reference.py' lies outside the run folder"),
 ])
 def test_add_rejects_bad_folders_in_one_line_and_writes_nothing(toy, tmp_path, damage, message):
     damage(toy)
@@ -481,6 +501,16 @@ def test_diff_alternates_rounds_and_flags_the_slower_variant(toy, tmp_path):
     assert all(c["runs"] == c["incumbent_runs"] == 3 and c["incumbent_err_us"] >= 0
                and c["incumbent_best_us"] <= c["incumbent_us"] <= c["incumbent_worst_us"]
                for c in outcome.record["cases"])
+
+
+def test_diff_names_the_side_that_failed(toy, tmp_path):
+    # A raising incumbent read "ValueError: boom", as if the candidate had raised: the two are run alike.
+    added(toy)
+    good = write(tmp_path / "good.py", GOOD)
+    bad = write(tmp_path / "bad.py", "def custom_kernel(data):\n    raise ValueError('boom')\n")
+    for candidate, incumbent, side in ((good, bad, "incumbent"), (bad, good, "candidate")):
+        outcome = runner.diff("addone", candidate, incumbent, rounds=3, device="cpu", log_path=None)
+        assert [(c["status"], c["error"]) for c in outcome.record["cases"]] == [("fail", f"{side}: ValueError: boom")] * 2
 
 
 RANKS_EVAL = """import os, sys
@@ -831,6 +861,23 @@ def test_problem_show_and_list_name_an_odd_record_in_one_line(toy, change, why):
     assert listing.stderr.startswith(f"warning: {path}: {why}")
 
 
+def test_a_timeout_of_a_fraction_of_a_second_is_not_recorded_as_zero(toy):
+    # int(0.5) recorded 'test: 0': every case of the next check timed out at once.
+    write(toy / "task.yml", (toy / "task.yml").read_text().replace("test_timeout: 20", "test_timeout: 0.5"))
+    problem_add.add_problem("addone", toy)
+    assert problems.load_problem("addone").timeouts_s == {"test": 1, "benchmark": 20, "ranked": 30}
+
+
+def test_a_task_whose_gpus_is_one_name_records_that_gpu(toy, tmp_path):
+    # Outside any collection index the GPUs come from task.yml: 'gpus: H100' was recorded as H, 1, 0, 0, and the
+    # built file's header said '#!POPCORN gpu H'.
+    (toy.parent.parent / "toy.yaml").unlink()
+    write(toy / "task.yml", (toy / "task.yml").read_text() + "gpus: H100\n")
+    problem_add.add_problem("addone", toy, leaderboard="addone_v1")
+    assert yaml.safe_load(problems.record_path("addone").read_text())["gpus"] == ["H100"]
+    assert problems.load_problem("addone").gpu == "H100"
+
+
 def test_a_gpus_entry_of_one_name_is_that_gpu(toy):
     problem_add.add_problem("addone", toy)
     path = problems.record_path("addone")
@@ -839,6 +886,25 @@ def test_a_gpus_entry_of_one_name_is_that_gpu(toy):
     path.write_text(yaml.safe_dump(data))
     prob = problems.load_problem("addone")
     assert (prob.gpus, prob.ranking) == (["H100"], "")     # were ['H', '1', '0', '0'] and 'None'
+
+
+def test_add_refuses_a_name_whose_parts_folder_is_not_a_problems(toy, tmp_path):
+    # 'problem add common' scaffolded manifest.yml, model.py and route.py into parts/common/, among the shared
+    # loader and device helpers, and recorded a problem 'common'.
+    shared = tmp_path / "parts" / "common"
+    shared.mkdir(parents=True)
+    write(shared / "cuda_loader.py", "")
+    other = tmp_path / "parts" / "notes"
+    other.mkdir()
+    write(other / "ideas.txt", "")
+    for name, why in (("common", "holds the parts every problem shares"), ("notes", "holds ideas.txt and no manifest")):
+        result = CliRunner().invoke(main, ["problem", "add", name, "--from", str(toy)])
+        assert result.exit_code == 1
+        assert result.stderr == (f"error: problem name {name!r}: parts/{name}/ {why}, not a problem's parts: "
+                                 "choose another name; nothing was added\n")
+    assert sorted(p.name for p in shared.iterdir()) == ["cuda_loader.py"]
+    assert sorted(p.name for p in other.iterdir()) == ["ideas.txt"]
+    assert not (tmp_path / "cases").exists()
 
 
 @pytest.mark.parametrize("name", ["../cases/addone", "Addone", "a" * 300])

@@ -30,6 +30,20 @@ def test_append_and_read_round_trip(tmp_path):
     assert len(path.read_text().splitlines()) == 2
 
 
+def test_a_record_appended_after_a_line_without_an_end_is_a_line_of_its_own(tmp_path):
+    # A log whose last line was cut short ('{"time": ...' of a killed write, or a hand edit without the final
+    # newline): the next record was glued onto it, and the reader lost both as one line that is not JSON.
+    path = tmp_path / "perf.jsonl"
+    kept = logs.new_record("qr_v2", "check")
+    path.write_text(json.dumps(kept) + "\n" + '{"time": "2026-')
+    record = logs.new_record("eigh", "bench", geomean_us=1.0)
+    logs.append_record(record, path)
+    records, problems = logs.read_records(path)
+    assert records == [kept, record]
+    assert len(problems) == 1 and ":2:" in problems[0]
+    assert path.read_text().endswith("\n") and len(path.read_text().splitlines()) == 3
+
+
 def test_new_record_has_the_contract_keys_in_order():
     record = logs.new_record("qr_v2", "diff", gpu="NVIDIA H200")
     assert tuple(record)[:len(CONTRACT)] == CONTRACT

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from checks import problems, runner
 from popcorn.cli import main
-from popcorn.errors import Interrupted, PopkitError
+from popcorn.errors import Interrupted, PopkitError, ProblemError
 
 SPEC = "batch: 2; n: 8; cond: 1; seed: 3; case: dense"
 SLEEPY = '''
@@ -69,6 +69,27 @@ def test_a_submission_that_does_not_import_is_one_line_and_no_record(tmp_path):
     assert len(errors) == 1 and "bad.py" in errors[0] and "SyntaxError" in errors[0]
     assert "Traceback" not in result.output and "on None" not in result.output
     assert not log.exists()
+
+
+CRASHES = {"segfault": ("import ctypes\nctypes.string_at(0)", "worker died (killed by SIGSEGV)"),
+           "exit": ("import os\nos._exit(3)", "worker died (exit code 3)")}
+
+
+@pytest.mark.parametrize("crash", sorted(CRASHES))
+def test_a_worker_that_dies_in_a_case_says_how(tmp_path, crash):
+    # Both read "worker died (exit code unknown)": the code was read before the process had ended.
+    body, why = CRASHES[crash]
+    path = tmp_path / "crash.py"
+    path.write_text("import torch\n\n\ndef custom_kernel(data):\n" + "".join(f"    {line}\n" for line in
+                                                                           body.splitlines()))
+    outcome = runner.check("qr_v2", path, [SPEC], device="cpu", log_path=None)
+    assert [(c["status"], c["error"]) for c in outcome.record["cases"]] == [("fail", why)]
+
+
+@pytest.mark.parametrize("code, text", [(None, "exit code unknown"), (0, "exit code 0"), (-6, "killed by SIGABRT"),
+                                        (-200, "killed by signal 200")])
+def test_exit_text_names_the_signal(code, text):
+    assert runner.exit_text(code) == text
 
 
 @pytest.mark.parametrize("device, message", [("gpu", "use cuda, cuda:N or cpu"), ("cuda:x", "use cuda")])
@@ -154,6 +175,39 @@ def test_check_of_a_built_submission_py_runs_while_the_manifest_is_broken(tmp_pa
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].startswith("warning: parts/qr_v2 cannot be read now (")
     assert result.output.splitlines()[0].endswith("): this run is of submission.py as built")
+
+
+@pytest.mark.parametrize("harness", ["official", "both"])
+def test_the_folders_eval_on_the_cpu_is_refused_before_the_run(built, tmp_path, monkeypatch, harness):
+    # --harness both ran our checker, then eval.py, which crashed on the CPU ('Torch not compiled with CUDA
+    # enabled'): every case failed and the record was logged; --harness official ran eval.py to the same end.
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    monkeypatch.setattr(runner.official, "run_eval", lambda *args, **kwargs: pytest.fail("eval.py ran"))
+    log = tmp_path / "l"
+    result = run("check", "qr_v2", "--submission", built["qr_v2"], "--case", SPEC, "--device", "cpu",
+                 "--harness", harness, "--log", log)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: --harness {harness} runs the competition folder's eval.py, which "
+                                          "makes its inputs on the leaderboard's GPU (B200): nothing ran on the CPU; "
+                                          "run it on a GPU host, or --harness native here"]
+    with pytest.raises(PopkitError, match="nothing ran on the CPU"):
+        runner.check("qr_v2", built["qr_v2"], [SPEC], device="cpu", log_path=None, harness=harness)
+    assert not log.exists()
+
+
+def test_harness_both_looks_for_the_folder_before_our_checker_runs(built, tmp_path, monkeypatch):
+    # It ran every case through our checker, then failed on 'no competition folder', the work thrown away.
+    from checks import task_folder
+    real = problems.load_problem
+    monkeypatch.setattr(runner, "load_problem", lambda name, cases_dir=None: dataclasses.replace(
+        real(name, cases_dir), gpus=["CPU"]))               # a board that runs on the CPU, so eval.py may run here
+    monkeypatch.setattr(task_folder, "LOCAL_CONFIG", tmp_path / "harness.yml")
+    monkeypatch.setattr(task_folder, "VENDOR_ROOT", tmp_path / "no-vendor")
+    for key in ("POPKIT_REFERENCE_KERNELS", task_folder.env_key("qr_v2")):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    with pytest.raises(ProblemError, match="no competition folder for qr_v2 on this machine"):
+        runner.check("qr_v2", built["qr_v2"], [SPEC], device="cpu", log_path=None, harness="both")
 
 
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])

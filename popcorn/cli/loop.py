@@ -95,7 +95,8 @@ def _run_logged(mode: str, problem: str, submission: Path | None, cases, device:
     from checks import runner
     from checks.problems import load_problem
     logs.require_appendable(log_path)
-    runner.require_device_for(load_problem(problem), runner.resolve_device(device))
+    prob = load_problem(problem)
+    runner.require_device_for(prob, runner.resolve_device(device), runner.resolve_backend(prob, harness, mode))
     runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent)
     done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
     with runner.interruptible(mode, problem, log_path, done):

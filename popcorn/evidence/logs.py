@@ -138,11 +138,19 @@ def strict_json(value):
 
 
 def append_record(record: dict, path: Path | str = DEFAULT_LOG) -> Path:
-    """Append one record as one line. A single write of one line keeps concurrent appends whole."""
+    """Append one record as one line. A single write of one line keeps concurrent appends whole. A log whose
+    last line has no end (a write cut short, a hand edit) gets one first: the record would join that line and
+    be lost with it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(strict_json(record), sort_keys=False, allow_nan=False) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        size = os.fstat(fd).st_size
+        if size and os.pread(fd, 1, size - 1) != b"\n":
+            line = "\n" + line
+    except PermissionError:      # writable, not readable (require_appendable asks no more): append as it is
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     try:
         os.write(fd, line.encode())
     finally:
