@@ -13,6 +13,10 @@ for the back-transform over this file's cases; the bounds leave 3.5-6x over that
 every gate the model leaves is the budget the kernels' cheaper arithmetic (fp16 matrix copies,
 tensor-core products) may spend.
 
+The last section checks tridiagonal_reduction.cu's plan on CPU (the kernel itself cannot run here):
+reduction_kernel_model.py replays its data flow with every output and workspace starting as NaN, so it
+must give the model's d, e, V, T and leave no entry read before it was written.
+
 Blocking changes only the order of roundings, and the reduction amplifies roundings in its later
 columns (the Lanczos-like sensitivity of T to A: measured 1e-16 -> 1e-11 in float64 at n = 100),
 so panel sizes are compared elementwise in float64 and by their spectra in float32.
@@ -25,6 +29,7 @@ import torch
 from checks.native import native_checker
 from checks.problems import load_problem
 from parts.eigh import reduction_model as model
+from parts.eigh.reduction_kernel_model import tridiagonalize_kernel_order
 from parts.eigh.reduction_model import apply_q_model, eigh_pipeline_model, prescale, tridiagonalize_model
 
 EPS = 2.0 ** -23
@@ -60,10 +65,10 @@ def explicit_q(V: torch.Tensor, T: torch.Tensor) -> torch.Tensor:
     return apply_q_model(V, T, identity(V.shape[0], V.shape[1], V.dtype))
 
 
-def reduction_errors(A: torch.Tensor, panel: int):
-    """Per matrix: (similarity / (n eps ||A||_1), orthogonality / (n eps)) of tridiagonalize_model(A, panel)."""
+def reduction_errors(A: torch.Tensor, panel: int, tridiagonalize=tridiagonalize_model):
+    """Per matrix: (similarity / (n eps ||A||_1), orthogonality / (n eps)) of tridiagonalize(A, panel)."""
     b, n, _ = A.shape
-    d, e, V, T = tridiagonalize_model(A, panel)
+    d, e, V, T = tridiagonalize(A, panel)
     A64, Q = A.double(), explicit_q(V, T).double()
     norm = l1(A64).clamp(min=torch.finfo(torch.float64).tiny)
     similarity = l1(Q.mT @ A64 @ Q - dense_tridiagonal(d, e)) / (n * EPS * norm)
@@ -251,3 +256,41 @@ def test_graded_matrices_keep_q_orthogonal(n):
     """rowscale with cond 12: entries down to 1e-24 after the prescale, whose squares underflow in an unscaled norm."""
     A = CHECKER.generate({"batch": 3, "n": n, "cond": 12, "seed": 3, "case": "rowscale"})
     assert max(gate_shares(A).values()) <= GATE_SHARE
+
+
+# ---------------------------------------------------------------------------------------------
+# tridiagonal_reduction.cu's data flow (reduction_kernel_model.py) against the model.
+# ---------------------------------------------------------------------------------------------
+
+KERNEL_SIZES = (1, 2, 3, 4, 17, 33, 34, 35, 67, 100)   # 34, 35: last panels of 0 and 1 column; 67: three panels
+
+
+@pytest.mark.parametrize("n", KERNEL_SIZES)
+def test_kernel_order_is_the_model_elementwise_in_float64(n):
+    """The model's d, e, V and T (same storage, zeros where it has zeros) and no NaN: nothing read unwritten.
+    (Reading W[c, j-1] in place instead of recomputing it, the one entry the kernel must not read, fails here.)"""
+    A = symmetric(2, n, seed=n, dtype=torch.float64)
+    scale = l1(A).max().item()
+    got, expected = tridiagonalize_kernel_order(A), tridiagonalize_model(A)
+    for name, x, y, size in zip("deVT", got, expected, (scale, scale, 1.0, 1.0)):
+        assert x.shape == y.shape, name
+        assert bool(torch.isfinite(x).all()), f"{name}: an entry read before it was written"
+        assert x.numel() == 0 or (x - y).abs().max().item() <= FLOAT64_AGREEMENT * size, name
+
+
+@pytest.mark.parametrize("family", CHECKER.families())
+def test_kernel_order_is_an_orthogonal_similarity_on_every_family(family):
+    """Structured inputs in float32 at n = 67 (three panels, the last of one column), prescaled as the route does."""
+    A, _ = prescale(CHECKER.generate({"batch": 2, "n": 67, "cond": 2, "seed": 11, "case": family}))
+    similarity, orthogonality = reduction_errors(A, model.PANEL, tridiagonalize_kernel_order)
+    assert similarity.max().item() <= SIMILARITY_BOUND, similarity
+    assert orthogonality.max().item() <= ORTHOGONALITY_BOUND, orthogonality
+
+
+def test_kernel_order_in_the_pipeline_meets_the_gates():
+    """reduction_route.reduction_eigh_cuda's pipeline with the kernel's data flow in place of the kernel."""
+    A = CHECKER.generate({"batch": 3, "n": 100, "cond": 2, "seed": 7, "case": "mixed"})
+    report = CHECKER.check_output(A, eigh_pipeline_model(A, model.PANEL, tridiagonalize_kernel_order))
+    assert report.passed, report.message
+    shares = {gate: value / limit for gate, (value, limit) in report.residuals.items()}
+    assert max(shares.values()) <= GATE_SHARE, shares

@@ -3,7 +3,9 @@
 | n      | CUDA route                                           | CPU (model)          |
 |--------|------------------------------------------------------|----------------------|
 | <= 32  | jacobi_small.cu: parallel Jacobi, one CTA/matrix     | jacobi_eigh_model    |
-| larger | cusolver_batched.py: one batched cuSOLVER call       | torch.linalg.eigh    |
+| larger | by REDUCTION: "cusolver" (cusolver_batched.py: one   | torch.linalg.eigh    |
+|        | batched cuSOLVER call) or "ours" (reduction_route.py:|                      |
+|        | tridiagonal_reduction.cu, then torch placeholders)   |                      |
 
 Returns (Q, L): eigenvectors in the columns of Q, eigenvalues ascending.
 """
@@ -12,8 +14,12 @@ import torch
 from parts.common.cuda_loader import CUDA  # popkit: inline
 from parts.eigh.cusolver_batched import BATCHED_SYEV  # popkit: inline
 from parts.eigh.model import jacobi_eigh_model  # popkit: inline
+from parts.eigh.reduction_route import reduction_eigh_cuda  # popkit: inline
 
 SMALL_MAX_N = 32
+# How n > SMALL_MAX_N runs on CUDA: "cusolver" or "ours". "ours" has never run on a GPU (issue 10):
+# cusolver until a check passes and a diff says otherwise.
+REDUCTION = "cusolver"
 
 
 def jacobi_small_cuda(A: torch.Tensor):
@@ -35,4 +41,8 @@ def custom_kernel(data: torch.Tensor):
     n = A.shape[-1]
     if n <= SMALL_MAX_N:
         return jacobi_small_cuda(A) if A.is_cuda else jacobi_eigh_model(A)
-    return BATCHED_SYEV(A) if A.is_cuda else library_eigh(A)
+    if not A.is_cuda:
+        return library_eigh(A)
+    if REDUCTION not in ("cusolver", "ours"):
+        raise ValueError(f"REDUCTION is {REDUCTION!r}: expected 'cusolver' or 'ours'")
+    return reduction_eigh_cuda(A) if REDUCTION == "ours" else BATCHED_SYEV(A)

@@ -1,0 +1,38 @@
+"""Our dense eigh route for n > 32 (issue 10): route.REDUCTION = "ours". Not yet run on a GPU.
+
+The pipeline is reduction_model.eigh_pipeline_model with step 2 replaced by tridiagonal_reduction.cu:
+    prescale           torch (the model's prescale: an exact power of two per matrix)
+    tridiagonalize     tridiagonal_reduction.cu: the panel kernel and the rank-2k update, one call
+    solve T            tridiagonal_eigh_model, torch on the GPU (placeholder for the leaf and merge kernels)
+    back-transform     apply_q_model, torch batched matmuls in fp32 (placeholder for the compact-WY GEMMs)
+"""
+import torch
+
+from parts.common.cuda_loader import CUDA  # popkit: inline
+from parts.eigh.reduction_model import PANEL, eigh_pipeline_model  # popkit: inline
+
+# The panel kernel's CTA size (a multiple of 32, at most 512): a guess to sweep on the GPU
+# (512 gives two CTAs an SM at the kernel's <= 64 registers).
+PANEL_THREADS = 512
+
+
+def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL):
+    """tridiagonal_reduction.cu with reduction_model.tridiagonalize_model's signature and outputs (d, e, V, T)."""
+    b, n, _ = A.shape
+    if A.shape != (b, n, n) or panel != PANEL:
+        raise ValueError(f"need A (batch, n, n) and panel {PANEL} (the kernel's); got {tuple(A.shape)}, {panel}")
+    reflectors = max(n - 2, 0)
+    trailing = A.clone()              # the kernel leaves the trailing matrices in its A
+    d = torch.empty(b, n, dtype=A.dtype, device=A.device)
+    e = torch.empty(b, max(n - 1, 0), dtype=A.dtype, device=A.device)
+    V = torch.empty(b, n, reflectors, dtype=A.dtype, device=A.device)
+    T = torch.empty(b, reflectors, min(panel, reflectors), dtype=A.dtype, device=A.device)
+    Vp = torch.empty(b, n, panel, dtype=A.dtype, device=A.device)     # the panel's V and W, row-major
+    W = torch.empty(b, n, panel, dtype=A.dtype, device=A.device)
+    CUDA.call("eigh_tridiagonalize", trailing, d, e, V, T, Vp, W, b, n, PANEL_THREADS)
+    return d, e, V, T
+
+
+def reduction_eigh_cuda(A: torch.Tensor):
+    """(Q, L) through our reduction kernel and the model's solver and back-transform on the GPU."""
+    return eigh_pipeline_model(A, PANEL, tridiagonalize_cuda)
