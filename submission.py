@@ -1,14 +1,14 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 70cadd54d62ace81c143c40986a60fe0d2753b92
+# toolkit commit: 0dc4b2b24e771aef29b14d5ef741a62b9569c698
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/householder_panel.cu sha256 008cdef93fbf317dd8d0f84e4db15c0403b9280e097150c26e905431bac381d5
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
-# part qr_v2/householder_update.cu sha256 5edbd4f8d054c645922bc15dd484b08f7ed3ecf120b4d26578a9f337eaf8356f
+# part qr_v2/householder_update.cu sha256 b05e439d7b98b7f6b9a598aa65eaf8ea8db5c9345d16ea4960ed8345d21f1514
 # part qr_v2/householder_blocked.cu sha256 e60339c947bf1e7e131eff0e33d2b21641e3ae721938d20b79492eae85faf4f0
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
@@ -801,6 +801,31 @@ __device__ __forceinline__ void split2(float x0, float x1, unsigned (&hi)[2], un
     popkit::split_tf32(x1, hi[1], lo[1]);
 }
 
+// acc[mi][q] += A B for the warp's 16 columns (warp * 16 + q * 8 ..): A is W x K, entry (i, k) given by
+// a(i, k), B the rows 0 .. K-1 of a shared tile b; every product tf32x3.
+template <int W, int K, typename EntryOfA>
+__device__ __forceinline__ void warp_product(float (&acc)[W / 16][2][4], EntryOfA a, const float (*b)[kLdC], int warp,
+                                             int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 8) {
+        unsigned bh[2][2], bl[2][2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int col = warp * 16 + q * 8 + g;
+            split2(b[kk + t][col], b[kk + t + 4][col], bh[q], bl[q]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W / 16; ++mi) {
+            const float fa[4] = {a(mi * 16 + g, kk + t), a(mi * 16 + g + 8, kk + t), a(mi * 16 + g, kk + t + 4),
+                                 a(mi * 16 + g + 8, kk + t + 4)};
+            unsigned ah[4], al[4];
+            split4(fa, ah, al);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(acc[mi][q], ah, al, bh[q], bl[q]);
+        }
+    }
+}
+
 // Phase 1 on one chunk: acc[mi][q] (W0's rows mi*16.., columns warp*16 + q*8..) += Vt_chunk C_chunk.
 // The chunk's products go to a fresh accumulator, added to acc in fp32: the tensor core's own fp32
 // accumulation truncates, so summing all m rows inside it let the error grow with m (linearly: a bias),
@@ -808,24 +833,7 @@ __device__ __forceinline__ void split2(float x0, float x1, unsigned (&hi)[2], un
 template <int W>
 __device__ __forceinline__ void accumulate_w0(float (&acc)[W / 16][2][4], const Chunk<W>& ch, int warp, int g, int t) {
     float part[W / 16][2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < kChunkRows; kk += 8) {
-        unsigned bh[2][2], bl[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + g;
-            split2(ch.c[kk + t][col], ch.c[kk + t + 4][col], bh[q], bl[q]);
-        }
-#pragma unroll
-        for (int mi = 0; mi < W / 16; ++mi) {
-            const float fa[4] = {ch.v[mi * 16 + g][kk + t], ch.v[mi * 16 + g + 8][kk + t],
-                                 ch.v[mi * 16 + g][kk + t + 4], ch.v[mi * 16 + g + 8][kk + t + 4]};
-            unsigned ah[4], al[4];
-            split4(fa, ah, al);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(part[mi][q], ah, al, bh[q], bl[q]);
-        }
-    }
+    warp_product<W, kChunkRows>(part, [&](int i, int k) { return ch.v[i][k]; }, ch.c, warp, g, t);
 #pragma unroll
     for (int mi = 0; mi < W / 16; ++mi)
 #pragma unroll
@@ -850,24 +858,7 @@ __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 
         }
     __syncwarp();
     float w[W / 16][2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < W; kk += 8) {
-        unsigned bh[2][2], bl[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + g;
-            split2(s.w0[kk + t][col], s.w0[kk + t + 4][col], bh[q], bl[q]);
-        }
-#pragma unroll
-        for (int mi = 0; mi < W / 16; ++mi) {        // A = T^T: A[i][k] = T[k][i]
-            const float fa[4] = {s.t[kk + t][mi * 16 + g], s.t[kk + t][mi * 16 + g + 8],
-                                 s.t[kk + t + 4][mi * 16 + g], s.t[kk + t + 4][mi * 16 + g + 8]};
-            unsigned ah[4], al[4];
-            split4(fa, ah, al);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(w[mi][q], ah, al, bh[q], bl[q]);
-        }
-    }
+    warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
 #pragma unroll
     for (int mi = 0; mi < W / 16; ++mi)
 #pragma unroll

@@ -65,6 +65,31 @@ __device__ __forceinline__ void split2(float x0, float x1, unsigned (&hi)[2], un
     popkit::split_tf32(x1, hi[1], lo[1]);
 }
 
+// acc[mi][q] += A B for the warp's 16 columns (warp * 16 + q * 8 ..): A is W x K, entry (i, k) given by
+// a(i, k), B the rows 0 .. K-1 of a shared tile b; every product tf32x3.
+template <int W, int K, typename EntryOfA>
+__device__ __forceinline__ void warp_product(float (&acc)[W / 16][2][4], EntryOfA a, const float (*b)[kLdC], int warp,
+                                             int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 8) {
+        unsigned bh[2][2], bl[2][2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int col = warp * 16 + q * 8 + g;
+            split2(b[kk + t][col], b[kk + t + 4][col], bh[q], bl[q]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W / 16; ++mi) {
+            const float fa[4] = {a(mi * 16 + g, kk + t), a(mi * 16 + g + 8, kk + t), a(mi * 16 + g, kk + t + 4),
+                                 a(mi * 16 + g + 8, kk + t + 4)};
+            unsigned ah[4], al[4];
+            split4(fa, ah, al);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(acc[mi][q], ah, al, bh[q], bl[q]);
+        }
+    }
+}
+
 // Phase 1 on one chunk: acc[mi][q] (W0's rows mi*16.., columns warp*16 + q*8..) += Vt_chunk C_chunk.
 // The chunk's products go to a fresh accumulator, added to acc in fp32: the tensor core's own fp32
 // accumulation truncates, so summing all m rows inside it let the error grow with m (linearly: a bias),
@@ -72,24 +97,7 @@ __device__ __forceinline__ void split2(float x0, float x1, unsigned (&hi)[2], un
 template <int W>
 __device__ __forceinline__ void accumulate_w0(float (&acc)[W / 16][2][4], const Chunk<W>& ch, int warp, int g, int t) {
     float part[W / 16][2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < kChunkRows; kk += 8) {
-        unsigned bh[2][2], bl[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + g;
-            split2(ch.c[kk + t][col], ch.c[kk + t + 4][col], bh[q], bl[q]);
-        }
-#pragma unroll
-        for (int mi = 0; mi < W / 16; ++mi) {
-            const float fa[4] = {ch.v[mi * 16 + g][kk + t], ch.v[mi * 16 + g + 8][kk + t],
-                                 ch.v[mi * 16 + g][kk + t + 4], ch.v[mi * 16 + g + 8][kk + t + 4]};
-            unsigned ah[4], al[4];
-            split4(fa, ah, al);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(part[mi][q], ah, al, bh[q], bl[q]);
-        }
-    }
+    warp_product<W, kChunkRows>(part, [&](int i, int k) { return ch.v[i][k]; }, ch.c, warp, g, t);
 #pragma unroll
     for (int mi = 0; mi < W / 16; ++mi)
 #pragma unroll
@@ -114,24 +122,7 @@ __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 
         }
     __syncwarp();
     float w[W / 16][2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < W; kk += 8) {
-        unsigned bh[2][2], bl[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + g;
-            split2(s.w0[kk + t][col], s.w0[kk + t + 4][col], bh[q], bl[q]);
-        }
-#pragma unroll
-        for (int mi = 0; mi < W / 16; ++mi) {        // A = T^T: A[i][k] = T[k][i]
-            const float fa[4] = {s.t[kk + t][mi * 16 + g], s.t[kk + t][mi * 16 + g + 8],
-                                 s.t[kk + t + 4][mi * 16 + g], s.t[kk + t + 4][mi * 16 + g + 8]};
-            unsigned ah[4], al[4];
-            split4(fa, ah, al);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(w[mi][q], ah, al, bh[q], bl[q]);
-        }
-    }
+    warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
 #pragma unroll
     for (int mi = 0; mi < W / 16; ++mi)
 #pragma unroll
