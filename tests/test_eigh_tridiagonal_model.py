@@ -49,10 +49,10 @@ def errors(d, e, w, Z):
     return eigenvalue, residual, orthogonality
 
 
-def assert_accurate(d, e, leaf_size=model.LEAF_SIZE):
-    """Solve, check shapes, order and the three bounds for every matrix;
+def assert_accurate(d, e, leaf_size=model.LEAF_SIZE, solve=tridiagonal_eigh_model):
+    """Solve (by `solve(d, e, leaf_size)`), check shapes, order and the three bounds for every matrix;
     returns the worst (eigenvalue, residual, orthogonality)."""
-    w, Z = tridiagonal_eigh_model(d, e, leaf_size)
+    w, Z = solve(d, e, leaf_size)
     b, n = d.shape
     assert w.shape == (b, n) and Z.shape == (b, n, n) and w.dtype == Z.dtype == torch.float32
     assert bool(torch.isfinite(w).all() and torch.isfinite(Z).all())

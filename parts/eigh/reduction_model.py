@@ -95,14 +95,15 @@ from parts.eigh.tridiagonal_model import power_of_two_scale, tridiagonal_eigh_mo
 PANEL = 32
 
 
-def eigh_pipeline_model(A: torch.Tensor, panel: int = PANEL, tridiagonalize=None):
+def eigh_pipeline_model(A: torch.Tensor, panel: int = PANEL, tridiagonalize=None, solve_tridiagonal=None):
     """(Q, L) of a symmetric batch: eigenvectors in Q's columns, eigenvalues ascending (batch x n).
 
-    `tridiagonalize(A, panel) -> (d, e, V, T)` replaces step 2 (default tridiagonalize_model): the CUDA
-    route passes its reduction kernel, so the rest of the pipeline is this model's, unchanged."""
+    `tridiagonalize(A, panel) -> (d, e, V, T)` replaces step 2 (default tridiagonalize_model) and
+    `solve_tridiagonal(d, e) -> (w, Z)` step 3 (default tridiagonal_eigh_model): the CUDA route passes
+    its kernels, so the rest of the pipeline is this model's, unchanged."""
     scaled, scale = prescale(A)
     d, e, V, T = (tridiagonalize or tridiagonalize_model)(scaled, panel)
-    w, Z = tridiagonal_eigh_model(d, e)
+    w, Z = (solve_tridiagonal or tridiagonal_eigh_model)(d, e)
     # A zero matrix has eigenvalues exactly 0, where bisection's pivmin safeguard leaves ~1e-38; the
     # gates measure residuals relative to ||A||_1 = 0 there and accept only exact zeros.
     zero = (A == 0).flatten(1).all(dim=1)

@@ -3,13 +3,15 @@
 The pipeline is reduction_model.eigh_pipeline_model with step 2 replaced by tridiagonal_reduction.cu:
     prescale           torch (the model's prescale: an exact power of two per matrix)
     tridiagonalize     tridiagonal_reduction.cu: the panel kernel and the rank-2k update, one call
-    solve T            tridiagonal_eigh_model, torch on the GPU (placeholder for the leaf and merge kernels)
+    solve T            tridiagonal_route.tridiagonal_eigh_cuda: tridiagonal_leaf.cu, tridiagonal_merge.cu and
+                       torch batched matmuls for the merges' back-multiplication
     back-transform     apply_q_model, torch batched matmuls in fp32 (placeholder for the compact-WY GEMMs)
 """
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
 from parts.eigh.reduction_model import PANEL, eigh_pipeline_model  # popkit: inline
+from parts.eigh.tridiagonal_route import tridiagonal_eigh_cuda  # popkit: inline
 
 # The panel kernel's CTA size (a multiple of 32, at most 512): a guess to sweep on the GPU
 # (512 gives two CTAs an SM at the kernel's <= 64 registers).
@@ -34,5 +36,5 @@ def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL):
 
 
 def reduction_eigh_cuda(A: torch.Tensor):
-    """(Q, L) through our reduction kernel and the model's solver and back-transform on the GPU."""
-    return eigh_pipeline_model(A, PANEL, tridiagonalize_cuda)
+    """(Q, L) through our reduction and tridiagonal kernels and the model's back-transform on the GPU."""
+    return eigh_pipeline_model(A, PANEL, tridiagonalize_cuda, tridiagonal_eigh_cuda)

@@ -5,7 +5,8 @@
 | <= 32  | jacobi_small.cu: parallel Jacobi, one CTA/matrix     | jacobi_eigh_model    |
 | larger | by REDUCTION: "cusolver" (cusolver_batched.py: one   | torch.linalg.eigh    |
 |        | batched cuSOLVER call) or "ours" (reduction_route.py:|                      |
-|        | tridiagonal_reduction.cu, then torch placeholders)   |                      |
+|        | tridiagonal_reduction.cu, tridiagonal_leaf.cu and    |                      |
+|        | tridiagonal_merge.cu, torch matmuls between them)    |                      |
 
 Returns (Q, L): eigenvectors in the columns of Q, eigenvalues ascending.
 """

@@ -24,15 +24,15 @@ Recursion shape
     batch has the same n, so the tree is the same for all of them; halves of equal size are solved
     as one batch, so each tree level is one batched call (one kernel launch per level on the GPU).
 
-Future CUDA kernels (one row per stage)
-    leaf kernel     `solve_leaf`: one warp per leaf, one lane per eigenvalue. Bisection on Sturm
+CUDA kernels (one row per stage; tridiagonal_route.py runs them through this recursion)
+    leaf kernel     tridiagonal_leaf.cu, `solve_leaf`: one warp per leaf, one lane per eigenvalue. Bisection on Sturm
                     counts, the lane's shift (`cluster_shifts`: a neighbour scan), then inverse
                     iteration (a tridiagonal LU solve per lane) and Gram-Schmidt of the leaf's vectors.
-    merge kernel    `merge` up to the GEMM: z, sort, `deflate` (a serial scan: one thread),
+    merge kernel    tridiagonal_merge.cu, `merge_factors`: z, sort, `deflate` (a serial scan: one thread),
                     `solve_secular` (one thread per root), `secular_vectors` (a thread per
                     column), then the deflation rotations and permutations applied to S.
-    GEMM            the back-multiplication Z = [Z1 @ S[:n1]; Z2 @ S[n1:]] (tensor cores, or a
-                    batched cuBLAS call); LAPACK additionally skips S's deflated columns.
+    GEMM            `back_multiply`, Z = [Z1 @ S[:n1]; Z2 @ S[n1:]]: torch matmuls for now (to come: tensor
+                    cores at fp32 accuracy); LAPACK additionally skips S's deflated columns.
 
 Numerical safeguards
     - Each matrix is scaled by a power of two (exact) to max |entry| in [0.5, 1): no overflow
@@ -80,14 +80,19 @@ CLUSTER_GAP = 4
 CLUSTER_OFFSET = 2
 
 
-def tridiagonal_eigh_model(d: torch.Tensor, e: torch.Tensor, leaf_size: int = LEAF_SIZE):
-    """(w, Z): eigenvalues ascending (batch x n) and eigenvectors in columns (batch x n x n) of tridiag(e, d, e)."""
+def tridiagonal_eigh_model(d: torch.Tensor, e: torch.Tensor, leaf_size: int = LEAF_SIZE, leaf_stage=None,
+                           merge_stage=None):
+    """(w, Z): eigenvalues ascending (batch x n) and eigenvectors in columns (batch x n x n) of tridiag(e, d, e).
+
+    `leaf_stage(d, e) -> (w, Z)` and `merge_stage(w1, Z1, w2, Z2, beta) -> (w, Z)` replace solve_leaf and
+    merge (the CUDA route passes its kernels); the scaling and the recursion stay this model's."""
     b, n = d.shape
     if e.shape != (b, max(n - 1, 0)) or leaf_size < 1:
         raise ValueError(f"need d (batch, n), e (batch, n-1) and leaf_size >= 1; got {tuple(d.shape)}, "
                          f"{tuple(e.shape)}, {leaf_size}")
     scale = power_of_two_scale(torch.cat([d, e], dim=1))
-    w, Z = divide_and_conquer(d / scale[:, None], e / scale[:, None], leaf_size)
+    w, Z = divide_and_conquer(d / scale[:, None], e / scale[:, None], leaf_size, leaf_stage or solve_leaf,
+                              merge_stage or merge)
     return w * scale[:, None], Z
 
 
@@ -98,20 +103,20 @@ def power_of_two_scale(entries: torch.Tensor) -> torch.Tensor:
     return torch.where(largest > 0, torch.ldexp(torch.ones_like(largest), exponent), torch.ones_like(largest))
 
 
-def divide_and_conquer(d: torch.Tensor, e: torch.Tensor, leaf_size: int):
+def divide_and_conquer(d: torch.Tensor, e: torch.Tensor, leaf_size: int, leaf_stage, merge_stage):
     """Eigenpairs of every tridiagonal of the batch: tear at the middle, solve both halves, merge."""
     n = d.shape[1]
     if n <= leaf_size:
-        return solve_leaf(d, e)
+        return leaf_stage(d, e)
     half = n // 2
     d1, e1, d2, e2, beta = tear(d, e, half)
     if 2 * half == n:
-        w, Z = divide_and_conquer(torch.cat([d1, d2]), torch.cat([e1, e2]), leaf_size)
+        w, Z = divide_and_conquer(torch.cat([d1, d2]), torch.cat([e1, e2]), leaf_size, leaf_stage, merge_stage)
         (w1, w2), (Z1, Z2) = w.chunk(2), Z.chunk(2)
     else:
-        w1, Z1 = divide_and_conquer(d1, e1, leaf_size)
-        w2, Z2 = divide_and_conquer(d2, e2, leaf_size)
-    return merge(w1, Z1, w2, Z2, beta)
+        w1, Z1 = divide_and_conquer(d1, e1, leaf_size, leaf_stage, merge_stage)
+        w2, Z2 = divide_and_conquer(d2, e2, leaf_size, leaf_stage, merge_stage)
+    return merge_stage(w1, Z1, w2, Z2, beta)
 
 
 def tear(d: torch.Tensor, e: torch.Tensor, k: int):
@@ -308,12 +313,26 @@ def orthonormalize_rows(x: torch.Tensor) -> torch.Tensor:
 
 def merge(w1, Z1, w2, Z2, beta):
     """Eigenpairs of T from its torn halves' eigenpairs (w1, Z1), (w2, Z2) and the coupling beta."""
-    n1, n = w1.shape[1], w1.shape[1] + w2.shape[1]
+    values, S = merge_factors(w1, Z1, w2, Z2, beta)
+    return values, back_multiply(Z1, Z2, S)
+
+
+def back_multiply(Z1: torch.Tensor, Z2: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
+    """T's eigenvectors diag(Z1, Z2) S: the merge's GEMM."""
+    n1 = Z1.shape[1]
+    return torch.cat([Z1 @ S[:, :n1], Z2 @ S[:, n1:]], dim=1)
+
+
+def merge_factors(w1, Z1, w2, Z2, beta):
+    """(values, S): the merged eigenvalues ascending and the n x n S with T's eigenvectors diag(Z1, Z2) S.
+
+    Both sorts are stable, so ties keep the halves' order (the CUDA merge ranks them the same way)."""
+    n = w1.shape[1] + w2.shape[1]
     sign = torch.where(beta < 0, -torch.ones_like(beta), torch.ones_like(beta))
     z = torch.cat([Z1[:, -1, :], sign[:, None] * Z2[:, 0, :]], dim=1) * math.sqrt(0.5)
     rho = 2 * beta.abs()
     D = torch.cat([w1, w2], dim=1)
-    D, perm = D.sort(dim=1)                  # the secular equation wants its poles ascending
+    D, perm = D.sort(dim=1, stable=True)     # the secular equation wants its poles ascending
     z = z.gather(1, perm)
     D, z, deflated, rotations = deflate(D, z, rho)
     # Live (non-deflated) poles first, each group still ascending: the secular problem is dense in [0, k).
@@ -325,9 +344,8 @@ def merge(w1, Z1, w2, Z2, beta):
     S = torch.empty_like(U).scatter_(1, order[:, :, None].expand_as(U), U)      # rows: back to sorted positions
     S = undo_rotations(S, rotations)                                           # rows: deflation basis -> sorted basis
     S = torch.empty_like(S).scatter_(1, perm[:, :, None].expand_as(S), S)      # rows: sorted -> the halves' order
-    values, columns = values.sort(dim=1)
-    S = S.gather(2, columns[:, None, :].expand_as(S))
-    return values, torch.cat([Z1 @ S[:, :n1], Z2 @ S[:, n1:]], dim=1)
+    values, columns = values.sort(dim=1, stable=True)
+    return values, S.gather(2, columns[:, None, :].expand_as(S))
 
 
 def deflate(D: torch.Tensor, z: torch.Tensor, rho: torch.Tensor):
