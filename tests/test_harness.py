@@ -730,6 +730,27 @@ def test_a_case_without_the_tasks_keys_is_refused_before_anything_runs(toy, tmp_
 
 
 @pytest.mark.parametrize("text,why", [
+    ("size: 5; seed: x", "seed is 'x', expected an integer (as addone's official cases give it, e.g. seed: 11)"),
+    ("size: [5, 6]; seed: 1", "size is [5, 6], expected an integer (as addone's official cases give it, e.g. size: 3)"),
+    ("size: 5; seed: 1; mode: 3", "mode is 3, expected a word (as addone's official cases give it, e.g. mode: wide)"),
+])
+def test_a_case_value_of_the_wrong_type_is_refused_before_anything_runs(toy, tmp_path, monkeypatch, text, why):
+    # `seed: x` where every official seed is an integer: eval.py passed the string 'x' to the task's generate_input,
+    # which crashed in every case after a pre-run, and the failures were logged.
+    added(toy)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    monkeypatch.setattr(harness, "run_eval", lambda *args, **kwargs: pytest.fail("eval.py ran"))
+    good, log = write(tmp_path / "s.py", GOOD), tmp_path / "l.jsonl"
+    with pytest.raises(runner.PopkitError) as info:
+        runner.check("addone", good, [text], device="cpu", log_path=log)
+    assert str(info.value) == f"--case {text!r}: {why}"
+    cli = CliRunner().invoke(main, ["bench", "addone", "--submission", str(good), "--case", text, "--device", "cpu",
+                                    "--log", str(log)])
+    assert cli.exit_code == 1 and cli.output.strip().splitlines() == [f"error: --case {text!r}: {why}"]
+    assert not log.exists()
+
+
+@pytest.mark.parametrize("text,why", [
     ("size: 5; size: 6; seed: 1", "size is given twice"),          # was: size 6, silently
     ("size: ; seed: 1", "got 'size:'"),                           # was: eval.py's "bad case file", after a pre-run
     ("size: 5 6; seed: 1", "is not a number, a word or a list of integers"),
