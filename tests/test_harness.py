@@ -156,6 +156,11 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
      "config must be a mapping"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "gpus: {B200: 1}\n"),
      "gpus must be a GPU name or a list of them"),
+    # Recorded as false, without a word (only the YAML boolean true was read as true):
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + 'multi_gpu: "true"\n'),
+     "multi_gpu must be true or false \\(a YAML boolean, unquoted\\), not 'true'"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "multi_gpu: 1\n"),
+     "multi_gpu must be true or false \\(a YAML boolean, unquoted\\), not 1"),
     # Recorded as given, though the server ranks by geom, mean or last only:
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranking_by: 5\n"),
      "ranking_by 5 is not one of the runner's rules"),
