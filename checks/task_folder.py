@@ -21,6 +21,7 @@ import yaml
 from checks.preflight import defines
 from checks.problems import ENTRY_POINT, Problem
 from popcorn.errors import ProblemError
+from popcorn.evidence.files import write_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths on this machine
@@ -226,11 +227,8 @@ def remember_path(name: str, folder: Path) -> None:
         paths[name] = folder.relative_to(PROJECT_ROOT).as_posix()
     except ValueError:
         paths[name] = str(folder)
-    LOCAL_CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    tmp = LOCAL_CONFIG.with_suffix(".tmp")
-    tmp.write_text("# Where each problem's competition folder lives on this machine (popkit problem add).\n"
-                   + yaml.safe_dump(paths, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, LOCAL_CONFIG)
+    write_atomic(LOCAL_CONFIG, "# Where each problem's competition folder lives on this machine (popkit problem add).\n"
+                 + yaml.safe_dump(paths, sort_keys=True))     # a failed write leaves no .tmp file behind
 
 
 def harness_folder(problem: Problem) -> Path:

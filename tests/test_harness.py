@@ -218,6 +218,35 @@ def test_add_interrupted_leaves_nothing_half_added(toy, tmp_path, monkeypatch, w
         assert not problems.record_path("addone").exists()
 
 
+def test_a_failed_add_leaves_no_trace_in_the_local_config(toy, tmp_path, monkeypatch):
+    # The folder's line stayed in .popkit/harness.yml after an add that failed once it was written (a record that
+    # did not load back), and a failed --force from another folder left the problem pointing at that folder.
+    config = tmp_path / ".popkit" / "harness.yml"
+    load_problem, broken = problems.load_problem, [True]
+
+    def load_or_fail(name, cases_dir=None):
+        if broken[0]:
+            raise ProblemError(f"{name}: does not load back")
+        return load_problem(name, cases_dir)
+    monkeypatch.setattr(problems, "load_problem", load_or_fail)
+    with pytest.raises(ProblemError, match="does not load back"):
+        problem_add.add_problem("addone", toy)
+    assert not config.exists() and not config.parent.exists()
+    assert not problems.record_path("addone").exists()
+
+    broken[0] = False
+    problem_add.add_problem("addone", toy)
+    before = config.read_bytes()
+    other = toy.parent / "other_py"
+    shutil.copytree(toy, other)
+    broken[0] = True
+    with pytest.raises(ProblemError, match="does not load back"):
+        problem_add.add_problem("addone", other, force=True, leaderboard="addone_v1")
+    assert config.read_bytes() == before and sorted(p.name for p in config.parent.iterdir()) == ["harness.yml"]
+    broken[0] = False
+    assert task_folder.harness_folder(problems.load_problem("addone")) == toy.resolve()
+
+
 def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
     # --from .../task.yml said '.../task.yml: not a problem folder (no task.yml; ...)'.
     with pytest.raises(ProblemError) as info:
