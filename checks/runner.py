@@ -641,8 +641,8 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
         return _finish(outcome, log_path)
     info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress, baseline=baseline,
                                 logged_baselines=logged)
-    return _finish(make_outcome("bench", prob, {"candidate": submission}, results, info, device, backend,
-                                notes + more, name), log_path)
+    return _finish(_bounded_on_cpu(make_outcome("bench", prob, {"candidate": submission}, results, info, device,
+                                                backend, more, name), device), log_path)
 
 
 def _baseline_logs(log_path: Path | None) -> list[Path]:
@@ -714,7 +714,21 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
     info, results = _run_native("diff", prob, submissions, specs, device, progress, rounds=rounds)
-    return _finish(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None), log_path)
+    return _finish(_bounded_on_cpu(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None),
+                                   device), log_path)
+
+
+CPU_BOUNDED = "cpu_bounded_timing"      # a native bench or diff on the CPU: its timing loops' bound (timing.cpu_rule)
+
+
+def _bounded_on_cpu(outcome: RunOutcome, device: str) -> RunOutcome:
+    """A native bench or diff on the CPU timed each loop with timing.cpu_rule(), not the grader's rule: the record
+    says so (CPU_BOUNDED: the repeats and seconds), and so does one line first among the notes."""
+    if device.startswith("cuda"):
+        return outcome
+    outcome.record[CPU_BOUNDED] = {"max_repeats": timing.CPU_REPEATS, "wall_s": timing.CPU_WALL_S}
+    outcome.notes.insert(0, f"no GPU: CPU timings say nothing about GPU speed; {timing.cpu_bound_text()}")
+    return outcome
 
 
 def _official_diff(prob: Problem, submissions: dict[str, Path], specs: list[dict], device: str, rounds: int,
