@@ -275,7 +275,9 @@ def test_diff_of_two_copies(steady, tmp_path):
     assert rec["incumbent_sha256"] == rec["submission_sha256"] == sha256(a)
     (case,) = rec["cases"]
     assert case["runs"] == 3                      # one sample per round
-    assert case["ratio"] == pytest.approx(1.0, abs=0.05)
+    # Each side's sample of a round is at most 3 repeats on the CPU (timing.cpu_rule): on a busy machine two copies
+    # read 6% apart, so only a gross difference fails here (the rounds' order and the two sides' timing alike).
+    assert case["ratio"] == pytest.approx(1.0, abs=0.2)
     assert case["verdict"] in ("within noise", "faster", "slower")
     assert case["incumbent_us"] >= 1000 and case["mean_us"] >= 1000
     # Both sides' spread, not the candidate's alone: the record has the incumbent's as the candidate's keys with
