@@ -6,7 +6,8 @@ custom_kernel calls the folder's own reference (correct from the first build; th
 stubs for a task whose eval.py calls other functions or whose reference.py has no ref_kernel, and a manifest whose packages are the third-party
 modules the folder's templates and reference.py import (so the folder's own template builds unchanged).
 The folder's path on this machine goes to .popkit/harness.yml, outside git. Everything is validated and rendered before the first write,
-and a failed write (or Ctrl-C) removes what this call created, so nothing is left half-written.
+and a failure after the first write (or Ctrl-C) removes what this call created and puts the record and
+.popkit/harness.yml back as they were, so nothing is left half-written.
 """
 from __future__ import annotations
 
@@ -199,6 +200,9 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
                        replaced=exists)
     part_folder = PARTS_DIR / name
     made_folder = not part_folder.exists()
+    config = task_folder.LOCAL_CONFIG
+    made_config_folder = not config.parent.exists()
+    config_before = config.read_bytes() if config.is_file() else None
     try:
         for path, body in planned.items():
             write_atomic(path, body)
@@ -217,6 +221,13 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
             record_path.unlink(missing_ok=True)
         else:
             write_atomic(record_path, previous)
+        # The folder's line in .popkit/harness.yml goes too: it stayed after a record that did not load back.
+        if config_before is None:
+            config.unlink(missing_ok=True)
+            if made_config_folder and config.parent.is_dir() and not any(config.parent.iterdir()):
+                config.parent.rmdir()
+        else:
+            write_atomic(config, config_before)
         outcome = "nothing was added" if previous is None else "its record is as it was"
         if isinstance(exc, OSError):
             raise ProblemError(f"{exc.filename or name}: cannot write ({exc.strerror or exc}); {outcome}") from None

@@ -14,6 +14,7 @@ import contextlib
 import functools
 import inspect
 import multiprocessing
+import re
 import signal
 import tempfile
 import threading
@@ -25,7 +26,8 @@ from typing import Callable
 from checks import harness as official
 from checks import baselines, packages, task_folder, timing, verdicts, worker
 from checks.preflight import leading_directives
-from checks.problems import ENTRY_POINT, Problem, format_spec, load_problem, normalize, parse_spec, short_spec
+from checks.problems import (ENTRY_POINT, INTEGER, Problem, format_spec, load_problem, normalize, parse_spec,
+                             short_spec)
 from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
@@ -197,6 +199,7 @@ def checked_spec(prob: Problem, text: str) -> dict:
                           f"(known: {', '.join(prob.native.families())})")
     if prob.native is None:
         _require_task_keys(prob, text, spec)
+        _require_task_types(prob, text, spec)
     return spec
 
 
@@ -212,6 +215,48 @@ def _require_task_keys(prob: Problem, text: str, spec: dict) -> None:
                                           missing and f"missing {', '.join(missing)}") if part)
         raise PopkitError(f"--case {text!r}: {why} ({prob.name}'s official cases have the keys "
                           f"{', '.join(keys)}; e.g. {format_spec(prob.tests[0])!r})")
+
+
+def _require_task_types(prob: Problem, text: str, spec: dict) -> None:
+    """A harness problem's spec gives each key a value of the kind its official cases give it (as eval.py reads the
+    cases file: an integer, a list of integers, True or False, a number or a word): `seed: x` where every official
+    seed is an integer reached the task's generate_input as the string 'x' and crashed there, after a pre-run."""
+    official = prob.tests + prob.benchmarks
+    for key, value in spec.items():
+        expected = list(dict.fromkeys(_value_kind(case[key]) for case in official if key in case))
+        if expected and not any(_fits_kind(value, kind) for kind in expected):
+            example = next(case[key] for case in official if key in case)
+            raise PopkitError(f"--case {text!r}: {key} is {value!r}, expected {' or '.join(expected)} (as "
+                              f"{prob.name}'s official cases give it, e.g. {key}: {example})")
+
+
+def _value_kind(value) -> str:
+    """The kind of an official case's value, as eval.py reads it back from the cases file (int() where it can)."""
+    if isinstance(value, bool):
+        return "True or False"
+    if isinstance(value, int) or (isinstance(value, str) and re.fullmatch(INTEGER, value.strip())):
+        return "an integer"
+    if isinstance(value, list):
+        return "a list of integers"
+    return "a number" if isinstance(value, float) or _is_number(value) else "a word"
+
+
+def _fits_kind(value, kind: str) -> bool:
+    """Whether a --case value (an int, a list of ints or a word, as parse_spec reads it) is of KIND."""
+    if isinstance(value, list):
+        return kind == "a list of integers"
+    if isinstance(value, int):
+        return kind in ("an integer", "a number")
+    return {"True or False": value in ("True", "False"), "a number": _is_number(value),
+            "a word": True}.get(kind, False)
+
+
+def _is_number(value) -> bool:
+    try:
+        float(str(value))
+    except ValueError:
+        return False
+    return True
 
 
 def case_line(result: dict) -> str:
@@ -596,8 +641,8 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
         return _finish(outcome, log_path)
     info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress, baseline=baseline,
                                 logged_baselines=logged)
-    return _finish(make_outcome("bench", prob, {"candidate": submission}, results, info, device, backend,
-                                notes + more, name), log_path)
+    return _finish(_bounded_on_cpu(make_outcome("bench", prob, {"candidate": submission}, results, info, device,
+                                                backend, more, name), device), log_path)
 
 
 def _baseline_logs(log_path: Path | None) -> list[Path]:
@@ -669,7 +714,21 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
     info, results = _run_native("diff", prob, submissions, specs, device, progress, rounds=rounds)
-    return _finish(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None), log_path)
+    return _finish(_bounded_on_cpu(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None),
+                                   device), log_path)
+
+
+CPU_BOUNDED = "cpu_bounded_timing"      # a native bench or diff on the CPU: its timing loops' bound (timing.cpu_rule)
+
+
+def _bounded_on_cpu(outcome: RunOutcome, device: str) -> RunOutcome:
+    """A native bench or diff on the CPU timed each loop with timing.cpu_rule(), not the grader's rule: the record
+    says so (CPU_BOUNDED: the repeats and seconds), and so does one line first among the notes."""
+    if device.startswith("cuda"):
+        return outcome
+    outcome.record[CPU_BOUNDED] = {"max_repeats": timing.CPU_REPEATS, "wall_s": timing.CPU_WALL_S}
+    outcome.notes.insert(0, f"no GPU: CPU timings say nothing about GPU speed; {timing.cpu_bound_text()}")
+    return outcome
 
 
 def _official_diff(prob: Problem, submissions: dict[str, Path], specs: list[dict], device: str, rounds: int,

@@ -21,6 +21,7 @@ import yaml
 from checks.preflight import defines
 from checks.problems import ENTRY_POINT, Problem
 from popcorn.errors import ProblemError
+from popcorn.evidence.files import write_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 LOCAL_CONFIG = PROJECT_ROOT / ".popkit" / "harness.yml"   # git-ignored: paths on this machine
@@ -148,7 +149,7 @@ def _validate(task: dict, path: Path, task_yml: Path) -> None:
 
 def _validate_facts(task: dict, task_yml: Path) -> None:
     """The task's scalar facts are of the kind the record keeps: config a mapping, each timeout a positive number
-    of seconds, gpus a name or a list of names, ranking_by one of the runner's rules."""
+    of seconds, gpus a name or a list of names, multi_gpu true or false, ranking_by one of the runner's rules."""
     if task.get("config") is not None and not isinstance(task["config"], dict):
         raise ProblemError(f"{task_yml}: config must be a mapping (config: {{main: eval.py}}), not {task['config']!r}")
     for key in ("test", "benchmark", "ranked"):
@@ -159,6 +160,9 @@ def _validate_facts(task: dict, task_yml: Path) -> None:
     if gpus is not None and not isinstance(gpus, str) and not (
             isinstance(gpus, list) and all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
         raise ProblemError(f"{task_yml}: gpus must be a GPU name or a list of them, not {gpus!r}")
+    multi_gpu = task.get("multi_gpu")
+    if multi_gpu is not None and not isinstance(multi_gpu, bool):    # "true" was recorded as false, without a word
+        raise ProblemError(f"{task_yml}: multi_gpu must be true or false (a YAML boolean, unquoted), not {multi_gpu!r}")
     ranking = task.get("ranking_by", DEFAULT_RANKING)
     if ranking not in RANKINGS:
         raise ProblemError(f"{task_yml}: ranking_by {ranking!r} is not one of the runner's rules "
@@ -223,11 +227,8 @@ def remember_path(name: str, folder: Path) -> None:
         paths[name] = folder.relative_to(PROJECT_ROOT).as_posix()
     except ValueError:
         paths[name] = str(folder)
-    LOCAL_CONFIG.parent.mkdir(parents=True, exist_ok=True)
-    tmp = LOCAL_CONFIG.with_suffix(".tmp")
-    tmp.write_text("# Where each problem's competition folder lives on this machine (popkit problem add).\n"
-                   + yaml.safe_dump(paths, sort_keys=True), encoding="utf-8")
-    os.replace(tmp, LOCAL_CONFIG)
+    write_atomic(LOCAL_CONFIG, "# Where each problem's competition folder lives on this machine (popkit problem add).\n"
+                 + yaml.safe_dump(paths, sort_keys=True))     # a failed write leaves no .tmp file behind
 
 
 def harness_folder(problem: Problem) -> Path:

@@ -132,13 +132,20 @@ def time_kernel(problem, kernel, inputs, device, rule, send, label, recheck=True
 
 
 WARMUP_BUDGET_S = 0.1   # eval.py's benchmark mode: one untimed run of the first case, 200 repeats / 0.1 s
+DIFF_RULE = {"budget_s": 1.0, "max_repeats": 50}     # each side's timing loop in one round of a diff
+
+
+def stop_rule(device: str, **grader) -> timing.StopRule:
+    """On a GPU, the grader's benchmark rule with GRADER's changes (StopRule's fields); on the CPU, where timings
+    only try the verbs, timing.cpu_rule()'s few repeats."""
+    return timing.StopRule("benchmark", **grader) if device.startswith("cuda") else timing.cpu_rule()
 
 
 def warm_up(problem, kernel, spec, device) -> None:
     """eval.py's benchmark-mode warm-up: the first case once through the timing loop, result ignored."""
     try:
         inputs = checker(problem).benchmark_inputs(spec, device)
-        rule = timing.StopRule("benchmark", budget_s=WARMUP_BUDGET_S)
+        rule = stop_rule(device, budget_s=WARMUP_BUDGET_S)
         time_kernel(problem, kernel, inputs, device, rule, lambda message: None, "warm-up", recheck=False)
     except Exception:   # the timed run of the same case reports any failure
         pass
@@ -150,9 +157,10 @@ def run_bench_case(problem, kernel, spec, device, baseline, send, reuse: dict | 
 
     reuse (checks/baselines.py: a logged baseline of this case, GPU and torch) stands in for timing
     the baseline again. A fresh baseline keeps the grader's rule unless its calls take seconds
-    (timing.StopRule's slow_call_s bound); the kernel's own timing always keeps the full rule."""
+    (timing.StopRule's slow_call_s bound); the kernel's own timing always keeps the full rule (on a GPU: the CPU
+    bounds both, stop_rule)."""
     inputs = checker(problem).benchmark_inputs(spec, device)
-    first, stats = time_kernel(problem, kernel, inputs, device, timing.StopRule("benchmark"), send, short_spec(spec))
+    first, stats = time_kernel(problem, kernel, inputs, device, stop_rule(device), send, short_spec(spec))
     result = {"status": "pass", "error": None, "residuals": first.residuals, **stats.as_us_dict(),
               "baseline_us": None}
     if baseline and reuse is not None:
@@ -160,7 +168,7 @@ def run_bench_case(problem, kernel, spec, device, baseline, send, reuse: dict | 
         result.update(baselines.reused_fields(reuse))
     elif baseline:
         native = checker(problem)
-        rule = timing.StopRule("benchmark", slow_call_s=timing.SLOW_CALL_S)
+        rule = stop_rule(device, slow_call_s=timing.SLOW_CALL_S)
         _, base = time_kernel(problem, native.baseline, inputs, device, rule, send,
                               f"{short_spec(spec)} {native.BASELINE_NAME}", recheck=False)
         result.update(baselines.timed_fields(base.mean / 1e3, base.runs, rule.bounded(base)))
@@ -181,7 +189,7 @@ def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
     """Candidate vs incumbent in alternating rounds of grader-style timing, on the same inputs."""
     inputs = checker(problem).benchmark_inputs(spec, device)
     reports, samples = {}, {name: [] for name in kernels}
-    rule = timing.StopRule("benchmark", budget_s=1.0, max_repeats=50)
+    rule = stop_rule(device, **DIFF_RULE)
 
     def measure(name):
         def run():

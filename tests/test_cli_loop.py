@@ -276,7 +276,8 @@ def test_diff_of_two_copies(steady, tmp_path):
     (case,) = rec["cases"]
     assert case["runs"] == 3                      # one sample per round
     assert case["ratio"] == pytest.approx(case["mean_us"] / case["incumbent_us"], rel=1e-6)
-    # Two copies of a sleeping kernel: near 1, but a loaded 2-core machine stretches some sleeps (0.81 seen).
+    # Two copies of a sleeping kernel, each side's sample at most 3 repeats on the CPU (timing.cpu_rule): near 1,
+    # but a loaded 2-core machine stretches some sleeps (0.81 seen), so only a gross difference fails here.
     assert 0.5 < case["ratio"] < 2.0
     assert case["verdict"] in ("within noise", "faster", "slower")
     assert case["incumbent_us"] >= 1000 and case["mean_us"] >= 1000

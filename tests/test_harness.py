@@ -156,6 +156,11 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
      "config must be a mapping"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "gpus: {B200: 1}\n"),
      "gpus must be a GPU name or a list of them"),
+    # Recorded as false, without a word (only the YAML boolean true was read as true):
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + 'multi_gpu: "true"\n'),
+     "multi_gpu must be true or false \\(a YAML boolean, unquoted\\), not 'true'"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "multi_gpu: 1\n"),
+     "multi_gpu must be true or false \\(a YAML boolean, unquoted\\), not 1"),
     # Recorded as given, though the server ranks by geom, mean or last only:
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranking_by: 5\n"),
      "ranking_by 5 is not one of the runner's rules"),
@@ -211,6 +216,35 @@ def test_add_interrupted_leaves_nothing_half_added(toy, tmp_path, monkeypatch, w
         assert problems.record_path("addone").read_text() == before
     else:
         assert not problems.record_path("addone").exists()
+
+
+def test_a_failed_add_leaves_no_trace_in_the_local_config(toy, tmp_path, monkeypatch):
+    # The folder's line stayed in .popkit/harness.yml after an add that failed once it was written (a record that
+    # did not load back), and a failed --force from another folder left the problem pointing at that folder.
+    config = tmp_path / ".popkit" / "harness.yml"
+    load_problem, broken = problems.load_problem, [True]
+
+    def load_or_fail(name, cases_dir=None):
+        if broken[0]:
+            raise ProblemError(f"{name}: does not load back")
+        return load_problem(name, cases_dir)
+    monkeypatch.setattr(problems, "load_problem", load_or_fail)
+    with pytest.raises(ProblemError, match="does not load back"):
+        problem_add.add_problem("addone", toy)
+    assert not config.exists() and not config.parent.exists()
+    assert not problems.record_path("addone").exists()
+
+    broken[0] = False
+    problem_add.add_problem("addone", toy)
+    before = config.read_bytes()
+    other = toy.parent / "other_py"
+    shutil.copytree(toy, other)
+    broken[0] = True
+    with pytest.raises(ProblemError, match="does not load back"):
+        problem_add.add_problem("addone", other, force=True, leaderboard="addone_v1")
+    assert config.read_bytes() == before and sorted(p.name for p in config.parent.iterdir()) == ["harness.yml"]
+    broken[0] = False
+    assert task_folder.harness_folder(problems.load_problem("addone")) == toy.resolve()
 
 
 def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
@@ -727,6 +761,27 @@ def test_a_case_without_the_tasks_keys_is_refused_before_anything_runs(toy, tmp_
     assert str(info.value) == (f"--case {text!r}: {why} (addone's official cases have the keys size, seed, "
                                "mode; e.g. 'size: 3; seed: 11')")
     assert not (tmp_path / "l").exists()
+
+
+@pytest.mark.parametrize("text,why", [
+    ("size: 5; seed: x", "seed is 'x', expected an integer (as addone's official cases give it, e.g. seed: 11)"),
+    ("size: [5, 6]; seed: 1", "size is [5, 6], expected an integer (as addone's official cases give it, e.g. size: 3)"),
+    ("size: 5; seed: 1; mode: 3", "mode is 3, expected a word (as addone's official cases give it, e.g. mode: wide)"),
+])
+def test_a_case_value_of_the_wrong_type_is_refused_before_anything_runs(toy, tmp_path, monkeypatch, text, why):
+    # `seed: x` where every official seed is an integer: eval.py passed the string 'x' to the task's generate_input,
+    # which crashed in every case after a pre-run, and the failures were logged.
+    added(toy)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    monkeypatch.setattr(harness, "run_eval", lambda *args, **kwargs: pytest.fail("eval.py ran"))
+    good, log = write(tmp_path / "s.py", GOOD), tmp_path / "l.jsonl"
+    with pytest.raises(runner.PopkitError) as info:
+        runner.check("addone", good, [text], device="cpu", log_path=log)
+    assert str(info.value) == f"--case {text!r}: {why}"
+    cli = CliRunner().invoke(main, ["bench", "addone", "--submission", str(good), "--case", text, "--device", "cpu",
+                                    "--log", str(log)])
+    assert cli.exit_code == 1 and cli.output.strip().splitlines() == [f"error: --case {text!r}: {why}"]
+    assert not log.exists()
 
 
 @pytest.mark.parametrize("text,why", [

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import math
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -383,3 +385,70 @@ def test_bench_mode_warms_up_on_the_first_case(tmp_path, monkeypatch):
     cases = [m[1] for m in conn.sent if m[0] == "case"]
     assert len(cases) == 1 and cases[0]["status"] == "pass", cases
     assert conn.sent[-1] == ("done", None)
+
+
+# --- the CPU's bounded rule, and the GPU's rules unchanged -----------------------------------------
+
+def test_cpu_rule_stops_at_its_repeats_or_its_wall_cap():
+    rule = timing.cpu_rule()
+    assert (rule.max_repeats, rule.cap_s) == (timing.CPU_REPEATS, timing.CPU_WALL_S) == (3, 2.0)
+    assert not rule.done(NOISY[:2], wall_elapsed_s=0.5) and rule.done(NOISY[:3], wall_elapsed_s=0.5)
+    assert rule.done([1e9], wall_elapsed_s=2.001)          # one slow repeat past the cap: no second one
+    assert not rule.done([], wall_elapsed_s=10.0)          # never without a sample
+    assert StopRule("benchmark").cap_s is None
+
+
+class FakeChecker:
+    BASELINE_NAME = "fake"
+
+    @staticmethod
+    def benchmark_inputs(spec, device):
+        return [torch.zeros(1)]
+
+    @staticmethod
+    def baseline(A):
+        return A
+
+
+@pytest.mark.parametrize("device", ["cuda", "cuda:1", "cpu"])
+def test_bench_diff_and_warm_up_time_with_the_graders_rules_on_a_gpu_and_bounded_on_the_cpu(monkeypatch, device):
+    # The GPU keeps eval.py's rule exactly (200 repeats, 10 s of samples, 120 s of wall time, 0.1% error, no
+    # cap); only the CPU, where a tiny qr_v2 case took 2 min 17 s to bench and 6.5 min to diff, is bounded.
+    rules = []
+
+    def record(problem, kernel, inputs, dev, rule, send, label, recheck=True):
+        rules.append(rule)
+        return SimpleNamespace(passed=True, residuals={}, message=None), Stats.from_samples([1000.0, 1100.0])
+    monkeypatch.setattr(worker, "checker", lambda problem: FakeChecker)
+    monkeypatch.setattr(worker, "time_kernel", record)
+    monkeypatch.setattr(worker, "sync", lambda device: None)
+    worker.warm_up("qr_v2", None, TINY, device)
+    worker.run_bench_case("qr_v2", None, TINY, device, True, lambda m: None)
+    worker.run_diff_case("qr_v2", {"candidate": None, "incumbent": None}, TINY, device, 3, lambda m: None)
+    assert len(rules) == 3 + 6
+    if device == "cpu":
+        assert all(rule == timing.cpu_rule() for rule in rules)
+        return
+    grader = dict(mode="benchmark", max_repeats=200, budget_s=10.0, wall_limit_s=120.0, min_time_s=0.1,
+                  rel_err=0.001, slow_call_s=None, cap_s=None)
+    assert rules[0] == StopRule(**{**grader, "budget_s": 0.1})                       # the warm-up
+    assert rules[1] == StopRule(**grader)                                            # the candidate
+    assert rules[2] == StopRule(**{**grader, "slow_call_s": 1.0})                    # the torch baseline
+    assert all(rule == StopRule(**{**grader, "budget_s": 1.0, "max_repeats": 50}) for rule in rules[3:])  # diff
+
+
+def test_a_cpu_bench_of_a_tiny_native_case_is_quick_and_its_record_says_it_is_bounded(built, tmp_path):
+    # It took 2 min 17 s (the grader's loop, re-checking 50 inputs every repeat until 0.1% error or 120 s).
+    from checks import runner
+    log = tmp_path / "l.jsonl"
+    started = time.monotonic()
+    outcome = runner.bench("qr_v2", built["qr_v2"], baseline=True, custom=["batch: 2; n: 16; cond: 1; seed: 1"],
+                           device="cpu", log_path=log)
+    took = time.monotonic() - started
+    assert outcome.passed and took < 30, took
+    record = json.loads(log.read_text())
+    assert record["cpu_bounded_timing"] == {"max_repeats": 3, "wall_s": 2.0}
+    assert record["cases"][0]["runs"] <= 3 and record["cases"][0]["baseline_runs"] <= 3
+    assert outcome.notes[0] == ("no GPU: CPU timings say nothing about GPU speed; each timing loop stopped at 3 "
+                                "repeats or 2 s (not the grader's rule, which re-checks every repeat until 0.1% "
+                                "relative error or 120 s)")
