@@ -124,3 +124,59 @@ def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: a kernel bench times CUDA kernels: this machine has no CUDA GPU "
                                         "(run it on a GPU host)"]
+
+
+SNAPSHOT = ROOT / "scripts" / "snapshot.sh"
+
+
+def git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+@pytest.fixture
+def repo(tmp_path):
+    """A repository with two commits: a.txt 'one', then 'two' and an untracked scratch file."""
+    root = tmp_path / "repo"
+    root.mkdir()
+    git(root, "init", "-q")
+    git(root, "config", "user.email", "t@example.com")
+    git(root, "config", "user.name", "t")
+    (root / "a.txt").write_text("one\n")
+    git(root, "add", "a.txt")
+    git(root, "commit", "-qm", "first")
+    (root / "a.txt").write_text("two\n")
+    git(root, "commit", "-qam", "second")
+    (root / "scratch.txt").write_text("not tracked\n")
+    return root
+
+
+def snapshot(repo: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(["bash", str(SNAPSHOT), *args], cwd=repo, capture_output=True, text=True, timeout=60)
+
+
+def test_a_snapshot_is_the_commits_tracked_files_and_its_hash_without_git(repo):
+    done = snapshot(repo, "vendor/head", "HEAD~1")
+    assert done.returncode == 0, done.stderr
+    dest = repo / "vendor" / "head"
+    assert (dest / "a.txt").read_text() == "one\n"
+    assert (dest / "COMMIT").read_text().strip() == git(repo, "rev-parse", "--short", "HEAD~1")
+    assert not (dest / ".git").exists() and not (dest / "scratch.txt").exists()
+    again = snapshot(repo, "vendor/head")                  # an earlier snapshot is replaced
+    assert again.returncode == 0 and (dest / "a.txt").read_text() == "two\n"
+
+
+@pytest.mark.parametrize("args, message", [
+    (("elsewhere", "nope"), "error: nope is not a commit of"),
+    (("a.txt",), "error: a.txt exists and is not an earlier snapshot (no COMMIT file): not replacing it"),
+    ((".",), "error: . exists and is not an earlier snapshot (no COMMIT file): not replacing it"),
+])
+def test_a_snapshot_refuses_a_bad_commit_or_a_folder_it_did_not_write(repo, args, message):
+    done = snapshot(repo, *args)
+    assert done.returncode == 2 and done.stderr.startswith(message) and len(done.stderr.splitlines()) == 1
+    assert (repo / "a.txt").read_text() == "two\n" and (repo / "scratch.txt").exists()
+    assert not (repo / "elsewhere").exists()
+
+
+def test_a_snapshot_outside_a_repository_is_one_line(tmp_path):
+    done = subprocess.run(["bash", str(SNAPSHOT), "out"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stderr.splitlines() == [f"error: run it inside the repository (here: {tmp_path})"]
