@@ -83,10 +83,10 @@ __device__ __forceinline__ void split_fragments(const float* raw_p, int kc, unsi
 // the unrolled caller's argument is a constant, so the switch folds away).
 __device__ __forceinline__ void cp_async_wait(int pending) {
     switch (pending) {
-        case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-        case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-        case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-        default: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+        case 0: popkit::wait_async_groups<0>(); break;
+        case 1: popkit::wait_async_groups<1>(); break;
+        case 2: popkit::wait_async_groups<2>(); break;
+        default: popkit::wait_async_groups<3>(); break;
     }
 }
 
@@ -108,7 +108,7 @@ __device__ __forceinline__ void update_tile(const tf32x3::Product& op, int ti, i
             tf32x3::stage_rows<VEC, kLaThreads, kRawLd>(raw_p + kc * kChunk, p, op.ldp, row0, op.m, kc * kChunk);
             tf32x3::stage_rows<VEC, kLaThreads, kRawLd>(raw_q + kc * kChunk, q, op.ldq, col0, op.ncols, kc * kChunk);
         }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        popkit::commit_async_group();
     }
 
     float acc[1][16][4] = {};

@@ -88,7 +88,7 @@ tf32x3_mma_kernel(const tf32x3::Product op) {
     const int chunks = op.K / kChunk;
     tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(smem, p, ldp, row0, m, 0);
     tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(smem + kTile * kMmaLds, q, ldq, col0, ncols, 0);
-    asm volatile("cp.async.commit_group;\n" ::);
+    popkit::commit_async_group();
     for (int kc = 0; kc < chunks; ++kc) {
         if (kc + 1 < chunks) {                           // the next chunk loads while this one computes
             float* next = smem + ((kc + 1) & 1) * kMmaStageFloats;
@@ -96,8 +96,8 @@ tf32x3_mma_kernel(const tf32x3::Product op) {
             tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(next, p, ldp, row0, m, k);
             tf32x3::stage_rows<VEC, kMmaThreads, kMmaLds>(next + kTile * kMmaLds, q, ldq, col0, ncols, k);
         }
-        asm volatile("cp.async.commit_group;\n" ::);
-        asm volatile("cp.async.wait_group 1;\n" ::);
+        popkit::commit_async_group();
+        popkit::wait_async_groups<1>();
         __syncthreads();
         const float* sP = smem + (kc & 1) * kMmaStageFloats + (wm + g) * kMmaLds + t;
         const float* sQ = smem + (kc & 1) * kMmaStageFloats + (kTile + wn + g) * kMmaLds + t;

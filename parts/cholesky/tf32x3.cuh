@@ -6,6 +6,7 @@
 // grid.x runs over every tile, or over the T (T + 1) / 2 tiles on and below the diagonal (LOWER,
 // square C), grid.y over the batch.
 #pragma once
+#include "async_copy.cuh"
 #include "device_utils.cuh"
 #include "tensor_core_tf32.cuh"
 
@@ -51,17 +52,6 @@ __device__ __forceinline__ void tile_of_block(int x, int ncols, int& ti, int& tj
     }
 }
 
-// Copy VEC floats global -> shared without blocking (cp.async); a row past the matrix fills with zeros.
-template <int VEC>
-__device__ __forceinline__ void copy_async(float* dst, const float* src, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-    const int bytes = valid ? VEC * 4 : 0;
-    if constexpr (VEC == 4)
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
-    else
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(s), "l"(src), "r"(bytes));
-}
-
 // Stage columns [k, k + kChunk) of rows [row0, row0 + kTile) of M (leading dimension ld; rows >= rows
 // read as zeros) into shared rows of LDS floats, by THREADS threads.
 template <int VEC, int THREADS, int LDS>
@@ -73,7 +63,7 @@ __device__ __forceinline__ void stage_rows(float* s, const float* M, int ld, int
         const int r = idx / kPerRow, c = (idx % kPerRow) * VEC;
         const bool valid = row0 + r < rows;
         const int offset = valid ? (row0 + r) * ld + k + c : 0;    // 32-bit: the caller keeps n^2 < 2^31
-        copy_async<VEC>(s + r * LDS + c, M + offset, valid);
+        popkit::copy_async<VEC>(s + r * LDS + c, M + offset, valid ? VEC * 4 : 0);    // zeros past the matrix
     }
 }
 
