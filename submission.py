@@ -1,14 +1,14 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 0dc4b2b24e771aef29b14d5ef741a62b9569c698
+# toolkit commit: e275ad5325703f9dd3a12cf875d01eb90a84f141
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/householder_panel.cu sha256 008cdef93fbf317dd8d0f84e4db15c0403b9280e097150c26e905431bac381d5
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
-# part qr_v2/householder_update.cu sha256 b05e439d7b98b7f6b9a598aa65eaf8ea8db5c9345d16ea4960ed8345d21f1514
+# part qr_v2/householder_update.cu sha256 8e1795d5149adcfdc985dba85ec664896430806d51425ed1a99c916433a111d5
 # part qr_v2/householder_blocked.cu sha256 e60339c947bf1e7e131eff0e33d2b21641e3ae721938d20b79492eae85faf4f0
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
@@ -752,9 +752,9 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const fl
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
 // batch), three CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
 // owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16 rows
-// x 32 columns: 4 n8 tiles). Both phases read the same chunk (C's 32 x 64 and Vt's w x 32), so one
-// pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the copies run ahead
-// across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
+// x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
+// copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
 // in shared memory and writes the result straight to global memory.
 // Shared rows are padded (72, 36 and 40 floats) so that fragment reads hit 32 distinct banks
 // (phase 2's reads of V are 2-way: the two phases read V's chunk transposed to each other).
@@ -923,9 +923,12 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
     const float* Tb = T + (size_t)blockIdx.y * W * W;
 
     const int chunks = (m + kChunkRows - 1) / kChunkRows, copies = 2 * chunks;
-    auto issue = [&](int k) {                       // copy k: chunk k % chunks into stage k % kStages
+    // Copy k: chunk k into stage k % kStages for phase 1 (k < chunks), then the chunks again last
+    // first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
+    auto chunk_of = [&](int k) { return k < chunks ? k : copies - 1 - k; };
+    auto issue = [&](int k) {
         if (k < copies) {
-            const int r0 = (k % chunks) * kChunkRows;
+            const int r0 = chunk_of(k) * kChunkRows;
             Chunk<W>& ch = s.chunk[k % kStages];
             popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
                 &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
@@ -954,7 +957,7 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
             form_w<W>(s, acc, warp, g, t);
             __syncthreads();
         }
-        subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, (k - chunks) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
+        subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, chunk_of(k) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
     }
 }
 

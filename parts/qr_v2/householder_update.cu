@@ -13,9 +13,9 @@
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
 // batch), three CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
 // owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16 rows
-// x 32 columns: 4 n8 tiles). Both phases read the same chunk (C's 32 x 64 and Vt's w x 32), so one
-// pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the copies run ahead
-// across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
+// x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
+// copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
 // in shared memory and writes the result straight to global memory.
 // Shared rows are padded (72, 36 and 40 floats) so that fragment reads hit 32 distinct banks
 // (phase 2's reads of V are 2-way: the two phases read V's chunk transposed to each other).
@@ -187,9 +187,12 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
     const float* Tb = T + (size_t)blockIdx.y * W * W;
 
     const int chunks = (m + kChunkRows - 1) / kChunkRows, copies = 2 * chunks;
-    auto issue = [&](int k) {                       // copy k: chunk k % chunks into stage k % kStages
+    // Copy k: chunk k into stage k % kStages for phase 1 (k < chunks), then the chunks again last
+    // first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
+    auto chunk_of = [&](int k) { return k < chunks ? k : copies - 1 - k; };
+    auto issue = [&](int k) {
         if (k < copies) {
-            const int r0 = (k % chunks) * kChunkRows;
+            const int r0 = chunk_of(k) * kChunkRows;
             Chunk<W>& ch = s.chunk[k % kStages];
             popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
                 &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
@@ -218,7 +221,7 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
             form_w<W>(s, acc, warp, g, t);
             __syncthreads();
         }
-        subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, (k - chunks) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
+        subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, chunk_of(k) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
     }
 }
 
