@@ -48,6 +48,7 @@
 // trailing update.
 #include <cooperative_groups.h>
 
+#include "compact_wy.cuh"
 #include "device_utils.cuh"
 
 namespace {
@@ -210,17 +211,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
-    // T row by row: row k depends only on its own earlier entries.
-    if (threadIdx.x < w) {
-        const int k = threadIdx.x;
-        for (int c = 0; c < k; ++c) s_T[k][c] = 0.f;
-        s_T[k][k] = s_tau[k];
-        for (int c = k + 1; c < w; ++c) {
-            float acc = 0.f;
-            for (int l = k; l < c; ++l) acc += s_T[k][l] * s_G[l][c];
-            s_T[k][c] = -s_tau[c] * acc;
-        }
-    }
+    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
 
     const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll
@@ -317,11 +308,16 @@ POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster) {
     }
 }
 
+POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w);
+
+// One panel of every matrix on `cluster` CTAs of at most max_threads threads; on one CTA, a panel of at
+// most columns_max_rows rows goes to householder_panel_columns.cu's kernel (0: never).
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads, int cluster) {
+                           int max_threads, int cluster, int columns_max_rows) {
     const int m = n - k0;
     if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads, cluster) || w > m)
         return (int)cudaErrorInvalidValue;
+    if (cluster == 1 && m <= columns_max_rows) return qr_panel_columns(A, tau, Vt, T, batch, n, k0, w);
     const int rows = rows_per_thread(m, max_threads, cluster);
     switch (cluster) {
         case 2: return (int)launch_cluster_panel<2>(rows, A, tau, Vt, T, batch, n, k0, w);
