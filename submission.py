@@ -1,12 +1,12 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 945e03a3b4e774d388fa10e3fabff34f1269461d
+# toolkit commit: 0848616decaa30ef9a9083377e7365e4ef6421f6
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
-# part qr_v2/householder_panel_columns.cu sha256 843f78df867db703ae8578c300ca43693694813c466a0db712a9cb840ddb3376
+# part qr_v2/householder_panel_columns.cu sha256 bb4a89f8016e8ceec234b7007adcc08c48a2b51caa739d0b09341bcef5f65074
 # part qr_v2/householder_panel.cu sha256 f5bff3c5ccbc2cc5f62a47857b5fddd4cb47e3de02288781442be7bddc6df000
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
@@ -360,7 +360,8 @@ __device__ __forceinline__ void build_compact_wy_rows(float (*T)[W + 1], const f
 //   A[r, j] -= tau (v^T A[:, j]) s x_r for rows r > c, lanes j > c: one FMA per owned row.
 // Lane c keeps its column's tail unscaled (x) with the scale s_c beside it: scaling it in place
 // would cost RW instructions a column for one active lane. The stores of V, Vt and the Gram
-// entries multiply by it.
+// entries multiply by it. panel_columns_model.py replays this bookkeeping in torch (tested against
+// model.factor_panel_model).
 //
 // Launch: one CTA per matrix (grid = batch), ceil(m / RW) warps (at most 16), RW the least of 8, 16,
 // 32 that fits m <= 16 RW.

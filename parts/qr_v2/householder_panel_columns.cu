@@ -19,7 +19,8 @@
 //   A[r, j] -= tau (v^T A[:, j]) s x_r for rows r > c, lanes j > c: one FMA per owned row.
 // Lane c keeps its column's tail unscaled (x) with the scale s_c beside it: scaling it in place
 // would cost RW instructions a column for one active lane. The stores of V, Vt and the Gram
-// entries multiply by it.
+// entries multiply by it. panel_columns_model.py replays this bookkeeping in torch (tested against
+// model.factor_panel_model).
 //
 // Launch: one CTA per matrix (grid = batch), ceil(m / RW) warps (at most 16), RW the least of 8, 16,
 // 32 that fits m <= 16 RW.
