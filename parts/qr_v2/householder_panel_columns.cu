@@ -22,14 +22,20 @@
 // entries multiply by it. panel_columns_model.py replays this bookkeeping in torch (tested against
 // model.factor_panel_model).
 //
-// Launch: one CTA per matrix (grid = batch), ceil(m / RW) warps (at most 16), RW the least of 8, 16,
-// 32 that fits m <= 16 RW.
+// Launch: a team of CL CTAs per matrix (CL = 1, or a thread block cluster of 2, 4 or 8: grid = batch
+// CL), each of ceil(m / (CL RW)) warps (at most 16), RW the least of 8, 16, 32 that fits m <= 16 CL RW;
+// warp q of rank k owns the rows from (k warps + q) RW. With a cluster, each CTA's column sums go to
+// its shared memory and every thread adds the CL of them through distributed shared memory after one
+// cluster barrier; row c comes from the owner CTA's shared memory the same way.
 // Why it is fast: against householder_panel.cu (thread = row, all W columns in registers), a column
 // costs each warp ~150 instructions instead of ~430: no W-wide butterfly (31 shuffles and their
 // selects), no select chains to pick column c out of registers and write it back, and the update
 // touches only the lane's own column; loads and stores of A are whole rows a warp (coalesced).
+#include <cooperative_groups.h>
+
 #include "compact_wy.cuh"
 #include "device_utils.cuh"
+#include "panel_team.cuh"
 
 namespace {
 
@@ -38,10 +44,10 @@ constexpr int kColumnsMaxWarps = 16;
 constexpr int kColumnsMaxRows = kColumnsMaxWarps * 32;
 constexpr int kRedLd = kColumnsMaxWarps + 4;    // 20: lane j's 16 partial sums read as float4s, no conflicts
 
-template <int RW>
-__global__ void __launch_bounds__(kColumnsMaxWarps * 32)
-qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
-                        float* __restrict__ T, int n, int k0, int w) {
+template <int RW, int CL>
+__device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, float* __restrict__ tau,
+                                                     float* __restrict__ Vt, float* __restrict__ T, int n, int k0,
+                                                     int w) {
     constexpr int W = kColumnsWidth;
     __shared__ __align__(16) float s_x[kColumnsMaxWarps][RW];      // column c of each warp's rows
     __shared__ __align__(16) float s_red[2][W][kRedLd];           // p_j's warp partials, by column parity
@@ -50,8 +56,12 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
     __shared__ float scratch[32];
-    const int m = n - k0, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, row0 = warp * RW;
-    float* Ab = A + (size_t)blockIdx.x * n * n + (size_t)k0 * n + k0;
+    __shared__ float s_cta[2][W];                                 // CL > 1: this CTA's column sums
+    __shared__ float s_slot;                                      // CL > 1: team_reduce's exchange
+    const int m = n - k0, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
+    const int team_warp = rank * warps + warp, row0 = team_warp * RW;
+    float* Ab = A + (size_t)matrix * n * n + (size_t)k0 * n + k0;
 
     for (int idx = threadIdx.x; idx < 2 * W * kRedLd; idx += blockDim.x) (&s_red[0][0][0])[idx] = 0.f;
     float a[RW];
@@ -68,13 +78,13 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
 #pragma unroll 1
     for (int c = 0; c < w; ++c) {
         const int buf = c & 1, owner = c / RW, local = c - owner * RW;
-        const bool below = warp >= owner;                  // the warp holds rows below the diagonal
+        const bool below = team_warp >= owner;             // the warp holds rows below the diagonal
         __syncwarp();                                        // the warp's reads of the last column's x done
         if (below && lane == c) {                            // x: zero at and above the diagonal
 #pragma unroll
             for (int i = 0; i < RW; i += 4) {
                 float4 v = make_float4(a[i], a[i + 1], a[i + 2], a[i + 3]);
-                if (warp == owner)
+                if (team_warp == owner)
                     v = make_float4(i > local ? v.x : 0.f, i + 1 > local ? v.y : 0.f, i + 2 > local ? v.z : 0.f,
                                     i + 3 > local ? v.w : 0.f);
                 *reinterpret_cast<float4*>(&s_x[warp][i]) = v;
@@ -93,7 +103,7 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
             }
         }
         s_red[buf][lane][warp] = (part[0] + part[1]) + (part[2] + part[3]);
-        if (warp == owner) {
+        if (team_warp == owner) {
             float row_entry = 0.f;
 #pragma unroll
             for (int i = 0; i < RW; ++i) row_entry = i == local ? a[i] : row_entry;
@@ -101,11 +111,21 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
         }
         __syncthreads();
 
-        float p = 0.f;                                       // p_lane over every row below c
+        float p = 0.f;                                       // p_lane over this CTA's rows below c
 #pragma unroll
         for (int q = 0; q < kColumnsMaxWarps; q += 4) {
             const float4 v = *reinterpret_cast<const float4*>(&s_red[buf][lane][q]);
             p += (v.x + v.y) + (v.z + v.w);
+        }
+        const float* row_c = s_row[buf];
+        if constexpr (CL > 1) {                              // ... and over the team's
+            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            if (warp == 0) s_cta[buf][lane] = p;
+            cluster.sync();
+            p = 0.f;
+#pragma unroll
+            for (int q = 0; q < CL; ++q) p += cluster.map_shared_rank(s_cta[buf], q)[lane];
+            row_c = cluster.map_shared_rank(s_row[buf], owner / warps);
         }
         const float ssq = __shfl_sync(0xffffffffu, p, c);
         float xnorm;
@@ -116,20 +136,20 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
             if (below && lane == 0) {
                 for (int i = 0; i < RW; ++i) amax = fmaxf(amax, fabsf(s_x[warp][i]));
             }
-            amax = popkit::block_max(amax, scratch);
+            amax = popkit::team_reduce<CL, true>(amax, scratch, &s_slot);
             float scaled = 0.f;
             if (below && lane == 0 && amax > 0.f) {
                 for (int i = 0; i < RW; ++i) scaled += (s_x[warp][i] / amax) * (s_x[warp][i] / amax);
             }
-            scaled = popkit::block_sum(scaled, scratch);
+            scaled = popkit::team_reduce<CL, false>(scaled, scratch, &s_slot);
             xnorm = amax > 0.f ? amax * sqrtf(scaled) : 0.f;
         }
-        const float alpha = s_row[buf][c], row_entry = s_row[buf][lane];
+        const float alpha = row_c[c], row_entry = row_c[lane];
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         const float vdot = row_entry + ref.scale * p;        // j > c: v^T A[:, j]; j < c: v_j^T v / s_j
         if (warp == 0 && lane < c) s_G[lane][c] = my_scale * vdot;
         if (threadIdx.x == 0) s_tau[c] = ref.tau;
-        if (warp == owner && lane < w)
+        if (team_warp == owner && lane < w)
             Ab[(size_t)c * n + lane] = lane < c ? my_scale * row_entry
                                      : lane == c ? ref.beta : row_entry - ref.tau * vdot;
         if (lane == c) my_scale = ref.scale;
@@ -145,7 +165,8 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
             }
         }
     }
-    __syncthreads();
+    if constexpr (CL == 1) __syncthreads();
+    else cooperative_groups::this_cluster().sync();      // no CTA leaves while another reads its shared memory
     popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
 
     // Rows w .. m-1 hold only reflector tails (rows below w were written column by column).
@@ -154,7 +175,7 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
 #pragma unroll
         for (int i = 0; i < RW; ++i, dst += n)
             if (row0 + i >= w && row0 + i < m) *dst = my_scale * a[i];
-        float* vt = Vt + (size_t)blockIdx.x * w * m + (size_t)lane * m;    // Vt's row j = lane
+        float* vt = Vt + (size_t)matrix * w * m + (size_t)lane * m;       // Vt's row j = lane
 #pragma unroll
         for (int i = 0; i < RW; ++i) {
             const int r = row0 + i;
@@ -162,27 +183,58 @@ qr_panel_columns_kernel(float* __restrict__ A, float* __restrict__ tau, float* _
         }
     }
     __syncthreads();
+    if (rank != 0) return;                               // every CTA has T and tau; one writes them
     for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)
-        T[(size_t)blockIdx.x * w * w + idx] = s_T[idx / w][idx % w];
-    if (threadIdx.x < w) tau[(size_t)blockIdx.x * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
+        T[(size_t)matrix * w * w + idx] = s_T[idx / w][idx % w];
+    if (threadIdx.x < w) tau[(size_t)matrix * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
 }
 
 template <int RW>
+__global__ void __launch_bounds__(kColumnsMaxWarps * 32)
+qr_panel_columns_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel_columns<RW, 1>(A, tau, Vt, T, n, k0, w);
+}
+
+template <int RW, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(kColumnsMaxWarps * 32)
+qr_panel_columns_cluster_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel_columns<RW, CL>(A, tau, Vt, T, n, k0, w);
+}
+
+template <int RW, int CL>
 int launch_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
-    const int warps = (n - k0 + RW - 1) / RW;
-    qr_panel_columns_kernel<RW><<<batch, warps * 32>>>(A, tau, Vt, T, n, k0, w);
+    const int warps = (n - k0 + CL * RW - 1) / (CL * RW);
+    if constexpr (CL == 1) qr_panel_columns_kernel<RW><<<batch, warps * 32>>>(A, tau, Vt, T, n, k0, w);
+    else qr_panel_columns_cluster_kernel<RW, CL><<<batch * CL, warps * 32>>>(A, tau, Vt, T, n, k0, w);
     return (int)cudaGetLastError();
+}
+
+template <int CL>
+int launch_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+    const int m = n - k0;
+    if (m <= CL * kColumnsMaxWarps * 8) return launch_columns<8, CL>(A, tau, Vt, T, batch, n, k0, w);
+    if (m <= CL * kColumnsMaxWarps * 16) return launch_columns<16, CL>(A, tau, Vt, T, batch, n, k0, w);
+    return launch_columns<32, CL>(A, tau, Vt, T, batch, n, k0, w);
 }
 
 }  // namespace
 
-// householder_panel.cu's qr_panel for one CTA a panel of m = n - k0 <= 512 rows and w <= 32 columns
-// (else cudaErrorInvalidValue), the same outputs.
-POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+// Whether qr_panel_columns takes a panel of m rows on `cluster` CTAs.
+POPKIT_EXPORT int qr_panel_columns_fits(int m, int cluster) {
+    return (cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8) && m >= 1 && m <= cluster * kColumnsMaxRows;
+}
+
+// householder_panel.cu's qr_panel for a panel of m = n - k0 <= 512 cluster rows (cluster = 1, 2, 4 or 8
+// CTAs a matrix) and w <= 32 columns (else cudaErrorInvalidValue), the same outputs.
+POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                                   int cluster) {
     const int m = n - k0;
-    if (batch < 1 || k0 < 0 || m < 1 || m > kColumnsMaxRows || w < 1 || w > kColumnsWidth || w > m)
+    if (batch < 1 || k0 < 0 || !qr_panel_columns_fits(m, cluster) || w < 1 || w > kColumnsWidth || w > m)
         return (int)cudaErrorInvalidValue;
-    if (m <= kColumnsMaxWarps * 8) return launch_columns<8>(A, tau, Vt, T, batch, n, k0, w);
-    if (m <= kColumnsMaxWarps * 16) return launch_columns<16>(A, tau, Vt, T, batch, n, k0, w);
-    return launch_columns<32>(A, tau, Vt, T, batch, n, k0, w);
+    switch (cluster) {
+        case 1: return launch_columns<1>(A, tau, Vt, T, batch, n, k0, w);
+        case 2: return launch_columns<2>(A, tau, Vt, T, batch, n, k0, w);
+        case 4: return launch_columns<4>(A, tau, Vt, T, batch, n, k0, w);
+        default: return launch_columns<8>(A, tau, Vt, T, batch, n, k0, w);
+    }
 }

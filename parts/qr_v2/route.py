@@ -32,8 +32,9 @@ PANEL_WIDTH = 32
 # threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
 # rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = 512
-# Panels of at most this many rows on one CTA go to householder_panel_columns.cu (lane = column, ~1/3
-# of the instructions a column); 0: never. Not yet measured on a GPU: 0 until a diff says otherwise.
+# Panels of at most this many rows a CTA (of the panel's cluster) go to householder_panel_columns.cu
+# (lane = column, ~1/3 of the instructions a column; at most 512); 0: never. Not yet measured on a GPU:
+# 0 until a diff says otherwise.
 PANEL_COLUMNS_MAX_ROWS = 0
 # How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
 # cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
