@@ -48,6 +48,8 @@
 // trailing update.
 #include <cooperative_groups.h>
 
+#include "compact_wy.cuh"
+#include "panel_team.cuh"
 #include "device_utils.cuh"
 
 namespace {
@@ -55,25 +57,6 @@ namespace {
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
 constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
-
-// A sum or max over the team: the CTA, or (CL > 1) the cluster of CTAs sharing the panel. Every thread
-// of the team must call it (it holds barriers); slot: one float of this CTA's shared memory.
-template <int CL, bool MAX>
-__device__ float team_reduce(float v, float* scratch, float* slot) {
-    v = MAX ? popkit::block_max(v, scratch) : popkit::block_sum(v, scratch);
-    if constexpr (CL > 1) {
-        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        if (threadIdx.x == 0) *slot = v;
-        cluster.sync();
-        v = 0.f;                                 // both uses reduce nonnegative values
-        for (int q = 0; q < CL; ++q) {
-            const float other = *cluster.map_shared_rank(slot, q);
-            v = MAX ? fmaxf(v, other) : v + other;
-        }
-        cluster.sync();                          // the slot is free again
-    }
-    return v;
-}
 
 // ||x|| with x scaled by its largest entry (both passes are team-wide); for the rare columns whose
 // plain sum of squares left the safe range. x holds this thread's entries of the column below the
@@ -83,12 +66,12 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    amax = team_reduce<CL, true>(amax, scratch, slot);
+    amax = popkit::team_reduce<CL, true>(amax, scratch, slot);
     if (amax == 0.f) return 0.f;
     float ssq = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) { const float y = x[i] / amax; ssq += y * y; }
-    return amax * sqrtf(team_reduce<CL, false>(ssq, scratch, slot));
+    return amax * sqrtf(popkit::team_reduce<CL, false>(ssq, scratch, slot));
 }
 
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
@@ -179,7 +162,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
             bool nonzero = false;
 #pragma unroll
             for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
-            const bool any = team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
+            const bool any = popkit::team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
             xnorm = any ? careful_norm<R, CL>(x, scratch, &s_slot) : 0.f;
         }
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
@@ -210,17 +193,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
-    // T row by row: row k depends only on its own earlier entries.
-    if (threadIdx.x < w) {
-        const int k = threadIdx.x;
-        for (int c = 0; c < k; ++c) s_T[k][c] = 0.f;
-        s_T[k][k] = s_tau[k];
-        for (int c = k + 1; c < w; ++c) {
-            float acc = 0.f;
-            for (int l = k; l < c; ++l) acc += s_T[k][l] * s_G[l][c];
-            s_T[k][c] = -s_tau[c] * acc;
-        }
-    }
+    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
 
     const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll
@@ -317,11 +290,19 @@ POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster) {
     }
 }
 
+POPKIT_EXPORT int qr_panel_columns_fits(int m, int cluster);
+POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                                   int cluster);
+
+// One panel of every matrix on `cluster` CTAs of at most max_threads threads; a panel of at most
+// columns_max_rows rows a CTA goes to householder_panel_columns.cu's kernel (0: never).
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads, int cluster) {
+                           int max_threads, int cluster, int columns_max_rows) {
     const int m = n - k0;
     if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads, cluster) || w > m)
         return (int)cudaErrorInvalidValue;
+    if (m <= cluster * columns_max_rows && qr_panel_columns_fits(m, cluster))
+        return qr_panel_columns(A, tau, Vt, T, batch, n, k0, w, cluster);
     const int rows = rows_per_thread(m, max_threads, cluster);
     switch (cluster) {
         case 2: return (int)launch_cluster_panel<2>(rows, A, tau, Vt, T, batch, n, k0, w);

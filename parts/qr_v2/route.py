@@ -32,6 +32,10 @@ PANEL_WIDTH = 32
 # threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
 # rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = 512
+# Panels of at most this many rows a CTA (of the panel's cluster) go to householder_panel_columns.cu
+# (lane = column, ~1/3 of the instructions a column; at most 512); 0: never. Not yet measured on a GPU:
+# 0 until a diff says otherwise.
+PANEL_COLUMNS_MAX_ROWS = 0
 # How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
 # cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
 # bits) or "one_call" (householder_blocked.cu: that loop in C++, one call a factorization).
@@ -66,7 +70,7 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b))
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b), PANEL_COLUMNS_MAX_ROWS)
     return Vt, T
 
 
@@ -90,7 +94,7 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b))
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), PANEL_COLUMNS_MAX_ROWS)
     return H, tau
 
 
