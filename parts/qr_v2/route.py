@@ -32,10 +32,13 @@ PANEL_WIDTH = 32
 # threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
 # rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = 512
-# Panels of at most this many rows a CTA (of the panel's cluster) go to householder_panel_columns.cu
-# (lane = column, ~1/3 of the instructions a column; at most 512); 0: never. Not yet measured on a GPU:
-# 0 until a diff says otherwise.
-PANEL_COLUMNS_MAX_ROWS = 0
+# Matrices of n <= PANEL_COLUMNS_MAX_N send their panels to householder_panel_columns.cu (lane = column,
+# ~1/3 of the instructions a column; panels of at most 512 rows a CTA). H200, sweep_route at f385eb2
+# (logs/device/20261201T1900Z-*), every panel of <= 512 rows a CTA against the row kernel: 40x176 1.13x,
+# 40x352 1.19x (40 CTAs: a shorter column chain is a shorter factorization), but 640x512 0.93x, 60x1024
+# 0.99x, 8x2048 0.98x (with a CTA on every SM, the row kernel's work per column is no longer exposed).
+PANEL_COLUMNS_MAX_N = 352
+COLUMNS_MAX_ROWS = 512   # the column kernel's limit, rows a CTA
 # How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
 # cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
 # bits) or "one_call" (householder_blocked.cu: that loop in C++, one call a factorization).
@@ -65,12 +68,17 @@ def panel_cluster(n: int, batch: int) -> int:
     return next(size for max_n, max_batch, size in PANEL_CLUSTER if n <= max_n and batch <= max_batch)
 
 
+def columns_max_rows(n: int) -> int:
+    """Rows a CTA up to which an n x n factorization's panels take the column kernel (0: none)."""
+    return COLUMNS_MAX_ROWS if n <= PANEL_COLUMNS_MAX_N else 0
+
+
 def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     """The CUDA panel kernel, with the signature of model.factor_panel_model."""
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b), PANEL_COLUMNS_MAX_ROWS)
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
     return Vt, T
 
 
@@ -94,7 +102,7 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), PANEL_COLUMNS_MAX_ROWS)
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
     return H, tau
 
 
