@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: b2a9d5b95d702920fe0052e32870f2e81cddc959
+# toolkit commit: cc0382ae12f5fd6a98f9733186622c308134d388
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -16,7 +16,7 @@
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
-# part qr_v2/route.py sha256 8ebb7605263531468d56a74d9a89e246ffa6b7b14a035c8808a630e06b66d55c
+# part qr_v2/route.py sha256 0831da89db96bb4b4baad551fb17f2bca28ecc5809797e637b08f785b88878b2
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -1695,8 +1695,9 @@ import torch
 
 SMALL_MAX_N = 64
 # The n <= SMALL_MAX_N kernel by n (n <= bound -> kernel): "smem" (householder_small.cu) or "warp"
-# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). warp is not yet measured on a GPU.
-SMALL_KERNEL = ((64, "smem"),)
+# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). H200, sweep_route at cc0382a
+# (logs/device/20261201T1915Z-*): warp against smem at 20x32 1.99x (32.5 against 64.8 us).
+SMALL_KERNEL = ((32, "warp"), (64, "smem"))
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
 # lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer

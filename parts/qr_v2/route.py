@@ -24,8 +24,9 @@ from parts.qr_v2.model import apply_block_reflector, blocked_qr, householder_qr_
 
 SMALL_MAX_N = 64
 # The n <= SMALL_MAX_N kernel by n (n <= bound -> kernel): "smem" (householder_small.cu) or "warp"
-# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). warp is not yet measured on a GPU.
-SMALL_KERNEL = ((64, "smem"),)
+# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). H200, sweep_route at cc0382a
+# (logs/device/20261201T1915Z-*): warp against smem at 20x32 1.99x (32.5 against 64.8 us).
+SMALL_KERNEL = ((32, "warp"), (64, "smem"))
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
 # lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
