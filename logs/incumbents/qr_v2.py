@@ -1,19 +1,22 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 0eae5f7
+# toolkit commit: d21556e
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
-# part qr_v2/householder_panel.cu sha256 008cdef93fbf317dd8d0f84e4db15c0403b9280e097150c26e905431bac381d5
+# part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
+# part qr_v2/panel_team.cuh sha256 5ddf8307040a17b18fe82ea269176e8e759976a90506cbbf7ba153e227347a28
+# part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
+# part qr_v2/householder_panel.cu sha256 c7060e9be86f4bb15458fc793185f75d0eef20a080bb04abc701c07513bb1241
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
-# part qr_v2/householder_update.cu sha256 5edbd4f8d054c645922bc15dd484b08f7ed3ecf120b4d26578a9f337eaf8356f
-# part qr_v2/householder_blocked.cu sha256 e60339c947bf1e7e131eff0e33d2b21641e3ae721938d20b79492eae85faf4f0
+# part qr_v2/householder_update.cu sha256 8e1795d5149adcfdc985dba85ec664896430806d51425ed1a99c916433a111d5
+# part qr_v2/householder_blocked.cu sha256 0d7eb2ccdd23fd936b8aa2c0eb5f076a3506c4dd186e5b15f7771009c97a34c3
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
-# part qr_v2/route.py sha256 a5db278edeb012085ffaa313a9bca4eb98473ccc9908e758eb920b3b41ee9068
+# part qr_v2/route.py sha256 0831da89db96bb4b4baad551fb17f2bca28ecc5809797e637b08f785b88878b2
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -310,6 +313,300 @@ POPKIT_EXPORT int qr_warp(const float* A, float* H, float* tau, int batch, int n
     return (int)cudaGetLastError();
 }
 ''',
+    "qr_v2/compact_wy.cuh": r'''
+// qr_v2: the panel's compact-WY factor T from its reflectors' Gram matrix, shared by both panel kernels.
+//
+// H_0 H_1 ... H_{w-1} = I - V T V^T with T upper triangular (LAPACK slarft, forward, column-wise):
+//   T[c][c] = tau_c,   T[0:c, c] = -tau_c T[0:c, 0:c] G[0:c, c],   G[l][c] = v_l^T v_c (l < c).
+// Row k of T depends only on its own earlier entries, so thread k builds row k alone.
+
+namespace popkit {
+
+// Threads 0 .. w-1 each fill one row of T (w <= W); the caller synchronizes before and after.
+template <int W>
+__device__ __forceinline__ void build_compact_wy_rows(float (*T)[W + 1], const float (*G)[W + 1], const float* tau,
+                                                      int w) {
+    if (threadIdx.x >= w) return;
+    const int k = threadIdx.x;
+    for (int c = 0; c < k; ++c) T[k][c] = 0.f;
+    T[k][k] = tau[k];
+    for (int c = k + 1; c < w; ++c) {
+        float acc = 0.f;
+        for (int l = k; l < c; ++l) acc += T[k][l] * G[l][c];
+        T[k][c] = -tau[c] * acc;
+    }
+}
+
+}  // namespace popkit
+''',
+    "qr_v2/panel_team.cuh": r'''
+// qr_v2: reductions over a panel's team (one CTA, or a thread block cluster of CL CTAs sharing the
+// panel), shared by both panel kernels.
+#include <cooperative_groups.h>
+
+
+namespace popkit {
+
+// A sum or max over the team: the CTA, or (CL > 1) the cluster of CTAs sharing the panel. Every thread
+// of the team must call it (it holds barriers); slot: one float of this CTA's shared memory.
+template <int CL, bool MAX>
+__device__ __forceinline__ float team_reduce(float v, float* scratch, float* slot) {
+    v = MAX ? popkit::block_max(v, scratch) : popkit::block_sum(v, scratch);
+    if constexpr (CL > 1) {
+        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+        if (threadIdx.x == 0) *slot = v;
+        cluster.sync();
+        v = 0.f;                                 // both uses reduce nonnegative values
+        for (int q = 0; q < CL; ++q) {
+            const float other = *cluster.map_shared_rank(slot, q);
+            v = MAX ? fmaxf(v, other) : v + other;
+        }
+        cluster.sync();                          // the slot is free again
+    }
+    return v;
+}
+
+}  // namespace popkit
+''',
+    "qr_v2/householder_panel_columns.cu": r'''
+// qr_v2, blocked route: the panel kernel with one lane per column, for panels of at most 512 rows.
+//
+// It computes what householder_panel.cu computes (the same reflectors as geqrf, R and the vector tails
+// in A, tau, Vt and T; model.factor_panel_model), with the panel laid out the other way round: lane j
+// of every warp owns column j, warp q owns rows q RW .. q RW + RW - 1 (RW = 8, 16 or 32 rows, all in
+// registers). Per column c:
+//   x   = column c below the diagonal: lane c of each warp puts its RW entries (zero at and above the
+//         diagonal) in shared memory, where its warp reads them, once for p and once for the update
+//         (not held in registers: RW more of them spilled at RW = 32); warps wholly above the
+//         diagonal sit the column out;
+//   p_j = sum_{r > c} x_r A[r, j]: RW FMAs per lane, no butterfly (the lane already owns column j),
+//         then the warps' partial sums through shared memory: one __syncthreads per column;
+//   p_c = ||x||^2 -> beta, tau, s (slarfg; the scaled two-pass norm when ||x||^2 leaves [2^-100,
+//         2^100]); j > c: v^T A[:, j] = A[c, j] + s p_j, the update coefficient; j < c: the Gram
+//         entry v_j^T v for T;
+//   row c is final after this column (R right of the diagonal, beta on it, the tails of earlier
+//         reflectors left of it): the owner warp writes it to A at once, so the row's registers,
+//         never read again, need no select chain to update them;
+//   A[r, j] -= tau (v^T A[:, j]) s x_r for rows r > c, lanes j > c: one FMA per owned row.
+// Lane c keeps its column's tail unscaled (x) with the scale s_c beside it: scaling it in place
+// would cost RW instructions a column for one active lane. The stores of V, Vt and the Gram
+// entries multiply by it. panel_columns_model.py replays this bookkeeping in torch (tested against
+// model.factor_panel_model).
+//
+// Launch: a team of CL CTAs per matrix (CL = 1, or a thread block cluster of 2, 4 or 8: grid = batch
+// CL), each of ceil(m / (CL RW)) warps (at most 16), RW the least of 8, 16, 32 that fits m <= 16 CL RW;
+// warp q of rank k owns the rows from (k warps + q) RW. With a cluster, each CTA's column sums go to
+// its shared memory and every thread adds the CL of them through distributed shared memory after one
+// cluster barrier; row c comes from the owner CTA's shared memory the same way.
+// Why it is fast: against householder_panel.cu (thread = row, all W columns in registers), a column
+// costs each warp ~150 instructions instead of ~430: no W-wide butterfly (31 shuffles and their
+// selects), no select chains to pick column c out of registers and write it back, and the update
+// touches only the lane's own column; loads and stores of A are whole rows a warp (coalesced).
+#include <cooperative_groups.h>
+
+
+namespace {
+
+constexpr int kColumnsWidth = 32;           // lanes = columns
+constexpr int kColumnsMaxWarps = 16;
+constexpr int kColumnsMaxRows = kColumnsMaxWarps * 32;
+constexpr int kRedLd = kColumnsMaxWarps + 4;    // 20: lane j's 16 partial sums read as float4s, no conflicts
+
+template <int RW, int CL>
+__device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, float* __restrict__ tau,
+                                                     float* __restrict__ Vt, float* __restrict__ T, int n, int k0,
+                                                     int w) {
+    constexpr int W = kColumnsWidth;
+    __shared__ __align__(16) float s_x[kColumnsMaxWarps][RW];      // column c of each warp's rows
+    __shared__ __align__(16) float s_red[2][W][kRedLd];           // p_j's warp partials, by column parity
+    __shared__ float s_row[2][W];                                 // row c, by column parity
+    __shared__ float s_G[W][W + 1];
+    __shared__ float s_T[W][W + 1];
+    __shared__ float s_tau[W];
+    __shared__ float scratch[32];
+    __shared__ float s_cta[2][W];                                 // CL > 1: this CTA's column sums
+    __shared__ float s_slot;                                      // CL > 1: team_reduce's exchange
+    const int m = n - k0, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
+    const int team_warp = rank * warps + warp, row0 = team_warp * RW;
+    float* Ab = A + (size_t)matrix * n * n + (size_t)k0 * n + k0;
+
+    for (int idx = threadIdx.x; idx < 2 * W * kRedLd; idx += blockDim.x) (&s_red[0][0][0])[idx] = 0.f;
+    float a[RW];
+#pragma unroll
+    for (int i = 0; i < RW; ++i) a[i] = 0.f;
+    if (lane < w) {                    // row by row through one running pointer: RW addresses held for
+        const float* src = Ab + (size_t)row0 * n + lane;    // the final stores spilled at RW = 32
+#pragma unroll
+        for (int i = 0; i < RW; ++i, src += n) a[i] = row0 + i < m ? *src : 0.f;
+    }
+    float my_scale = 1.f;              // this lane's reflector scale once its column is factored
+    __syncthreads();
+
+#pragma unroll 1
+    for (int c = 0; c < w; ++c) {
+        const int buf = c & 1, owner = c / RW, local = c - owner * RW;
+        const bool below = team_warp >= owner;             // the warp holds rows below the diagonal
+        __syncwarp();                                        // the warp's reads of the last column's x done
+        if (below && lane == c) {                            // x: zero at and above the diagonal
+#pragma unroll
+            for (int i = 0; i < RW; i += 4) {
+                float4 v = make_float4(a[i], a[i + 1], a[i + 2], a[i + 3]);
+                if (team_warp == owner)
+                    v = make_float4(i > local ? v.x : 0.f, i + 1 > local ? v.y : 0.f, i + 2 > local ? v.z : 0.f,
+                                    i + 3 > local ? v.w : 0.f);
+                *reinterpret_cast<float4*>(&s_x[warp][i]) = v;
+            }
+        }
+        __syncwarp();
+        float part[4] = {0.f, 0.f, 0.f, 0.f};                // four chains: the FMAs' latency overlaps
+        if (below) {
+#pragma unroll
+            for (int i = 0; i < RW; i += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(&s_x[warp][i]);
+                part[0] = fmaf(v.x, a[i], part[0]);
+                part[1] = fmaf(v.y, a[i + 1], part[1]);
+                part[2] = fmaf(v.z, a[i + 2], part[2]);
+                part[3] = fmaf(v.w, a[i + 3], part[3]);
+            }
+        }
+        s_red[buf][lane][warp] = (part[0] + part[1]) + (part[2] + part[3]);
+        if (team_warp == owner) {
+            float row_entry = 0.f;
+#pragma unroll
+            for (int i = 0; i < RW; ++i) row_entry = i == local ? a[i] : row_entry;
+            s_row[buf][lane] = row_entry;
+        }
+        __syncthreads();
+
+        float p = 0.f;                                       // p_lane over this CTA's rows below c
+#pragma unroll
+        for (int q = 0; q < kColumnsMaxWarps; q += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(&s_red[buf][lane][q]);
+            p += (v.x + v.y) + (v.z + v.w);
+        }
+        const float* row_c = s_row[buf];
+        if constexpr (CL > 1) {                              // ... and over the team's
+            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            if (warp == 0) s_cta[buf][lane] = p;
+            cluster.sync();
+            p = 0.f;
+#pragma unroll
+            for (int q = 0; q < CL; ++q) p += cluster.map_shared_rank(s_cta[buf], q)[lane];
+            row_c = cluster.map_shared_rank(s_row[buf], owner / warps);
+        }
+        const float ssq = __shfl_sync(0xffffffffu, p, c);
+        float xnorm;
+        if (popkit::sum_of_squares_safe(ssq)) {
+            xnorm = sqrtf(ssq);
+        } else {                                             // uniform: every thread has the same ssq
+            float amax = 0.f;                                // lane 0 a warp: the others would repeat it
+            if (below && lane == 0) {
+                for (int i = 0; i < RW; ++i) amax = fmaxf(amax, fabsf(s_x[warp][i]));
+            }
+            amax = popkit::team_reduce<CL, true>(amax, scratch, &s_slot);
+            float scaled = 0.f;
+            if (below && lane == 0 && amax > 0.f) {
+                for (int i = 0; i < RW; ++i) scaled += (s_x[warp][i] / amax) * (s_x[warp][i] / amax);
+            }
+            scaled = popkit::team_reduce<CL, false>(scaled, scratch, &s_slot);
+            xnorm = amax > 0.f ? amax * sqrtf(scaled) : 0.f;
+        }
+        const float alpha = row_c[c], row_entry = row_c[lane];
+        const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
+        const float vdot = row_entry + ref.scale * p;        // j > c: v^T A[:, j]; j < c: v_j^T v / s_j
+        if (warp == 0 && lane < c) s_G[lane][c] = my_scale * vdot;
+        if (threadIdx.x == 0) s_tau[c] = ref.tau;
+        if (team_warp == owner && lane < w)
+            Ab[(size_t)c * n + lane] = lane < c ? my_scale * row_entry
+                                     : lane == c ? ref.beta : row_entry - ref.tau * vdot;
+        if (lane == c) my_scale = ref.scale;
+        const float coef = lane > c ? ref.tau * vdot * ref.scale : 0.f;
+        if (below) {
+#pragma unroll
+            for (int i = 0; i < RW; i += 4) {
+                const float4 v = *reinterpret_cast<const float4*>(&s_x[warp][i]);
+                a[i] = fmaf(-coef, v.x, a[i]);
+                a[i + 1] = fmaf(-coef, v.y, a[i + 1]);
+                a[i + 2] = fmaf(-coef, v.z, a[i + 2]);
+                a[i + 3] = fmaf(-coef, v.w, a[i + 3]);
+            }
+        }
+    }
+    if constexpr (CL == 1) __syncthreads();
+    else cooperative_groups::this_cluster().sync();      // no CTA leaves while another reads its shared memory
+    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
+
+    // Rows w .. m-1 hold only reflector tails (rows below w were written column by column).
+    if (lane < w) {
+        float* dst = Ab + (size_t)row0 * n + lane;
+#pragma unroll
+        for (int i = 0; i < RW; ++i, dst += n)
+            if (row0 + i >= w && row0 + i < m) *dst = my_scale * a[i];
+        float* vt = Vt + (size_t)matrix * w * m + (size_t)lane * m;       // Vt's row j = lane
+#pragma unroll
+        for (int i = 0; i < RW; ++i) {
+            const int r = row0 + i;
+            if (r < m) vt[r] = r < lane ? 0.f : r == lane ? 1.f : my_scale * a[i];
+        }
+    }
+    __syncthreads();
+    if (rank != 0) return;                               // every CTA has T and tau; one writes them
+    for (int idx = threadIdx.x; idx < w * w; idx += blockDim.x)
+        T[(size_t)matrix * w * w + idx] = s_T[idx / w][idx % w];
+    if (threadIdx.x < w) tau[(size_t)matrix * n + k0 + threadIdx.x] = s_tau[threadIdx.x];
+}
+
+template <int RW>
+__global__ void __launch_bounds__(kColumnsMaxWarps * 32)
+qr_panel_columns_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel_columns<RW, 1>(A, tau, Vt, T, n, k0, w);
+}
+
+template <int RW, int CL>
+__global__ void __cluster_dims__(CL, 1, 1) __launch_bounds__(kColumnsMaxWarps * 32)
+qr_panel_columns_cluster_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
+    factor_panel_columns<RW, CL>(A, tau, Vt, T, n, k0, w);
+}
+
+template <int RW, int CL>
+int launch_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+    const int warps = (n - k0 + CL * RW - 1) / (CL * RW);
+    if constexpr (CL == 1) qr_panel_columns_kernel<RW><<<batch, warps * 32>>>(A, tau, Vt, T, n, k0, w);
+    else qr_panel_columns_cluster_kernel<RW, CL><<<batch * CL, warps * 32>>>(A, tau, Vt, T, n, k0, w);
+    return (int)cudaGetLastError();
+}
+
+template <int CL>
+int launch_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+    const int m = n - k0;
+    if (m <= CL * kColumnsMaxWarps * 8) return launch_columns<8, CL>(A, tau, Vt, T, batch, n, k0, w);
+    if (m <= CL * kColumnsMaxWarps * 16) return launch_columns<16, CL>(A, tau, Vt, T, batch, n, k0, w);
+    return launch_columns<32, CL>(A, tau, Vt, T, batch, n, k0, w);
+}
+
+}  // namespace
+
+// Whether qr_panel_columns takes a panel of m rows on `cluster` CTAs.
+POPKIT_EXPORT int qr_panel_columns_fits(int m, int cluster) {
+    return (cluster == 1 || cluster == 2 || cluster == 4 || cluster == 8) && m >= 1 && m <= cluster * kColumnsMaxRows;
+}
+
+// householder_panel.cu's qr_panel for a panel of m = n - k0 <= 512 cluster rows (cluster = 1, 2, 4 or 8
+// CTAs a matrix) and w <= 32 columns (else cudaErrorInvalidValue), the same outputs.
+POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                                   int cluster) {
+    const int m = n - k0;
+    if (batch < 1 || k0 < 0 || !qr_panel_columns_fits(m, cluster) || w < 1 || w > kColumnsWidth || w > m)
+        return (int)cudaErrorInvalidValue;
+    switch (cluster) {
+        case 1: return launch_columns<1>(A, tau, Vt, T, batch, n, k0, w);
+        case 2: return launch_columns<2>(A, tau, Vt, T, batch, n, k0, w);
+        case 4: return launch_columns<4>(A, tau, Vt, T, batch, n, k0, w);
+        default: return launch_columns<8>(A, tau, Vt, T, batch, n, k0, w);
+    }
+}
+''',
     "qr_v2/householder_panel.cu": r'''
 // qr_v2, blocked route: factor one panel of every matrix and build its
 // compact-WY factor T, so the trailing update can run as large GEMMs.
@@ -368,25 +665,6 @@ constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
 constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
 
-// A sum or max over the team: the CTA, or (CL > 1) the cluster of CTAs sharing the panel. Every thread
-// of the team must call it (it holds barriers); slot: one float of this CTA's shared memory.
-template <int CL, bool MAX>
-__device__ float team_reduce(float v, float* scratch, float* slot) {
-    v = MAX ? popkit::block_max(v, scratch) : popkit::block_sum(v, scratch);
-    if constexpr (CL > 1) {
-        cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-        if (threadIdx.x == 0) *slot = v;
-        cluster.sync();
-        v = 0.f;                                 // both uses reduce nonnegative values
-        for (int q = 0; q < CL; ++q) {
-            const float other = *cluster.map_shared_rank(slot, q);
-            v = MAX ? fmaxf(v, other) : v + other;
-        }
-        cluster.sync();                          // the slot is free again
-    }
-    return v;
-}
-
 // ||x|| with x scaled by its largest entry (both passes are team-wide); for the rare columns whose
 // plain sum of squares left the safe range. x holds this thread's entries of the column below the
 // diagonal (zero elsewhere).
@@ -395,12 +673,12 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
     float amax = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) amax = fmaxf(amax, fabsf(x[i]));
-    amax = team_reduce<CL, true>(amax, scratch, slot);
+    amax = popkit::team_reduce<CL, true>(amax, scratch, slot);
     if (amax == 0.f) return 0.f;
     float ssq = 0.f;
 #pragma unroll
     for (int i = 0; i < R; ++i) { const float y = x[i] / amax; ssq += y * y; }
-    return amax * sqrtf(team_reduce<CL, false>(ssq, scratch, slot));
+    return amax * sqrtf(popkit::team_reduce<CL, false>(ssq, scratch, slot));
 }
 
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
@@ -491,7 +769,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
             bool nonzero = false;
 #pragma unroll
             for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
-            const bool any = team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
+            const bool any = popkit::team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
             xnorm = any ? careful_norm<R, CL>(x, scratch, &s_slot) : 0.f;
         }
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
@@ -522,17 +800,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
-    // T row by row: row k depends only on its own earlier entries.
-    if (threadIdx.x < w) {
-        const int k = threadIdx.x;
-        for (int c = 0; c < k; ++c) s_T[k][c] = 0.f;
-        s_T[k][k] = s_tau[k];
-        for (int c = k + 1; c < w; ++c) {
-            float acc = 0.f;
-            for (int l = k; l < c; ++l) acc += s_T[k][l] * s_G[l][c];
-            s_T[k][c] = -s_tau[c] * acc;
-        }
-    }
+    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
 
     const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll
@@ -629,11 +897,19 @@ POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster) {
     }
 }
 
+POPKIT_EXPORT int qr_panel_columns_fits(int m, int cluster);
+POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                                   int cluster);
+
+// One panel of every matrix on `cluster` CTAs of at most max_threads threads; a panel of at most
+// columns_max_rows rows a CTA goes to householder_panel_columns.cu's kernel (0: never).
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads, int cluster) {
+                           int max_threads, int cluster, int columns_max_rows) {
     const int m = n - k0;
     if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads, cluster) || w > m)
         return (int)cudaErrorInvalidValue;
+    if (m <= cluster * columns_max_rows && qr_panel_columns_fits(m, cluster))
+        return qr_panel_columns(A, tau, Vt, T, batch, n, k0, w, cluster);
     const int rows = rows_per_thread(m, max_threads, cluster);
     switch (cluster) {
         case 2: return (int)launch_cluster_panel<2>(rows, A, tau, Vt, T, batch, n, k0, w);
@@ -752,9 +1028,9 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const fl
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
 // batch), three CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
 // owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16 rows
-// x 32 columns: 4 n8 tiles). Both phases read the same chunk (C's 32 x 64 and Vt's w x 32), so one
-// pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the copies run ahead
-// across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
+// x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
+// copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
 // in shared memory and writes the result straight to global memory.
 // Shared rows are padded (72, 36 and 40 floats) so that fragment reads hit 32 distinct banks
 // (phase 2's reads of V are 2-way: the two phases read V's chunk transposed to each other).
@@ -801,6 +1077,31 @@ __device__ __forceinline__ void split2(float x0, float x1, unsigned (&hi)[2], un
     popkit::split_tf32(x1, hi[1], lo[1]);
 }
 
+// acc[mi][q] += A B for the warp's 16 columns (warp * 16 + q * 8 ..): A is W x K, entry (i, k) given by
+// a(i, k), B the rows 0 .. K-1 of a shared tile b; every product tf32x3.
+template <int W, int K, typename EntryOfA>
+__device__ __forceinline__ void warp_product(float (&acc)[W / 16][2][4], EntryOfA a, const float (*b)[kLdC], int warp,
+                                             int g, int t) {
+#pragma unroll
+    for (int kk = 0; kk < K; kk += 8) {
+        unsigned bh[2][2], bl[2][2];
+#pragma unroll
+        for (int q = 0; q < 2; ++q) {
+            const int col = warp * 16 + q * 8 + g;
+            split2(b[kk + t][col], b[kk + t + 4][col], bh[q], bl[q]);
+        }
+#pragma unroll
+        for (int mi = 0; mi < W / 16; ++mi) {
+            const float fa[4] = {a(mi * 16 + g, kk + t), a(mi * 16 + g + 8, kk + t), a(mi * 16 + g, kk + t + 4),
+                                 a(mi * 16 + g + 8, kk + t + 4)};
+            unsigned ah[4], al[4];
+            split4(fa, ah, al);
+#pragma unroll
+            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(acc[mi][q], ah, al, bh[q], bl[q]);
+        }
+    }
+}
+
 // Phase 1 on one chunk: acc[mi][q] (W0's rows mi*16.., columns warp*16 + q*8..) += Vt_chunk C_chunk.
 // The chunk's products go to a fresh accumulator, added to acc in fp32: the tensor core's own fp32
 // accumulation truncates, so summing all m rows inside it let the error grow with m (linearly: a bias),
@@ -808,24 +1109,7 @@ __device__ __forceinline__ void split2(float x0, float x1, unsigned (&hi)[2], un
 template <int W>
 __device__ __forceinline__ void accumulate_w0(float (&acc)[W / 16][2][4], const Chunk<W>& ch, int warp, int g, int t) {
     float part[W / 16][2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < kChunkRows; kk += 8) {
-        unsigned bh[2][2], bl[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + g;
-            split2(ch.c[kk + t][col], ch.c[kk + t + 4][col], bh[q], bl[q]);
-        }
-#pragma unroll
-        for (int mi = 0; mi < W / 16; ++mi) {
-            const float fa[4] = {ch.v[mi * 16 + g][kk + t], ch.v[mi * 16 + g + 8][kk + t],
-                                 ch.v[mi * 16 + g][kk + t + 4], ch.v[mi * 16 + g + 8][kk + t + 4]};
-            unsigned ah[4], al[4];
-            split4(fa, ah, al);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(part[mi][q], ah, al, bh[q], bl[q]);
-        }
-    }
+    warp_product<W, kChunkRows>(part, [&](int i, int k) { return ch.v[i][k]; }, ch.c, warp, g, t);
 #pragma unroll
     for (int mi = 0; mi < W / 16; ++mi)
 #pragma unroll
@@ -850,24 +1134,7 @@ __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 
         }
     __syncwarp();
     float w[W / 16][2][4] = {};
-#pragma unroll
-    for (int kk = 0; kk < W; kk += 8) {
-        unsigned bh[2][2], bl[2][2];
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + g;
-            split2(s.w0[kk + t][col], s.w0[kk + t + 4][col], bh[q], bl[q]);
-        }
-#pragma unroll
-        for (int mi = 0; mi < W / 16; ++mi) {        // A = T^T: A[i][k] = T[k][i]
-            const float fa[4] = {s.t[kk + t][mi * 16 + g], s.t[kk + t][mi * 16 + g + 8],
-                                 s.t[kk + t + 4][mi * 16 + g], s.t[kk + t + 4][mi * 16 + g + 8]};
-            unsigned ah[4], al[4];
-            split4(fa, ah, al);
-#pragma unroll
-            for (int q = 0; q < 2; ++q) popkit::mma_tf32x3(w[mi][q], ah, al, bh[q], bl[q]);
-        }
-    }
+    warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
 #pragma unroll
     for (int mi = 0; mi < W / 16; ++mi)
 #pragma unroll
@@ -932,9 +1199,12 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
     const float* Tb = T + (size_t)blockIdx.y * W * W;
 
     const int chunks = (m + kChunkRows - 1) / kChunkRows, copies = 2 * chunks;
-    auto issue = [&](int k) {                       // copy k: chunk k % chunks into stage k % kStages
+    // Copy k: chunk k into stage k % kStages for phase 1 (k < chunks), then the chunks again last
+    // first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
+    auto chunk_of = [&](int k) { return k < chunks ? k : copies - 1 - k; };
+    auto issue = [&](int k) {
         if (k < copies) {
-            const int r0 = (k % chunks) * kChunkRows;
+            const int r0 = chunk_of(k) * kChunkRows;
             Chunk<W>& ch = s.chunk[k % kStages];
             popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
                 &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
@@ -963,7 +1233,7 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
             form_w<W>(s, acc, warp, g, t);
             __syncthreads();
         }
-        subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, (k - chunks) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
+        subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, chunk_of(k) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
     }
 }
 
@@ -1007,15 +1277,16 @@ POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, cons
 
 POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster);
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads, int cluster);
+                           int max_threads, int cluster, int columns_max_rows);
 POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
                             int w);
 
 // H: the batch's matrices (batch x n x n, a copy of A), factored in place; tau: batch x n; panels on
-// `cluster` CTAs of at most max_threads threads. n^2 < 2^31. A panel width qr_update lacks (8: past
+// `cluster` CTAs of at most max_threads threads (on one CTA, up to columns_max_rows rows by the
+// lane-per-column kernel). n^2 < 2^31. A panel width qr_update lacks (8: past
 // m = 2048 rows on one CTA of 512 threads) is cudaErrorInvalidValue, before anything runs.
 POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batch, int n, int max_threads,
-                             int cluster) {
+                             int cluster, int columns_max_rows) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31)) return (int)cudaErrorInvalidValue;
     for (int k0 = 0; k0 < n;) {                  // every width first: no half-factored batch on a refusal
         const int m = n - k0, width = qr_panel_width(m, max_threads, cluster);
@@ -1024,7 +1295,7 @@ POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batc
     }
     for (int k0 = 0; k0 < n;) {
         const int m = n - k0, w = min(qr_panel_width(m, max_threads, cluster), m);
-        int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads, cluster);
+        int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads, cluster, columns_max_rows);
         if (err == 0 && k0 + w < n)
             err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
         if (err != 0) return err;
@@ -1036,11 +1307,12 @@ POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batc
 }
 # The translation units the loader compiles in parallel: every header part, then one .cu part.
 CUDA_UNITS = [
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_small.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_warp.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_panel.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_update.cu"],
-    ["common/device_utils.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_blocked.cu"],
+    ["common/device_utils.cuh", "qr_v2/compact_wy.cuh", "qr_v2/panel_team.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_small.cu"],
+    ["common/device_utils.cuh", "qr_v2/compact_wy.cuh", "qr_v2/panel_team.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_warp.cu"],
+    ["common/device_utils.cuh", "qr_v2/compact_wy.cuh", "qr_v2/panel_team.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_panel_columns.cu"],
+    ["common/device_utils.cuh", "qr_v2/compact_wy.cuh", "qr_v2/panel_team.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_panel.cu"],
+    ["common/device_utils.cuh", "qr_v2/compact_wy.cuh", "qr_v2/panel_team.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_update.cu"],
+    ["common/device_utils.cuh", "qr_v2/compact_wy.cuh", "qr_v2/panel_team.cuh", "common/tensor_core_tf32.cuh", "common/async_copy.cuh", "qr_v2/householder_blocked.cu"],
 ]
 
 # ---- part common/cuda_loader.py ----
@@ -1423,14 +1695,22 @@ import torch
 
 SMALL_MAX_N = 64
 # The n <= SMALL_MAX_N kernel by n (n <= bound -> kernel): "smem" (householder_small.cu) or "warp"
-# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). warp is not yet measured on a GPU.
-SMALL_KERNEL = ((64, "smem"),)
+# (householder_warp.cu, n <= 32: a matrix per warp, no CTA barrier). H200, sweep_route at cc0382a
+# (logs/device/20261201T1915Z-*): warp against smem at 20x32 1.99x (32.5 against 64.8 us).
+SMALL_KERNEL = ((32, "warp"), (64, "smem"))
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
 # lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
 # threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
 # rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = 512
+# Matrices of n <= PANEL_COLUMNS_MAX_N send their panels to householder_panel_columns.cu (lane = column,
+# ~1/3 of the instructions a column; panels of at most 512 rows a CTA). H200, sweep_route at f385eb2
+# (logs/device/20261201T1900Z-*), every panel of <= 512 rows a CTA against the row kernel: 40x176 1.13x,
+# 40x352 1.19x (40 CTAs: a shorter column chain is a shorter factorization), but 640x512 0.93x, 60x1024
+# 0.99x, 8x2048 0.98x (with a CTA on every SM, the row kernel's work per column is no longer exposed).
+PANEL_COLUMNS_MAX_N = 352
+COLUMNS_MAX_ROWS = 512   # the column kernel's limit, rows a CTA
 # How the blocked route runs, by n (n <= bound -> variant): "fp32" (a Python loop: the panel kernel, then
 # cuBLAS batched SGEMMs), "tf32x3" (the same loop, householder_update.cu on TF32 tensor cores at ~21
 # bits) or "one_call" (householder_blocked.cu: that loop in C++, one call a factorization).
@@ -1460,12 +1740,17 @@ def panel_cluster(n: int, batch: int) -> int:
     return next(size for max_n, max_batch, size in PANEL_CLUSTER if n <= max_n and batch <= max_batch)
 
 
+def columns_max_rows(n: int) -> int:
+    """Rows a CTA up to which an n x n factorization's panels take the column kernel (0: none)."""
+    return COLUMNS_MAX_ROWS if n <= PANEL_COLUMNS_MAX_N else 0
+
+
 def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     """The CUDA panel kernel, with the signature of model.factor_panel_model."""
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b))
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
     return Vt, T
 
 
@@ -1489,7 +1774,7 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b))
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
     return H, tau
 
 
