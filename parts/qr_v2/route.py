@@ -84,13 +84,17 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
 
 
 UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled for
+# householder_update.cu splits a tile's rows over a cluster of 2, 4 or 8 CTAs while a launch has fewer
+# CTAs than this (0: never): a small batch of tall matrices (2x4096: 128 CTAs on the first update, three
+# slots an SM on 132 SMs) otherwise leaves most SMs idle. Not yet measured on a GPU: 0 until a sweep.
+UPDATE_TARGET_CTAS = 0
 
 
 def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
     """householder_update.cu on C = H[:, k0:, k0 + w:] in place (model.apply_block_reflector's signature)."""
     b, w, m = Vt.shape
     if w in UPDATE_WIDTHS:
-        CUDA.call("qr_update", C, C.stride(1), C.stride(0), Vt, T, b, m, C.shape[2], w)
+        CUDA.call("qr_update", C, C.stride(1), C.stride(0), Vt, T, b, m, C.shape[2], w, UPDATE_TARGET_CTAS)
     else:
         apply_block_reflector(Vt, T, C)
 
@@ -103,7 +107,8 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n),
+              UPDATE_TARGET_CTAS)
     return H, tau
 
 
