@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: d21556e1ce4792df19766c1d1f1ec23236d0c237
+# toolkit commit: 9fbbaf1b089905895624e40d72011fcb9313db7d
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -16,7 +16,7 @@
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
-# part qr_v2/route.py sha256 f562d1c0a009774db837bc8cf27454ca3bdeea5d74ad0c29b59a7fdb5fc39e42
+# part qr_v2/route.py sha256 906b12a02409e1345bebec033cffbe9eff342b53c1116c26f5c07e7a35785d37
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -1839,8 +1839,11 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
 UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled for
 # householder_update.cu splits a tile's rows over a cluster of 2, 4 or 8 CTAs while a launch has fewer
 # CTAs than this (0: never): a small batch of tall matrices (2x4096: 128 CTAs on the first update, three
-# slots an SM on 132 SMs) otherwise leaves most SMs idle. Not yet measured on a GPU: 0 until a sweep.
-UPDATE_TARGET_CTAS = 0
+# slots an SM on 132 SMs) otherwise leaves most SMs idle. H200, sweep_route at 9fbbaf1 (logs/device/
+# 20261201T1940Z-*), against never: 264 (two CTAs an SM) 2x4096 1.08x, 8x2048 1.03x, 60x1024 1.00x;
+# 396 1.02x / 1.00x / 0.99x; 792 and up slower (8x2048 0.84x): the split halves each CTA's rows, but
+# the W0 sums through distributed shared memory and the cluster scheduling eat most of the gain.
+UPDATE_TARGET_CTAS = 264
 
 
 def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:

@@ -86,8 +86,11 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
 UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled for
 # householder_update.cu splits a tile's rows over a cluster of 2, 4 or 8 CTAs while a launch has fewer
 # CTAs than this (0: never): a small batch of tall matrices (2x4096: 128 CTAs on the first update, three
-# slots an SM on 132 SMs) otherwise leaves most SMs idle. Not yet measured on a GPU: 0 until a sweep.
-UPDATE_TARGET_CTAS = 0
+# slots an SM on 132 SMs) otherwise leaves most SMs idle. H200, sweep_route at 9fbbaf1 (logs/device/
+# 20261201T1940Z-*), against never: 264 (two CTAs an SM) 2x4096 1.08x, 8x2048 1.03x, 60x1024 1.00x;
+# 396 1.02x / 1.00x / 0.99x; 792 and up slower (8x2048 0.84x): the split halves each CTA's rows, but
+# the W0 sums through distributed shared memory and the cluster scheduling eat most of the gain.
+UPDATE_TARGET_CTAS = 264
 
 
 def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
