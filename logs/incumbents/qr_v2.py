@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: d21556e
+# toolkit commit: 20e0644
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -11,12 +11,12 @@
 # part qr_v2/householder_panel.cu sha256 c7060e9be86f4bb15458fc793185f75d0eef20a080bb04abc701c07513bb1241
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
-# part qr_v2/householder_update.cu sha256 8e1795d5149adcfdc985dba85ec664896430806d51425ed1a99c916433a111d5
-# part qr_v2/householder_blocked.cu sha256 0d7eb2ccdd23fd936b8aa2c0eb5f076a3506c4dd186e5b15f7771009c97a34c3
+# part qr_v2/householder_update.cu sha256 01286431b5964a1f4138f4d0f911682c10ff934a1c9e91b982cb27cc41c35d6b
+# part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
-# part qr_v2/route.py sha256 0831da89db96bb4b4baad551fb17f2bca28ecc5809797e637b08f785b88878b2
+# part qr_v2/route.py sha256 906b12a02409e1345bebec033cffbe9eff342b53c1116c26f5c07e7a35785d37
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -1032,6 +1032,12 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const fl
 // last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
 // copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
 // in shared memory and writes the result straight to global memory.
+// Row split (S = 2, 4 or 8 CTAs a tile, a thread block cluster): where the batch's tiles leave SMs idle
+// (60x1024, 8x2048, 2x4096: a few hundred CTAs or fewer, each walking thousands of rows), the S CTAs of a
+// tile take consecutive ranges of its chunks; each forms its partial W0, the cluster adds the S partials
+// through distributed shared memory (every CTA in the same order, so all hold the same W0 to the bit),
+// and each applies C -= V W to its own rows. The sum's order differs from the one-CTA walk only by
+// where the chunks' fp32 partials are added (the model's products are exact sums of the same terms).
 // Shared rows are padded (72, 36 and 40 floats) so that fragment reads hit 32 distinct banks
 // (phase 2's reads of V are 2-way: the two phases read V's chunk transposed to each other).
 // Why it is fast: one launch instead of three, W0 and W never leave the chip, C is read twice (the
@@ -1039,6 +1045,8 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const fl
 // registers (an earlier version that loaded through registers and read C's old values with plain
 // loads stalled on them: 84% of its cycles, 4.2x slower than cuBLAS at 640x512), and the products
 // run on tensor cores where cuBLAS's batched SGEMMs of K = 32 or M = 32 run on SIMT units.
+#include <cooperative_groups.h>
+
 
 namespace {
 
@@ -1185,23 +1193,55 @@ __device__ __forceinline__ void subtract_vw(const UpdateSmem<W>& s, const Chunk<
     }
 }
 
+// After phase 1 on a row split: acc becomes the sum of the S CTAs' partials of W0, added in rank order.
+template <int W, int S>
+__device__ __forceinline__ void sum_w0_over_cluster(UpdateSmem<W>& s, float (&acc)[W / 16][2][4], int warp, int g,
+                                                    int t) {
+    cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+    auto at = [&](int mi, int q, int e) -> float& {
+        return s.w0[mi * 16 + g + 8 * (e >> 1)][warp * 16 + q * 8 + 2 * t + (e & 1)];
+    };
+#pragma unroll
+    for (int mi = 0; mi < W / 16; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) at(mi, q, e) = acc[mi][q][e];
+    cluster.sync();                                 // every partial written
+#pragma unroll
+    for (int mi = 0; mi < W / 16; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                float sum = 0.f;
+                for (int r = 0; r < S; ++r) sum += *cluster.map_shared_rank(&at(mi, q, e), r);
+                acc[mi][q][e] = sum;
+            }
+    cluster.sync();                                 // every partial read: form_w may overwrite s.w0
+}
+
+// The update of one 64-column tile (tile) of one matrix by the CTA of rank `rank` among the S that
+// split its rows (S = 1: the whole tile).
 // kVec = 4: C, Vt, ldc, stride and m allow 16-byte copies; 1 otherwise.
-template <int W, int kVec>
-__global__ void __launch_bounds__(kUpdateThreads, 3)
-qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
-                 const float* __restrict__ T, int m, int nc) {
+template <int W, int kVec, int S>
+__device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
+                                            const float* __restrict__ T, int m, int nc, int tile, int rank) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     UpdateSmem<W>& s = *reinterpret_cast<UpdateSmem<W>*>(smem_raw);
-    const int j0 = blockIdx.x * kTileCols;
+    const int j0 = tile * kTileCols;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     float* C = Cs + (size_t)blockIdx.y * stride;
     const float* V = Vt + (size_t)blockIdx.y * W * m;
     const float* Tb = T + (size_t)blockIdx.y * W * W;
 
-    const int chunks = (m + kChunkRows - 1) / kChunkRows, copies = 2 * chunks;
-    // Copy k: chunk k into stage k % kStages for phase 1 (k < chunks), then the chunks again last
-    // first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
-    auto chunk_of = [&](int k) { return k < chunks ? k : copies - 1 - k; };
+    // This CTA's chunks: first .. first + chunks - 1 (none where S exceeds the tile's chunks).
+    const int all_chunks = (m + kChunkRows - 1) / kChunkRows, per_rank = (all_chunks + S - 1) / S;
+    const int first = min(rank * per_rank, all_chunks), chunks = min(all_chunks - first, per_rank);
+    const int copies = 2 * chunks;
+    // Copy k: chunk first + k into stage k % kStages for phase 1 (k < chunks), then the chunks again
+    // last first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
+    auto chunk_of = [&](int k) { return first + (k < chunks ? k : copies - 1 - k); };
     auto issue = [&](int k) {
         if (k < copies) {
             const int r0 = chunk_of(k) * kChunkRows;
@@ -1212,6 +1252,13 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
         }
         popkit::commit_async_group();               // empty past the end: the group count stays regular
     };
+    // Copy k has landed (everyone's part) and stage (k - 1) % kStages is free for copy k + kStages - 1.
+    auto next_chunk = [&](int k) -> const Chunk<W>& {
+        popkit::wait_async_groups<kStages - 2>();
+        __syncthreads();
+        issue(k + kStages - 1);
+        return s.chunk[k % kStages];
+    };
 #pragma unroll
     for (int k = 0; k < kStages - 1; ++k) issue(k);
     for (int idx = threadIdx.x; idx < W * W; idx += kUpdateThreads) {
@@ -1220,32 +1267,63 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
     }
 
     float acc[W / 16][2][4] = {};
-    for (int k = 0; k < copies; ++k) {
-        popkit::wait_async_groups<kStages - 2>();   // copy k has landed (this thread's part)
-        __syncthreads();                            // everyone's part; stage (k - 1) % kStages is free
-        issue(k + kStages - 1);
-        const Chunk<W>& ch = s.chunk[k % kStages];
-        if (k < chunks) {
-            accumulate_w0<W>(acc, ch, warp, g, t);
-            continue;
-        }
-        if (k == chunks) {
-            form_w<W>(s, acc, warp, g, t);
-            __syncthreads();
-        }
+    int k = 0;
+    for (; k < chunks; ++k) accumulate_w0<W>(acc, next_chunk(k), warp, g, t);
+    if constexpr (S > 1) sum_w0_over_cluster<W, S>(s, acc, warp, g, t);
+    form_w<W>(s, acc, warp, g, t);                  // s.t was written before the first next_chunk's barrier
+    for (; k < copies; ++k) {
+        const Chunk<W>& ch = next_chunk(k);         // its barrier also publishes s.wh and s.wl
         subtract_vw<W, kVec>(s, ch, C, ldc, m, nc, chunk_of(k) * kChunkRows, j0, warp >> 1, warp & 1, g, t);
     }
 }
 
 template <int W, int kVec>
-int launch_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc) {
+__global__ void __launch_bounds__(kUpdateThreads, 3)
+qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
+                 const float* __restrict__ T, int m, int nc) {
+    update_tile<W, kVec, 1>(Cs, ldc, stride, Vt, T, m, nc, blockIdx.x, 0);
+}
+
+template <int W, int kVec, int S>
+__global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(kUpdateThreads, 3)
+qr_update_split_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
+                       const float* __restrict__ T, int m, int nc) {
+    update_tile<W, kVec, S>(Cs, ldc, stride, Vt, T, m, nc, blockIdx.x / S, blockIdx.x % S);
+}
+
+// CTAs a tile: the fewest of 1, 2, 4, 8 that bring the launch to target_ctas, keeping >= 4 chunks a CTA.
+int row_split(int tiles, int chunks, int target_ctas) {
+    int split = 1;
+    while (split < 8 && tiles * split < target_ctas && chunks >= 8 * split) split *= 2;
+    return split;
+}
+
+template <int W, int kVec, int S>
+cudaError_t launch_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc) {
     static int granted = 0;
     const int bytes = update_smem_bytes<W>();
-    cudaError_t err = popkit::allow_dynamic_smem(qr_update_kernel<W, kVec>, bytes, granted);
-    if (err != cudaSuccess) return (int)err;
-    const dim3 grid((nc + kTileCols - 1) / kTileCols, batch);
-    qr_update_kernel<W, kVec><<<grid, kUpdateThreads, bytes>>>(C, ldc, stride, Vt, T, m, nc);
-    return (int)cudaGetLastError();
+    const dim3 grid((nc + kTileCols - 1) / kTileCols * S, batch);
+    if constexpr (S == 1) {
+        cudaError_t err = popkit::allow_dynamic_smem(qr_update_kernel<W, kVec>, bytes, granted);
+        if (err != cudaSuccess) return err;
+        qr_update_kernel<W, kVec><<<grid, kUpdateThreads, bytes>>>(C, ldc, stride, Vt, T, m, nc);
+    } else {
+        cudaError_t err = popkit::allow_dynamic_smem(qr_update_split_kernel<W, kVec, S>, bytes, granted);
+        if (err != cudaSuccess) return err;
+        qr_update_split_kernel<W, kVec, S><<<grid, kUpdateThreads, bytes>>>(C, ldc, stride, Vt, T, m, nc);
+    }
+    return cudaGetLastError();
+}
+
+template <int W, int kVec>
+int launch_update(int split, float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m,
+                  int nc) {
+    switch (split) {
+        case 2: return (int)launch_update<W, kVec, 2>(C, ldc, stride, Vt, T, batch, m, nc);
+        case 4: return (int)launch_update<W, kVec, 4>(C, ldc, stride, Vt, T, batch, m, nc);
+        case 8: return (int)launch_update<W, kVec, 8>(C, ldc, stride, Vt, T, batch, m, nc);
+        default: return (int)launch_update<W, kVec, 1>(C, ldc, stride, Vt, T, batch, m, nc);
+    }
 }
 
 bool aligned16(const void* p) { return ((size_t)p & 15) == 0; }
@@ -1254,15 +1332,18 @@ bool aligned16(const void* p) { return ((size_t)p & 15) == 0; }
 
 // Q_panel^T applied to C (m x nc: row r, column j of matrix b at C[b stride + r ldc + j]) for every
 // matrix, with Vt (batch x w x m) and T (batch x w x w) as qr_panel wrote them; w = 16 or 32 (else
-// cudaErrorInvalidValue).
+// cudaErrorInvalidValue). target_ctas: split the rows of a tile over 2, 4 or 8 CTAs while the launch
+// has fewer CTAs than this (0 or 1: never).
 POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
-                            int w) {
+                            int w, int target_ctas) {
     if (batch < 1 || m < 1 || nc < 1 || ldc < nc) return (int)cudaErrorInvalidValue;
     const bool vec = aligned16(C) && aligned16(Vt) && ldc % 4 == 0 && stride % 4 == 0 && m % 4 == 0;
-    if (w == 32) return vec ? launch_update<32, 4>(C, ldc, stride, Vt, T, batch, m, nc)
-                            : launch_update<32, 1>(C, ldc, stride, Vt, T, batch, m, nc);
-    if (w == 16) return vec ? launch_update<16, 4>(C, ldc, stride, Vt, T, batch, m, nc)
-                            : launch_update<16, 1>(C, ldc, stride, Vt, T, batch, m, nc);
+    const int tiles = batch * ((nc + kTileCols - 1) / kTileCols), chunks = (m + kChunkRows - 1) / kChunkRows;
+    const int split = row_split(tiles, chunks, target_ctas);
+    if (w == 32) return vec ? launch_update<32, 4>(split, C, ldc, stride, Vt, T, batch, m, nc)
+                            : launch_update<32, 1>(split, C, ldc, stride, Vt, T, batch, m, nc);
+    if (w == 16) return vec ? launch_update<16, 4>(split, C, ldc, stride, Vt, T, batch, m, nc)
+                            : launch_update<16, 1>(split, C, ldc, stride, Vt, T, batch, m, nc);
     return (int)cudaErrorInvalidValue;
 }
 ''',
@@ -1279,14 +1360,15 @@ POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster);
 POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
                            int max_threads, int cluster, int columns_max_rows);
 POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
-                            int w);
+                            int w, int target_ctas);
 
 // H: the batch's matrices (batch x n x n, a copy of A), factored in place; tau: batch x n; panels on
 // `cluster` CTAs of at most max_threads threads (on one CTA, up to columns_max_rows rows by the
-// lane-per-column kernel). n^2 < 2^31. A panel width qr_update lacks (8: past
+// lane-per-column kernel); updates split a tile's rows over several CTAs while they launch fewer than
+// update_ctas CTAs (qr_update's target_ctas). n^2 < 2^31. A panel width qr_update lacks (8: past
 // m = 2048 rows on one CTA of 512 threads) is cudaErrorInvalidValue, before anything runs.
 POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batch, int n, int max_threads,
-                             int cluster, int columns_max_rows) {
+                             int cluster, int columns_max_rows, int update_ctas) {
     if (batch < 1 || n < 1 || (long long)n * n >= (1LL << 31)) return (int)cudaErrorInvalidValue;
     for (int k0 = 0; k0 < n;) {                  // every width first: no half-factored batch on a refusal
         const int m = n - k0, width = qr_panel_width(m, max_threads, cluster);
@@ -1297,7 +1379,7 @@ POPKIT_EXPORT int qr_blocked(float* H, float* tau, float* Vt, float* T, int batc
         const int m = n - k0, w = min(qr_panel_width(m, max_threads, cluster), m);
         int err = qr_panel(H, tau, Vt, T, batch, n, k0, w, max_threads, cluster, columns_max_rows);
         if (err == 0 && k0 + w < n)
-            err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w);
+            err = qr_update(H + (size_t)k0 * n + k0 + w, n, n * n, Vt, T, batch, m, n - k0 - w, w, update_ctas);
         if (err != 0) return err;
         k0 += w;
     }
@@ -1755,13 +1837,20 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
 
 
 UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled for
+# householder_update.cu splits a tile's rows over a cluster of 2, 4 or 8 CTAs while a launch has fewer
+# CTAs than this (0: never): a small batch of tall matrices (2x4096: 128 CTAs on the first update, three
+# slots an SM on 132 SMs) otherwise leaves most SMs idle. H200, sweep_route at 9fbbaf1 (logs/device/
+# 20261201T1940Z-*), against never: 264 (two CTAs an SM) 2x4096 1.08x, 8x2048 1.03x, 60x1024 1.00x;
+# 396 1.02x / 1.00x / 0.99x; 792 and up slower (8x2048 0.84x): the split halves each CTA's rows, but
+# the W0 sums through distributed shared memory and the cluster scheduling eat most of the gain.
+UPDATE_TARGET_CTAS = 264
 
 
 def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
     """householder_update.cu on C = H[:, k0:, k0 + w:] in place (model.apply_block_reflector's signature)."""
     b, w, m = Vt.shape
     if w in UPDATE_WIDTHS:
-        CUDA.call("qr_update", C, C.stride(1), C.stride(0), Vt, T, b, m, C.shape[2], w)
+        CUDA.call("qr_update", C, C.stride(1), C.stride(0), Vt, T, b, m, C.shape[2], w, UPDATE_TARGET_CTAS)
     else:
         apply_block_reflector(Vt, T, C)
 
@@ -1774,7 +1863,8 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n),
+              UPDATE_TARGET_CTAS)
     return H, tau
 
 
