@@ -61,6 +61,9 @@ class BuildResult:
 
 def read_part(rel: str) -> Part:
     path = PARTS / rel
+    if BANNED.search(rel.encode()):
+        raise PopkitError(f"{path}: the part's name holds the banned word 'stream' (any case), and the built file "
+                          "names every part")
     try:
         data = path.read_bytes()
     except OSError as exc:

@@ -280,6 +280,19 @@ def test_a_title_the_built_files_docstring_cannot_hold_is_named(parts_copy, tmp_
     assert not (tmp_path / "out.py").exists()
 
 
+def test_a_part_whose_name_holds_the_banned_word_is_named(parts_copy, tmp_path):
+    # The built file's header names every part: a part 'eigh/upstream_model.py' failed as "eigh.py:8: contains
+    # the banned word", a line of the built file, not the part.
+    parts, _ = parts_copy
+    (parts / "eigh" / "model.py").rename(parts / "eigh" / "upstream_model.py")
+    manifest = parts / "eigh" / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("eigh/model.py", "eigh/upstream_model.py"))
+    with pytest.raises(PopkitError) as info:
+        build.build("eigh", tmp_path / "out.py")
+    assert str(info.value) == (f"{parts / 'eigh' / 'upstream_model.py'}: the part's name holds the banned word "
+                               "'stream' (any case), and the built file names every part")
+
+
 def test_triple_quote_in_cuda_part_is_rejected(parts_copy, tmp_path):
     parts, _ = parts_copy
     part = parts / "eigh" / "jacobi_small.cu"
