@@ -670,6 +670,17 @@ def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_t
         namespace["custom_kernel"]([1])
 
 
+def test_robust_for_a_harness_problem_is_refused_before_any_build(toy, tmp_path, monkeypatch):
+    # It was refused only once the parts had been built to a temporary file (a 'note: ... built parts/addone to'
+    # line first), unlike every other wrong option.
+    added(toy)
+    monkeypatch.setattr(build, "build", lambda *args: pytest.fail("the parts were built"))
+    result = CliRunner().invoke(main, ["check", "addone", "--robust", "--device", "cpu",
+                                       "--log", str(tmp_path / "perf.jsonl")])
+    assert (result.exit_code, result.output) == (1, "error: --robust needs a native checker "
+                                                    "(checks/native/addone.py); addone is a harness problem\n")
+
+
 def test_bench_baseline_and_diff_reference_without_ref_kernel_are_refused_before_anything_runs(toy, tmp_path,
                                                                                                   monkeypatch):
     # A reference.py without ref_kernel (problem add scaffolds a stub route for it): bench --baseline ran the
