@@ -13,7 +13,6 @@ problem and leaderboard checks.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -106,9 +105,8 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
     try:
         with deferred_interrupt():
             write_atomic(target, code)
-            with open(root / "history.jsonl", "a") as history:
-                history.write(json.dumps({"time": logs.utc_now(), "problem": problem, "sha256": sha,
-                                          "evidence": used, "forced": force}) + "\n")
+            logs.append_record({"time": logs.utc_now(), "problem": problem, "sha256": sha, "evidence": used,
+                                "forced": force}, root / "history.jsonl")
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: promote {problem} had finished; {target} is the incumbent") from None
     return target

@@ -219,6 +219,16 @@ def test_force_skips_the_evidence(candidate, root, log):
     assert history(root)[-1]["forced"] is True and history(root)[-1]["evidence"] == {}
 
 
+def test_a_history_whose_last_line_has_no_end_keeps_both_lines(candidate, root, log):
+    # The history line was appended as it was: after a last line without its newline (a hand edit, a write cut
+    # short) the two became one line that is not JSON.
+    root.mkdir()
+    (root / "history.jsonl").write_text('{"time": "2026-12-01T00:00:00Z", "note": "by hand"}')
+    promote("qr_v2", candidate, root, log, force=True)
+    assert [entry.get("note", entry.get("sha256")) for entry in history(root)] == ["by hand",
+                                                                                   logs.file_sha256(candidate)]
+
+
 def test_the_incumbent_itself_is_refused_in_one_line(candidate, root, log, tmp_path):
     # --force archived it and ended in shutil's SameFileError; without, it asked for a GPU diff of the file
     # against itself.
