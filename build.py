@@ -300,6 +300,10 @@ def build(problem: str, output: Path | str = ROOT / "submission.py") -> BuildRes
     refused = None if discard else name_error(Path(output).name, python=True)
     if refused:
         raise PopkitError(f"{refused}; nothing built")
+    target = Path(output).resolve()
+    for sources in (PARTS, TEMPLATES):      # a built file written there replaced a part (or the template)
+        if target.is_relative_to(sources.resolve()):
+            raise PopkitError(f"-o {output}: inside {sources}, where the sources the builder reads live; nothing built")
     result = render(problem)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))
