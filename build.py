@@ -61,6 +61,9 @@ class BuildResult:
 
 def read_part(rel: str) -> Part:
     path = PARTS / rel
+    if BANNED.search(rel.encode()):
+        raise PopkitError(f"{path}: the part's name holds the banned word 'stream' (any case), and the built file "
+                          "names every part")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -98,6 +101,9 @@ def load_manifest(problem: str) -> dict:
             raise PopkitError(f"{path}: missing key {key!r}")
     if manifest["problem"] != problem:
         raise PopkitError(f"{path}: problem: {manifest['problem']!r} does not match its folder {problem!r}")
+    why = _title_error(manifest["title"])
+    if why:
+        raise PopkitError(f"{path}: {why}: the built file's docstring holds it")
     for key in ("cuda", "python", "run_folder_imports", "packages"):
         manifest[key] = _string_list(manifest.get(key), key, path)
     if not manifest["python"]:
@@ -108,6 +114,21 @@ def load_manifest(problem: str) -> dict:
                 raise PopkitError(f"{path}: {key}: {name!r} is not a module name (a top-level one: reference, "
                                   "not reference.py; triton, not triton.language)")
     return manifest
+
+
+def _title_error(title) -> str | None:
+    """Why TITLE cannot stand in the built file's docstring (None when it can)."""
+    if title is None or title == "":
+        return "title is empty"
+    if not isinstance(title, str):
+        return "title is not text"
+    if "\n" in title or "\r" in title:
+        return "title is not one line"
+    if '"""' in title or "\\" in title:
+        return 'title holds """ or a backslash'
+    if BANNED.search(title.encode()):
+        return "title holds the banned word 'stream' (any case)"
+    return None
 
 
 def _string_list(value, key: str, path: Path) -> list[str]:
@@ -279,6 +300,10 @@ def build(problem: str, output: Path | str = ROOT / "submission.py") -> BuildRes
     refused = None if discard else name_error(Path(output).name, python=True)
     if refused:
         raise PopkitError(f"{refused}; nothing built")
+    target = Path(output).resolve()
+    for sources in (PARTS, TEMPLATES):      # a built file written there replaced a part (or the template)
+        if target.is_relative_to(sources.resolve()):
+            raise PopkitError(f"-o {output}: inside {sources}, where the sources the builder reads live; nothing built")
     result = render(problem)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))

@@ -12,6 +12,7 @@ and a failure after the first write (or Ctrl-C) removes what this call created a
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,6 +20,7 @@ from pathlib import Path
 import yaml
 
 from checks import packages, problems, task_folder
+from checks.preflight import BANNED
 from popcorn.errors import Interrupted, ProblemError
 from popcorn.evidence.files import write_atomic
 
@@ -56,7 +58,7 @@ Empty until the first route of our own: write the model of its algorithm here.
 '''
 MANIFEST_TEMPLATE = '''# What the {name} submission is built from, in order.
 problem: {name}
-title: {leaderboard} (from {source})
+title: {title}
 run_folder_imports: [{imports}]   # modules the runner places beside submission.py (task.yml's files)
 packages: [{packages}]   # third-party modules the built file may import (the leaderboard's runner has them)
 cuda: []
@@ -136,7 +138,10 @@ def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[
     of it would fail the built file at import); the manifest lets the parts import IMPORTS, the modules the
     runner places, and THIRD_PARTY, its packages."""
     folder = PARTS_DIR / name
-    values = {"name": name, "leaderboard": leaderboard, "source": source, "entry_list": ", ".join(entry_points),
+    # The title goes into the built file: a folder's path holding the banned word is left out of it. Quoted, as
+    # a path may hold ': ' or ' #', which YAML reads otherwise.
+    title = leaderboard if BANNED.search(source.encode()) else f"{leaderboard} (from {source})"
+    values = {"name": name, "title": json.dumps(title, ensure_ascii=False), "entry_list": ", ".join(entry_points),
               "imports": ", ".join(imports), "packages": ", ".join(third_party)}
     route = (ROUTE_TEMPLATE.format(**values) if entry_points == [problems.ENTRY_POINT] and has_ref_kernel else
              STUB_ROUTE_TEMPLATE.format(**values) + "".join(STUB.format(entry=e, **values) for e in entry_points))
@@ -170,6 +175,9 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         hint = f" (such as {like})" if problems.NAME_PATTERN.match(like) else ""
         raise ProblemError(f"problem name {name!r}: use up to 64 lower-case letters, digits and _, starting with a "
                            f"letter{hint}")
+    if BANNED.search(name.encode()):
+        raise ProblemError(f"problem name {name!r}: it holds 'stream', which the leaderboard refuses anywhere in a "
+                           "submission, and the built file names its problem: choose another name; nothing was added")
     _refuse_shared_parts_folder(name)
     folder = task_folder.read_task_folder(source)
     record_path = problems.record_path(name)

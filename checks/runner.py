@@ -125,10 +125,8 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
     if which == "ranked_benchmarks" and not custom and len(specs) < len(prob.benchmarks):
         notes.append(f"{prob.name} is ranked by its last benchmark case only (ranking: last): the leaderboard "
                      "times that case alone, and so does this run (--case SPEC times others)")
+    _require_robust(prob, robust)
     if robust:
-        if prob.native is None:
-            raise PopkitError(f"--robust needs a native checker (checks/native/{prob.name}.py); "
-                              f"{prob.name} is a harness problem")
         specs += [normalize(prob, s) for s in prob.native.robustness_specs()]
     if backend != "official" and device == "cpu":
         small = [s for s in specs if s.get("batch", 1) * s.get("n", 1) ** 3 <= CPU_WORK_LIMIT]
@@ -144,13 +142,15 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
 
 
 def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int = 0, harness: str | None = None,
-                    rounds: int | None = None, baseline: bool = False, incumbent: str | None = None) -> None:
+                    rounds: int | None = None, baseline: bool = False, incumbent: str | None = None,
+                    robust: bool = False) -> None:
     """What can be judged of a run's options before anything is built or run (the CLI asks first): --harness,
-    --seeds, --rounds, every --case, and a folder's ref_kernel that --baseline or --incumbent (as typed) would
-    time. A wrong one ended the verb only after a build of the parts."""
+    --seeds, --rounds, --robust, every --case, and a folder's ref_kernel that --baseline or --incumbent (as typed)
+    would time. A wrong one ended the verb only after a build of the parts."""
     prob = load_problem(problem)
     backend = resolve_backend(prob, harness, mode)
     _require_seeds(seeds)
+    _require_robust(prob, robust)
     if rounds is not None:
         _require_rounds(rounds)
     specs = [checked_spec(prob, text) for text in custom]
@@ -159,6 +159,12 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
         require_reference_kernel(prob, "baseline")
     if incumbent is not None and incumbent_of(incumbent) == REFERENCE_INCUMBENT:
         require_reference_kernel(prob, "reference incumbent")
+
+
+def _require_robust(prob: Problem, robust: bool) -> None:
+    if robust and prob.native is None:
+        raise PopkitError(f"--robust needs a native checker (checks/native/{prob.name}.py); "
+                          f"{prob.name} is a harness problem")
 
 
 def _require_seeds(seeds: int) -> None:

@@ -7,13 +7,12 @@ it, so nothing earlier is lost.
 
 The evidence must be about the very file (its sha256), made on a GPU, over the
 problem's full official list: a passing diff of every benchmark case the
-leaderboard times (Problem.ranked_benchmarks) to replace an incumbent; a passing
+leaderboard times (Problem.ranked_benchmarks), against that very incumbent, to replace it; a passing
 check of every test and a passing bench of those cases for the first one. --force skips the evidence, never the
 problem and leaderboard checks.
 """
 from __future__ import annotations
 
-import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -32,10 +31,13 @@ def incumbent_path(problem: str, root: Path | None = None) -> Path:
     return (root or INCUMBENTS) / f"{problem}.py"
 
 
-def newest_evidence(records: list[dict], prob: Problem, sha: str, mode: str) -> tuple[dict | None, Counter]:
-    """The newest GPU record of MODE for this file over the full official list, and how many records
-    of this file and mode were passed over (on CPU, or on chosen cases only)."""
+def newest_evidence(records: list[dict], prob: Problem, sha: str, mode: str,
+                    incumbent: Path | None = None) -> tuple[dict | None, Counter]:
+    """The newest GPU record of MODE for this file over the full official list (a diff: against INCUMBENT, the
+    file it would replace), and how many records of this file and mode were passed over (on CPU, on chosen
+    cases only, against another incumbent)."""
     specs = getattr(prob, FULL_LIST[mode])
+    against = logs.file_sha256(incumbent) if mode == "diff" and incumbent is not None else None
     passed_over = Counter()
     for record in reversed(records):
         if (record.get("problem"), record.get("mode"), record.get("submission_sha256")) != (prob.name, mode, sha):
@@ -44,6 +46,9 @@ def newest_evidence(records: list[dict], prob: Problem, sha: str, mode: str) -> 
             passed_over["CPU run"] += 1
         elif not logs.covers(record, specs):
             passed_over["run on chosen cases only"] += 1
+        elif against is not None and record.get("incumbent_sha256") != against:
+            # A win over a slower file (--incumbent reference, an older incumbent) says nothing about this one.
+            passed_over[f"run against another incumbent than {incumbent.name} ({against[:12]})"] += 1
         else:
             return record, passed_over
     return None, passed_over
@@ -82,7 +87,7 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
         records, _ = logs.read_records(log_path)
         missing = []
         for mode in ("diff",) if target.is_file() else ("check", "bench"):
-            record, passed_over = newest_evidence(records, prob, sha, mode)
+            record, passed_over = newest_evidence(records, prob, sha, mode, target)
             if record is not None and logs.record_passed(record):
                 used[mode] = record.get("time")
             else:
@@ -100,9 +105,8 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
     try:
         with deferred_interrupt():
             write_atomic(target, code)
-            with open(root / "history.jsonl", "a") as history:
-                history.write(json.dumps({"time": logs.utc_now(), "problem": problem, "sha256": sha,
-                                          "evidence": used, "forced": force}) + "\n")
+            logs.append_record({"time": logs.utc_now(), "problem": problem, "sha256": sha, "evidence": used,
+                                "forced": force}, root / "history.jsonl")
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: promote {problem} had finished; {target} is the incumbent") from None
     return target

@@ -264,6 +264,35 @@ def test_bad_manifest_lists(parts_copy, tmp_path, old, new, message):
         build.build("eigh", tmp_path / "out.py")
 
 
+@pytest.mark.parametrize("title, why", [
+    ("", "title is empty"), ("[1, 2]", "title is not text"), ('"two\\nlines"', "title is not one line"),
+    ("'a \"\"\" b'", 'title holds """ or a backslash'), ("'ends in \\'", 'title holds """ or a backslash'),
+    ("Upstream", "title holds the banned word 'stream' (any case)"),
+], ids=["empty", "list", "two-lines", "triple-quote", "backslash", "banned-word"])
+def test_a_title_the_built_files_docstring_cannot_hold_is_named(parts_copy, tmp_path, title, why):
+    # The title goes into the built file's docstring: an empty one read "None", '"""' ended in "the built file:22:
+    # not valid Python", 'stream' in "eigh.py:7: contains the banned word", none of which named the manifest.
+    manifest = parts_copy[0] / "eigh" / "manifest.yml"
+    manifest.write_text(re.sub(r"(?m)^title:.*$", lambda _: f"title: {title}", manifest.read_text()))
+    with pytest.raises(PopkitError) as info:
+        build.build("eigh", tmp_path / "out.py")
+    assert str(info.value) == f"{manifest}: {why}: the built file's docstring holds it"
+    assert not (tmp_path / "out.py").exists()
+
+
+def test_a_part_whose_name_holds_the_banned_word_is_named(parts_copy, tmp_path):
+    # The built file's header names every part: a part 'eigh/upstream_model.py' failed as "eigh.py:8: contains
+    # the banned word", a line of the built file, not the part.
+    parts, _ = parts_copy
+    (parts / "eigh" / "model.py").rename(parts / "eigh" / "upstream_model.py")
+    manifest = parts / "eigh" / "manifest.yml"
+    manifest.write_text(manifest.read_text().replace("eigh/model.py", "eigh/upstream_model.py"))
+    with pytest.raises(PopkitError) as info:
+        build.build("eigh", tmp_path / "out.py")
+    assert str(info.value) == (f"{parts / 'eigh' / 'upstream_model.py'}: the part's name holds the banned word "
+                               "'stream' (any case), and the built file names every part")
+
+
 def test_triple_quote_in_cuda_part_is_rejected(parts_copy, tmp_path):
     parts, _ = parts_copy
     part = parts / "eigh" / "jacobi_small.cu"

@@ -136,6 +136,22 @@ def test_submit_checks_as_python_exactly_what_build_may_write():
         assert python_checked == is_python_name(name) == (name_error(name, python=True) is None)
 
 
+@pytest.mark.parametrize("where", ["parts", "templates"])
+def test_build_output_among_the_sources_is_refused(monkeypatch, tmp_path, where):
+    # -o parts/qr_v2/route.py replaced the route's source with the built file (the next build then embedded the
+    # whole built file as its route). The sources' folders are stand-ins here: a miss must not touch the real ones.
+    folder = tmp_path / where
+    monkeypatch.setattr(build, where.upper(), folder)
+    part = folder / "qr_v2" / "route.py"
+    part.parent.mkdir(parents=True)
+    part.write_text("# my route\n")
+    result = run("build", "qr_v2", "-o", part)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: -o {part}: inside {folder}, where the sources the builder reads "
+                                          "live; nothing built"]
+    assert part.read_text() == "# my route\n"
+
+
 def test_build_to_an_empty_output_name_says_so(monkeypatch, tmp_path):
     # It printed "error: : file name must end in ...".
     monkeypatch.chdir(tmp_path)

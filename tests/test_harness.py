@@ -269,6 +269,33 @@ def test_add_rejects_a_name_that_is_not_a_package_name_and_suggests_one(toy, nam
                                f"with a letter{hint}")
 
 
+def test_add_refuses_a_name_that_holds_the_banned_word_and_writes_nothing(toy, tmp_path):
+    # 'upstream' was added, and every build of its parts then failed: the scaffold's paths and the built file's
+    # header name the problem, and the leaderboard refuses 'stream' anywhere in a submission.
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("upstream", toy)
+    assert str(info.value) == ("problem name 'upstream': it holds 'stream', which the leaderboard refuses anywhere "
+                               "in a submission, and the built file names its problem: choose another name; "
+                               "nothing was added")
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
+
+
+@pytest.mark.parametrize("where", ["my_Stream_copies", "copies: #1"])
+def test_a_folder_anywhere_gets_a_manifest_that_builds(toy, tmp_path, monkeypatch, where):
+    # The scaffold's title named the folder's path, unquoted, and it went into the built file: under a folder
+    # 'copies: #1' the manifest was not YAML, and under 'my_Stream_copies' every build failed on 'stream' in a
+    # line of the built file that no part holds.
+    away = tmp_path / where / "addone_py"
+    shutil.copytree(toy, away)
+    shutil.copy(toy.parent / "eval.py", away.parent / "eval.py")
+    problem_add.add_problem("addone", away, leaderboard="addone_v1")
+    title = yaml.safe_load((tmp_path / "parts" / "addone" / "manifest.yml").read_text())["title"]
+    assert title == ("addone_v1" if "Stream" in where else f"addone_v1 (from {away})")
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    assert build.build("addone", tmp_path / "s.py").preflight.ok
+
+
 @pytest.mark.parametrize("board", ["Bad Board", "AddOne_v1", ""])
 def test_add_rejects_a_leaderboard_no_submission_could_name_and_writes_nothing(toy, tmp_path, board):
     # 'Bad Board' was recorded, and every build then failed ("directive says leaderboard 'Bad', expected
@@ -641,6 +668,17 @@ def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_t
     exec(compile(scaffolded.text, "scaffolded.py", "exec"), namespace)      # imports nothing of the folder's
     with pytest.raises(NotImplementedError, match="custom_kernel is not written yet: parts/addone/route.py"):
         namespace["custom_kernel"]([1])
+
+
+def test_robust_for_a_harness_problem_is_refused_before_any_build(toy, tmp_path, monkeypatch):
+    # It was refused only once the parts had been built to a temporary file (a 'note: ... built parts/addone to'
+    # line first), unlike every other wrong option.
+    added(toy)
+    monkeypatch.setattr(build, "build", lambda *args: pytest.fail("the parts were built"))
+    result = CliRunner().invoke(main, ["check", "addone", "--robust", "--device", "cpu",
+                                       "--log", str(tmp_path / "perf.jsonl")])
+    assert (result.exit_code, result.output) == (1, "error: --robust needs a native checker "
+                                                    "(checks/native/addone.py); addone is a harness problem\n")
 
 
 def test_bench_baseline_and_diff_reference_without_ref_kernel_are_refused_before_anything_runs(toy, tmp_path,

@@ -247,6 +247,25 @@ def test_output_file_gets_the_printed_result(httpserver, home, tmp_path):
     assert (tmp_path / "result.txt").read_text().strip() == result.stdout.strip()
 
 
+@pytest.mark.parametrize("verb, output", [(("submit", "submission.py"), "submission.py"),
+                                          (("submit", "submission.py"), "logs/performance.jsonl"),
+                                          (("submissions", "wait", "7"), "route.cu")])
+def test_an_output_that_is_a_source_or_a_log_is_refused_before_any_request(httpserver, home, tmp_path, verb, output):
+    # -o submission.py replaced the submitted file with the result's table once the run ended (and -o on the
+    # evidence log replaced the log): refused in one line before the upload, each file as it was.
+    target = tmp_path / output
+    target.parent.mkdir(exist_ok=True)
+    if not target.exists():
+        target.write_text("keep me\n")
+    before = target.read_bytes()
+    result = popkit(*verb, "-o", output, "--poll-interval", 0)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == (f"error: -o {output}: the result is a text table, and a {target.suffix} file "
+                                     "is a source or an evidence log that it would replace: name a text file "
+                                     "(-o result.txt); nothing was sent")
+    assert target.read_bytes() == before and httpserver.log == []
+
+
 def test_the_output_file_is_utf8_under_any_locale(httpserver, home, tmp_path):
     # -o wrote in the locale's encoding: under an ASCII locale a non-ASCII error text from the server ended in a
     # UnicodeEncodeError traceback, after the result was printed.

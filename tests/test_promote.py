@@ -48,12 +48,17 @@ def log(tmp_path):
     return path
 
 
-def evidence(log, path, mode, specs=None, device="cuda", gpu="NVIDIA H200", passed=True, time=None, problem="qr_v2"):
-    """Append one record of MODE for the file at PATH (the full official list unless SPECS)."""
+def evidence(log, path, mode, specs=None, device="cuda", gpu="NVIDIA H200", passed=True, time=None, problem="qr_v2",
+             against=None):
+    """Append one record of MODE for the file at PATH (the full official list unless SPECS); a diff's incumbent
+    is the file at AGAINST."""
     specs = specs if specs is not None else (QR.tests if mode == "check" else QR.benchmarks)
     cases = [{"spec": s, "status": "pass" if passed else "fail"} for s in specs]
+    extra = {"time": time} if time else {}
+    if against is not None:
+        extra["incumbent_sha256"] = logs.file_sha256(against)
     record = logs.new_record(problem, mode, submission_sha256=logs.file_sha256(path), gpu=gpu, device=device,
-                             cases=cases, passed=passed, **({"time": time} if time else {}))
+                             cases=cases, passed=passed, **extra)
     logs.append_record(record, log)
     return record
 
@@ -159,8 +164,8 @@ def test_replacing_needs_a_full_gpu_diff(candidate, root, log):
     target = with_incumbent(root)
     evidence(log, candidate, "check")
     evidence(log, candidate, "bench")
-    evidence(log, candidate, "diff", device="cpu", gpu="cpu")
-    evidence(log, candidate, "diff", specs=QR.benchmarks[:1])
+    evidence(log, candidate, "diff", device="cpu", gpu="cpu", against=target)
+    evidence(log, candidate, "diff", specs=QR.benchmarks[:1], against=target)
     with pytest.raises(PopkitError) as info:
         promote("qr_v2", candidate, root, log)
     assert str(info.value) == (
@@ -169,7 +174,7 @@ def test_replacing_needs_a_full_gpu_diff(candidate, root, log):
         f"`popkit diff qr_v2 --submission {candidate}` on a GPU (or pass --force)")
     assert target.read_text().endswith("# the incumbent\n")
 
-    diff = evidence(log, candidate, "diff", time="2026-12-02T00:00:00Z")
+    diff = evidence(log, candidate, "diff", time="2026-12-02T00:00:00Z", against=target)
     promote("qr_v2", candidate, root, log)
     assert target.read_bytes() == candidate.read_bytes()
     assert history(root)[-1]["evidence"] == {"diff": diff["time"]}
@@ -179,13 +184,32 @@ def test_replacing_needs_a_full_gpu_diff(candidate, root, log):
 
 def test_the_newest_full_gpu_diff_decides(candidate, root, log):
     target = with_incumbent(root)
-    evidence(log, candidate, "diff", time="2026-12-01T00:00:00Z")
-    evidence(log, candidate, "diff", passed=False, time="2026-12-02T00:00:00Z")
-    evidence(log, candidate, "diff", specs=QR.benchmarks[:2], time="2026-12-03T00:00:00Z")   # partial: ignored
+    evidence(log, candidate, "diff", time="2026-12-01T00:00:00Z", against=target)
+    evidence(log, candidate, "diff", passed=False, time="2026-12-02T00:00:00Z", against=target)
+    evidence(log, candidate, "diff", specs=QR.benchmarks[:2], time="2026-12-03T00:00:00Z", against=target)   # partial
     with pytest.raises(PopkitError, match=r"the newest GPU diff of this file over all 12 benchmark cases failed "
                                           r"\(2026-12-02T00:00:00Z\)"):
         promote("qr_v2", candidate, root, log)
     assert target.read_text().endswith("# the incumbent\n")
+
+
+def test_a_diff_against_another_incumbent_does_not_count(candidate, root, log, tmp_path):
+    # A passing diff against a slow file (--incumbent slow.py, or the folder's reference) said nothing about the
+    # incumbent it would replace, yet it was taken as the evidence to replace it.
+    target = with_incumbent(root)
+    slow = tmp_path / "slow.py"
+    slow.write_text(CANDIDATE + "# slow\n")
+    evidence(log, candidate, "diff", against=slow)
+    with pytest.raises(PopkitError) as info:
+        promote("qr_v2", candidate, root, log)
+    assert (f"no GPU diff of this file over all 12 benchmark cases (ignored: 1 run against another incumbent than "
+            f"{target.name} ({logs.file_sha256(target)[:12]})): run `popkit diff qr_v2 --submission {candidate}` "
+            "on a GPU") in str(info.value)
+    assert target.read_text().endswith("# the incumbent\n")
+
+    diff = evidence(log, candidate, "diff", time="2026-12-02T00:00:00Z", against=target)
+    promote("qr_v2", candidate, root, log)
+    assert history(root)[-1]["evidence"] == {"diff": diff["time"]}
 
 
 def test_force_skips_the_evidence(candidate, root, log):
@@ -193,6 +217,16 @@ def test_force_skips_the_evidence(candidate, root, log):
     promote("qr_v2", candidate, root, log, force=True)
     assert (root / "qr_v2.py").read_bytes() == candidate.read_bytes()
     assert history(root)[-1]["forced"] is True and history(root)[-1]["evidence"] == {}
+
+
+def test_a_history_whose_last_line_has_no_end_keeps_both_lines(candidate, root, log):
+    # The history line was appended as it was: after a last line without its newline (a hand edit, a write cut
+    # short) the two became one line that is not JSON.
+    root.mkdir()
+    (root / "history.jsonl").write_text('{"time": "2026-12-01T00:00:00Z", "note": "by hand"}')
+    promote("qr_v2", candidate, root, log, force=True)
+    assert [entry.get("note", entry.get("sha256")) for entry in history(root)] == ["by hand",
+                                                                                   logs.file_sha256(candidate)]
 
 
 def test_the_incumbent_itself_is_refused_in_one_line(candidate, root, log, tmp_path):

@@ -80,6 +80,12 @@ def test_a_run_is_the_same_only_with_the_same_time_problem_mode_and_file(tmp_pat
     (json.dumps({k: v for k, v in record("2026-12-01T10:00:00Z").items() if k not in ("gpu", "cases")}),
      "missing gpu, cases"),
     (json.dumps(record("yesterday")), "time 'yesterday' is not an ISO 8601 UTC time"),
+    # Each read as a time, but the log is kept in the order of its times' text, where these fall out of place:
+    # '20261201T...' after every '2026-12-...', '... 10:00:00Z' before '...T09:00:00Z', '...00.5Z' before '...00Z'.
+    (json.dumps(record("20261201T100000Z")), "time '20261201T100000Z' is not an ISO 8601 UTC time in popkit's form "
+                                              "(2026-12-01T10:00:00Z, which sorts as text)"),
+    (json.dumps(record("2026-12-01 10:00:00Z")), "time '2026-12-01 10:00:00Z' is not an ISO 8601 UTC time in"),
+    (json.dumps(record("2026-12-01T10:00:00.5Z")), "time '2026-12-01T10:00:00.5Z' is not an ISO 8601 UTC time in"),
     (json.dumps({**record("2026-12-01T10:00:00Z"), "mode": "timing"}), "mode 'timing' is not one of"),
     (json.dumps(record("2026-12-01T10:00:00Z", sha="xyz")), "submission_sha256 is not a sha256"),
     (json.dumps({**record("2026-12-01T10:00:00Z"), "geomean_us": "fast"}), "geomean_us is not a number"),

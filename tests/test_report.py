@@ -266,6 +266,21 @@ def test_partial_records_are_tolerated(tmp_path):
     assert report.evidence.notes == [f"{log}:6: not a JSON object"]
 
 
+def test_a_problem_name_with_a_path_in_it_keeps_its_charts_in_the_report(tmp_path):
+    # The chart's file was named after the record's problem: 'a/b' ended the whole report in 'No such file or
+    # directory', and '../x' wrote x-cases.png beside the report's folder.
+    log = tmp_path / "logs" / "performance.jsonl"
+    log.parent.mkdir()
+    records = [{**_bench("2026-12-01T10:00:00Z", 1.0), "problem": name} for name in ("a/b", "../x")]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = build_report(log, tmp_path / "out", all_cases=True)
+    assert [ev.name for ev in report.evidence.problems] == ["../x", "a/b"]
+    assert report.charts["../x"]["cases"] == ".._x-cases.png" and report.charts["a/b"]["cases"] == "a_b-cases.png"
+    written = sorted(chart for charts in report.charts.values() for chart in charts.values()) + ["index.html"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == written
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs", "out"]
+
+
 def test_records_with_fields_of_another_kind_are_tolerated(tmp_path):
     # A diff whose commit or sha256 was a number (or an object) crashed the page's template ('int' object is
     # not subscriptable), and changed_parts given as one string was listed letter by letter.

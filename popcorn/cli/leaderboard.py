@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from checks.preflight import leading_directives, preflight_file
+from checks.preflight import SUFFIXES, leading_directives, preflight_file
 from popcorn.cli.failures import fail_cleanly
 from popcorn.client import api, results
 from popcorn.errors import Interrupted, PopkitError
@@ -25,7 +25,7 @@ RUNNER_HEARTBEAT_S = 15.0  # how often the server's worker marks a running job a
 MISSED_HEARTBEATS = 4  # a running job whose heartbeat stands still this many periods gets a warning
 
 _output_option = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
-                              help="Also write the printed result to this file.")
+                              help="Also write the printed result to this text file (not a source or a .jsonl log).")
 _poll_option = click.option("--poll-interval", type=click.FloatRange(min=0), default=POLL_S, hidden=True)
 
 
@@ -78,6 +78,7 @@ def _add_submit(main, fail_cleanly):
 
         Exits 0 only when every requested run passed.
         """
+        require_result_file(output)
         leaderboard, gpu = preflight_target(file, leaderboard, gpu)
         client = connect()
         if mode == "profile":
@@ -120,6 +121,7 @@ def _add_submissions(main, fail_cleanly):
     @fail_cleanly
     def wait(submission_id, output, poll_interval):
         """Follow a submission to its end (after Ctrl-C or a lost connection), then log it."""
+        require_result_file(output)
         if not follow(connect(), submission_id, None, poll_interval, output):
             sys.exit(1)
 
@@ -240,6 +242,14 @@ def confirm_pending_id() -> str:
                           "`popkit register` printed; your current id stays in use")
     api.save_cli_id(str(pending), path)
     return f"the new cli_id is confirmed and now in use ({path})"
+
+
+def require_result_file(output: Path | None) -> None:
+    """-o names the text file for the printed result: a source file (the submission itself, say) or an evidence
+    log there would be replaced by it once the run ends, so such a name is refused before anything is sent."""
+    if output is not None and output.suffix.lower() in SUFFIXES + (".jsonl",):
+        raise PopkitError(f"-o {output}: the result is a text table, and a {output.suffix} file is a source or an "
+                          "evidence log that it would replace: name a text file (-o result.txt); nothing was sent")
 
 
 def preflight_target(file: Path, leaderboard: str | None, gpu: str | None) -> tuple[str, str]:

@@ -87,8 +87,9 @@ def _warn_if_older_than_parts(problem: str) -> None:
 
 def _run_logged(mode: str, problem: str, submission: Path | None, cases, device: str | None, log_path: Path,
                 run, show=lambda outcome: None, seeds: int = 0, harness: str | None = None,
-                rounds: int | None = None, baseline: bool = False, incumbent: str | None = None) -> None:
-    """check, bench and diff: judge --log, --device, --case, --seeds, --rounds, --harness, --baseline and
+                rounds: int | None = None, baseline: bool = False, incumbent: str | None = None,
+                robust: bool = False) -> None:
+    """check, bench and diff: judge --log, --device, --case, --seeds, --rounds, --robust, --harness, --baseline and
     --incumbent before any build (a wrong one ends the verb at once: a GPU that is not there, the CPU for a harness
     problem, a reference without ref_kernel), then RUN(the file to run) under Ctrl-C's guard, show its outcome (and
     SHOW's lines) and exit with its code."""
@@ -97,7 +98,7 @@ def _run_logged(mode: str, problem: str, submission: Path | None, cases, device:
     logs.require_appendable(log_path)
     prob = load_problem(problem)
     runner.require_device_for(prob, runner.resolve_device(device), runner.resolve_backend(prob, harness, mode))
-    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent)
+    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent, robust)
     done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
     with runner.interruptible(mode, problem, log_path, done):
         done.append(run(_submission_for(problem, submission)))
@@ -190,7 +191,7 @@ def register(main):
         _run_logged("check", problem, submission, cases, device, log_path,
                     lambda file: runner.check(problem, file, list(cases), seeds, device, _progress, log_path,
                                               harness, robust),
-                    seeds=seeds, harness=harness)
+                    seeds=seeds, harness=harness, robust=robust)
 
     @main.command("bench")
     @click.argument("problem")

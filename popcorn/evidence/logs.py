@@ -29,6 +29,7 @@ MODES = ("check", "bench", "diff", "leaderboard")
 CONTRACT = ("time", "problem", "mode", "commit", "submission_sha256", "gpu", "torch", "cuda", "compile_s",
             "cases", "geomean_us", "baseline_geomean_us", "baseline")
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
+TIME_FORM = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z")      # utc_now's
 
 
 def utc_now() -> str:
@@ -265,7 +266,8 @@ def record_problem(record) -> str | None:
     if missing:
         return f"missing {', '.join(missing)}"
     if not isinstance(record["time"], str) or _parse_time(record["time"]) is None:
-        return f"time {record['time']!r} is not an ISO 8601 UTC time"
+        return (f"time {record['time']!r} is not an ISO 8601 UTC time in popkit's form (2026-12-01T10:00:00Z, "
+                "which sorts as text)")
     if not isinstance(record["problem"], str) or not record["problem"]:
         return "problem is not a name"
     if record["mode"] not in MODES:
@@ -291,7 +293,9 @@ def record_problem(record) -> str | None:
 
 
 def _parse_time(text: str) -> _dt.datetime | None:
-    if not text.endswith("Z"):
+    """The time of a record's TEXT in utc_now's form only: the log is kept in the order of its times' text, and
+    other forms that fromisoformat reads ('20261201T100000Z', a space for the T, fractions) sort out of place."""
+    if not TIME_FORM.fullmatch(text):
         return None
     try:
         return _dt.datetime.fromisoformat(text[:-1] + "+00:00")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import stat
 import tempfile
@@ -26,6 +27,7 @@ DEFAULT_OUT = ROOT / "report"
 
 
 PAGE = "index.html"
+UNSAFE_IN_FILE_NAME = re.compile(r"[^A-Za-z0-9_.-]")
 
 
 @dataclass
@@ -122,7 +124,8 @@ def _draw_charts(evidence: Evidence, folder: Path) -> tuple[dict, dict]:
         for section, chart in _chart_makers(ev).items():
             if section in notes[ev.name]:
                 continue
-            name = f"{ev.name}-{section}.png"
+            # The problem comes from the log: a '/' in it named a file in another folder (or none).
+            name = f"{UNSAFE_IN_FILE_NAME.sub('_', ev.name)}-{section}.png"
             try:
                 chart(folder / name)
             except OSError:           # the disk, not the log: the whole report fails, and nothing is kept
