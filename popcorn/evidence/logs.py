@@ -96,13 +96,21 @@ def new_record(problem: str, mode: str, **fields) -> dict:
     return record
 
 
-def ran_on_gpu(record: dict) -> bool:
-    """Whether a record is GPU evidence: its torch device when it names one, else its gpu field
-    (a leaderboard record has only the server's GPU name)."""
+def where_ran(record: dict) -> str | None:
+    """'gpu' or 'cpu': its torch device when it names one ('cuda...' a GPU, any other a CPU), else its gpu field
+    (a leaderboard record has only the server's GPU name; 'cpu' a CPU); None when neither names one (no device,
+    and a gpu that is missing, empty, '?' or not a string): a device unknown, not a CPU."""
     device, gpu = record.get("device"), record.get("gpu")
     if isinstance(device, str) and device:
-        return device.startswith("cuda")
-    return isinstance(gpu, str) and gpu.strip().lower() not in ("", "cpu", "?")
+        return "gpu" if device.startswith("cuda") else "cpu"
+    if not isinstance(gpu, str) or gpu.strip() in ("", "?"):
+        return None
+    return "cpu" if gpu.strip().lower() == "cpu" else "gpu"
+
+
+def ran_on_gpu(record: dict) -> bool:
+    """Whether a record is GPU evidence (where_ran)."""
+    return where_ran(record) == "gpu"
 
 
 def spec_key(spec: dict) -> str:
