@@ -429,10 +429,12 @@ def _table_copies(folder: Path, device_dir: Path, stamp: str) -> list[tuple[Path
     is written; an identical copy already there is left alone."""
     if not folder.is_dir():
         raise PopkitError(f"--tables {folder}: no such folder")
+    tables = [source for source in sorted(folder.glob("*.txt")) if source.is_file()]
+    if not tables:        # a wrong folder (the one above the run's, say) copied nothing, without a word
+        raise PopkitError(f"--tables {folder}: no .txt table in it (a GPU session writes them beside its "
+                          "performance.jsonl, e.g. 01-check-qr_v2.txt); nothing merged")
     copies = []
-    for source in sorted(folder.glob("*.txt")):
-        if not source.is_file():
-            continue
+    for source in tables:
         dest = device_dir / f"{stamp}-{source.name}"
         if dest.exists() and dest.read_bytes() != source.read_bytes():
             raise PopkitError(f"{dest} exists with other content: move it away, or merge without --tables")
