@@ -282,6 +282,26 @@ def test_records_without_a_problem_name_are_skipped_and_counted(tmp_path):
     assert "6 record(s) skipped" in page and "popkit bench 5" not in page
 
 
+def test_a_log_of_no_run_is_refused_and_a_record_of_no_mode_counted_as_such(tmp_path):
+    # --log logs/incumbents/history.jsonl (promote's history: JSON records, but of no run) gave a page of
+    # "No bench records for qr_v2 yet" under "== qr_v2 (None 6)".
+    history = tmp_path / "history.jsonl"
+    entries = [{"time": "2026-12-01T10:00:00Z", "problem": "qr_v2", "sha256": "ab" * 32, "evidence": {},
+                "forced": True}] * 2
+    history.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    result = CliRunner().invoke(main, ["report", "--log", str(history), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        f"error: {history} is not an evidence log: none of its 2 record(s) is a check, bench, diff or leaderboard "
+        "run (no such 'mode')"]
+    assert not (tmp_path / "out").exists()
+    log = tmp_path / "performance.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [_check(), entries[0], {**_check(), "mode": 5}]))
+    [ev] = build_report(log, tmp_path / "out", include_cpu=True, all_cases=True).evidence.problems
+    assert ev.counts == {"check": 1, "no mode": 2}
+    assert "== qr_v2 (check 1, no mode 2)" in summary(build_report(log, tmp_path / "out"))
+
+
 @pytest.mark.parametrize("gpu", [5, ["NVIDIA H200"], {"name": "cpu"}, None, "", "?"])
 def test_a_record_that_names_no_gpu_is_of_an_unknown_device_not_a_cpu_run(tmp_path, gpu):
     # A gpu field that is not a name (and no device) was counted as a CPU run.
