@@ -41,6 +41,9 @@ INLINE_MARK = "# popkit: inline"
 PARTS_PACKAGE = "parts"     # a cross-part import: from parts.PROBLEM.module import ...
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
+# Where git cannot list the project's files: the folders and top-level files that hold its sources.
+SOURCE_FOLDERS = ("checks", "docs", "parts", "popcorn", "scripts", "templates", "tests")
+TOP_LEVEL_SOURCES = ("AGENTS.md", "Makefile", "README.md", "build.py", "pyproject.toml")
 
 
 @dataclass(frozen=True)
@@ -229,6 +232,28 @@ def inputs_commit() -> str:
     return out if out and Path(top).resolve() == ROOT else "uncommitted"
 
 
+def is_project_source(path: Path) -> bool:
+    """PATH (resolved) is an existing source file of the project: a file git tracks in ROOT's work tree, the default
+    submission.py aside (it is the build's own output).
+
+    Where git cannot tell (no git, ROOT not a repository, or ROOT inside another repository, as a copy without
+    .git from scripts/snapshot.sh is), a file under SOURCE_FOLDERS or one of TOP_LEVEL_SOURCES counts as a source,
+    tracked or not, and no other does: refusing every existing file would refuse rebuilding a candidate in place."""
+    root = ROOT.resolve()
+    if path == root / "submission.py" or not path.is_file() or not path.is_relative_to(root):
+        return False
+    rel = path.relative_to(root)
+    try:
+        top = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=root, capture_output=True, text=True,
+                             check=True).stdout.strip()
+        if Path(top).resolve() == root:
+            return bool(subprocess.run(["git", "--literal-pathspecs", "ls-files", "-z", "--", str(rel)], cwd=root,
+                                       capture_output=True, check=True).stdout)
+    except (OSError, subprocess.CalledProcessError):
+        pass
+    return rel.parts[0] in SOURCE_FOLDERS if len(rel.parts) > 1 else rel.name in TOP_LEVEL_SOURCES
+
+
 def check_imports(text: str, where: str, run_folder: list[str] = (), placed: set[str] | None = None,
                   allowed_packages: list[str] = ()) -> None:
     """Code that goes into the built file may import only torch, the standard library, the modules the runner
@@ -304,6 +329,9 @@ def build(problem: str, output: Path | str = ROOT / "submission.py") -> BuildRes
     for sources in (PARTS, TEMPLATES):      # a built file written there replaced a part (or the template)
         if target.is_relative_to(sources.resolve()):
             raise PopkitError(f"-o {output}: inside {sources}, where the sources the builder reads live; nothing built")
+    if not discard and is_project_source(target):     # -o build.py replaced the builder
+        raise PopkitError(f"-o {output}: a source file of the project, which the built file would replace: "
+                          "name a new file (or submission.py); nothing built")
     result = render(problem)
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))

@@ -57,7 +57,11 @@ def newest_evidence(records: list[dict], prob: Problem, sha: str, mode: str,
 def _missing(mode: str, prob: Problem, submission: Path, record: dict | None, passed_over: Counter) -> str:
     """What one missing piece of evidence is, and the command that makes it."""
     count = len(getattr(prob, FULL_LIST[mode]))
-    scope = f"all {count} tests" if mode == "check" else f"all {count} benchmark cases"
+    kind = "test" if mode == "check" else "benchmark case"
+    if mode != "check" and prob.ranking == "last":
+        scope = "the last benchmark case, the only one the leaderboard ranks"
+    else:
+        scope = f"the only {kind}" if count == 1 else f"all {count} {kind}s"
     command = f"`popkit {mode} {prob.name} --submission {submission}` on a GPU"
     if record is not None:
         return f"the newest GPU {mode} of this file over {scope} failed ({record.get('time')}): fix it and rerun {command}"

@@ -152,6 +152,45 @@ def test_build_output_among_the_sources_is_refused(monkeypatch, tmp_path, where)
     assert part.read_text() == "# my route\n"
 
 
+def _project(root, git: bool):
+    """A stand-in project at ROOT: build.py and popcorn/cli/loop.py (tracked when GIT), submission.py (tracked when
+    GIT: the default output, a previous build) and an untracked earlier build, candidate.py."""
+    for rel in ("build.py", "popcorn/cli/loop.py", "submission.py", "candidate.py"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(f"# {rel}\n")
+    if git:
+        subprocess.run(["git", "init", "-q", str(root)], check=True)
+        subprocess.run(["git", "add", "build.py", "popcorn/cli/loop.py", "submission.py"], cwd=root, check=True)
+
+
+@pytest.mark.parametrize("git", [True, False], ids=["git", "no-repository"])
+@pytest.mark.parametrize("rel", ["build.py", "popcorn/cli/loop.py"])
+def test_build_output_naming_a_project_source_is_refused(monkeypatch, tmp_path, git, rel):
+    # -o build.py replaced the builder with the built file (and -o of any tracked source, the same). Outside a
+    # repository of its own, the known source folders and top-level sources stand in for git's list.
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    root = tmp_path / "project"
+    _project(root, git)
+    monkeypatch.setattr(build, "ROOT", root)
+    result = run("build", "qr_v2", "-o", root / rel)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: -o {root / rel}: a source file of the project, which the built "
+                                          "file would replace: name a new file (or submission.py); nothing built"]
+    assert (root / rel).read_text() == f"# {rel}\n"
+
+
+@pytest.mark.parametrize("git", [True, False], ids=["git", "no-repository"])
+def test_build_output_outside_the_sources_is_written(monkeypatch, tmp_path, git):
+    # the default submission.py (tracked), an untracked earlier build, a new file, a file outside the project
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    root = tmp_path / "project"
+    _project(root, git)
+    monkeypatch.setattr(build, "ROOT", root)
+    for out in (root / "submission.py", root / "candidate.py", root / "new" / "x.py", tmp_path / "x.py"):
+        build.build("qr_v2", out)
+        assert out.read_text().startswith("#!POPCORN leaderboard qr_v2\n"), out
+
+
 def test_build_to_an_empty_output_name_says_so(monkeypatch, tmp_path):
     # It printed "error: : file name must end in ...".
     monkeypatch.chdir(tmp_path)

@@ -102,6 +102,26 @@ def test_a_problem_added_at_runtime_is_found(candidate, root, log, monkeypatch, 
     assert promote("late", candidate, root, log, force=True) == root / "late.py"
 
 
+@pytest.mark.parametrize("ranking, benchmarks, scope", [
+    ("last", 3, "the last benchmark case, the only one the leaderboard ranks"),
+    ("", 1, "the only benchmark case"), ("", 2, "all 2 benchmark cases")])
+def test_the_refusal_counts_the_cases_in_words_that_fit(candidate, root, log, monkeypatch, tmp_path, ranking,
+                                                         benchmarks, scope):
+    # A problem ranked by its last case (vectoradd) read "over all 1 benchmark cases", and one test "all 1 tests".
+    cases = tmp_path / "cases"
+    cases.mkdir()
+    listed = ", ".join(f"{{size: {8 * (i + 1)}, seed: 2}}" for i in range(benchmarks))
+    (cases / "late.yml").write_text(f"leaderboard: qr_v2\nranking: '{ranking}'\ntests: [{{size: 4, seed: 1}}]\n"
+                                    f"benchmarks: [{listed}]\n")
+    import checks.problems
+    monkeypatch.setattr(checks.problems, "CASES_DIR", cases)
+    with pytest.raises(PopkitError) as info:
+        promote("late", candidate, root, log)
+    message = str(info.value)
+    assert "no GPU check of this file over the only test: run" in message
+    assert f"no GPU bench of this file over {scope}: run" in message
+
+
 # ---- a first incumbent: a passing GPU check and bench of the full lists ---------------------------
 
 def test_first_incumbent_needs_gpu_check_and_bench(candidate, root, log):

@@ -151,6 +151,22 @@ def test_tables_folder_must_exist(tmp_path, target):
     assert len(logs.read_records(target)[0]) == 1
 
 
+def test_a_tables_folder_without_a_table_is_refused_before_anything_is_written(tmp_path, target):
+    # --tables naming the folder above the run's (its tables one level down) merged the records and copied
+    # nothing, without a word.
+    run = tmp_path / "out" / "s"
+    run.mkdir(parents=True)
+    incoming = write(run / "performance.jsonl", [record("2026-12-01T11:00:00Z")])
+    (run / "01-check-qr_v2.txt").write_text("check table\n")
+    before = target.read_bytes()
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(target), "--tables", str(run.parent)])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        f"error: --tables {run.parent}: no .txt table in it (a GPU session writes them beside its "
+        "performance.jsonl, e.g. 01-check-qr_v2.txt); nothing merged"]
+    assert target.read_bytes() == before and not (target.parent / "device").exists()
+
+
 def test_cli_merge_reports_counts_and_bad_lines(tmp_path, target):
     incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z"), record("2026-12-01T09:00:00Z"),
                                               "not json"])

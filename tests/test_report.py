@@ -251,19 +251,76 @@ def test_partial_records_are_tolerated(tmp_path):
         _bench("2026-12-01T10:00:00Z", 1.0),
         {"problem": "qr_v2", "mode": "bench"},  # no time, gpu, cases or geomean
         {"problem": "qr_v2", "mode": "diff", "cases": [{"spec": SPECS[0], "ratio": None}, "junk"]},
-        {"mode": "check", "cases": None},     # no problem: shown under "?"
+        {"mode": "check", "cases": None},     # no problem: skipped, and counted
         [1, 2],                               # not an object
     ]
     log.write_text("\n".join(json.dumps(r) for r in records) + "\n")
     report = build_report(log, tmp_path / "out", include_cpu=True, all_cases=True)   # show every odd record
-    assert [ev.name for ev in report.evidence.problems] == ["?", "qr_v2"]
+    assert [ev.name for ev in report.evidence.problems] == ["qr_v2"]
     assert set(report.charts["qr_v2"]) == {"cases", "frontier", "check"}
-    assert report.evidence.problems[1].bench.runs == 1  # the empty newest bench hides nothing
+    assert report.evidence.problems[0].bench.runs == 1  # the empty newest bench hides nothing
     assert report.notes["qr_v2"] == {
         "diff": "The newest diff record holds no case ratios.",
         "submissions": "No leaderboard submissions for qr_v2 logged yet."}
-    assert report.notes["?"]["check"] == "The newest check record holds no gate residuals."
-    assert report.evidence.notes == [f"{log}:6: not a JSON object"]
+    assert report.evidence.notes == [f"{log}:6: not a JSON object",
+                                     "1 record(s) skipped: their problem is not a name (a non-empty string)"]
+
+
+def test_records_without_a_problem_name_are_skipped_and_counted(tmp_path):
+    # {"a": 1} was shown as problem '?', and {"problem": 5} as problem '5' with "run `popkit bench 5`".
+    log = tmp_path / "performance.jsonl"
+    odd = [{"a": 1}, {**_bench("2026-12-01T09:00:00Z", 2.0), "problem": 5}, {**_check(), "problem": ""},
+           {**_check(), "problem": "  "}, {**_check(), "problem": ["qr_v2"]}, {**_check(), "problem": None}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in odd + [_bench("2026-12-01T10:00:00Z", 1.0)]))
+    result = CliRunner().invoke(main, ["report", "--log", str(log), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert "warning: 6 record(s) skipped: their problem is not a name (a non-empty string)" in result.output
+    assert "== qr_v2 (bench 1)" in result.output
+    assert [line for line in result.output.splitlines() if line.startswith("==")] == ["== qr_v2 (bench 1)"]
+    assert "popkit bench 5" not in result.output and "== ?" not in result.output
+    page = (tmp_path / "out" / "index.html").read_text()
+    assert "6 record(s) skipped" in page and "popkit bench 5" not in page
+
+
+def test_a_log_of_no_run_is_refused_and_a_record_of_no_mode_counted_as_such(tmp_path):
+    # --log logs/incumbents/history.jsonl (promote's history: JSON records, but of no run) gave a page of
+    # "No bench records for qr_v2 yet" under "== qr_v2 (None 6)".
+    history = tmp_path / "history.jsonl"
+    entries = [{"time": "2026-12-01T10:00:00Z", "problem": "qr_v2", "sha256": "ab" * 32, "evidence": {},
+                "forced": True}] * 2
+    history.write_text("".join(json.dumps(e) + "\n" for e in entries))
+    result = CliRunner().invoke(main, ["report", "--log", str(history), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        f"error: {history} is not an evidence log: none of its 2 record(s) is a check, bench, diff or leaderboard "
+        "run (no such 'mode')"]
+    assert not (tmp_path / "out").exists()
+    log = tmp_path / "performance.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in [_check(), entries[0], {**_check(), "mode": 5}]))
+    [ev] = build_report(log, tmp_path / "out", include_cpu=True, all_cases=True).evidence.problems
+    assert ev.counts == {"check": 1, "no mode": 2}
+    assert "== qr_v2 (check 1, no mode 2)" in summary(build_report(log, tmp_path / "out"))
+
+
+@pytest.mark.parametrize("gpu", [5, ["NVIDIA H200"], {"name": "cpu"}, None, "", "?"])
+def test_a_record_that_names_no_gpu_is_of_an_unknown_device_not_a_cpu_run(tmp_path, gpu):
+    # A gpu field that is not a name (and no device) was counted as a CPU run.
+    log = tmp_path / "performance.jsonl"
+    records = [_check(), {**_check(), "gpu": gpu}, {**_check(), "gpu": "cpu"}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report = build_report(log, tmp_path / "out", "qr_v2")
+    [ev] = report.evidence.problems
+    assert ev.hidden_line() == ("Left out: 1 CPU run(s) (--include-cpu shows them), 1 run(s) on no known "
+                                "device (--include-cpu shows them).")
+    [ev] = build_report(log, tmp_path / "all", "qr_v2", include_cpu=True).evidence.problems
+    assert ev.hidden_line() is None and ev.check.gpu == "cpu"
+    if isinstance(gpu, str):
+        return
+    bench = {**_bench("2026-12-01T10:00:00Z", 1.0), "gpu": gpu, "device": "cuda"}     # a GPU run, its name unknown
+    log.write_text(json.dumps(bench) + "\n")
+    report = build_report(log, tmp_path / "gpu", "qr_v2")
+    assert report.evidence.problems[0].bench.gpu is None
+    assert "bench on an unknown GPU: 1 run(s)" in summary(report)
 
 
 def test_a_problem_name_with_a_path_in_it_keeps_its_charts_in_the_report(tmp_path):

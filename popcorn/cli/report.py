@@ -24,7 +24,7 @@ def register(main):
     # project: the page says that no run has written it yet). Hence no click default here.
     @click.option("--log", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                   help="Evidence log to read.  [default: logs/performance.jsonl]")
-    @click.option("--include-cpu", is_flag=True, help="also count check, bench and diff runs made on a CPU")
+    @click.option("--include-cpu", is_flag=True, help="also count check, bench and diff runs made on a CPU (or on no known device)")
     @click.option("--all-cases", is_flag=True, help="also count runs of chosen cases (--case), not only the "
                                                     "full official lists")
     @fail_cleanly

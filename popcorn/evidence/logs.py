@@ -96,13 +96,21 @@ def new_record(problem: str, mode: str, **fields) -> dict:
     return record
 
 
-def ran_on_gpu(record: dict) -> bool:
-    """Whether a record is GPU evidence: its torch device when it names one, else its gpu field
-    (a leaderboard record has only the server's GPU name)."""
+def where_ran(record: dict) -> str | None:
+    """'gpu' or 'cpu': its torch device when it names one ('cuda...' a GPU, any other a CPU), else its gpu field
+    (a leaderboard record has only the server's GPU name; 'cpu' a CPU); None when neither names one (no device,
+    and a gpu that is missing, empty, '?' or not a string): a device unknown, not a CPU."""
     device, gpu = record.get("device"), record.get("gpu")
     if isinstance(device, str) and device:
-        return device.startswith("cuda")
-    return isinstance(gpu, str) and gpu.strip().lower() not in ("", "cpu", "?")
+        return "gpu" if device.startswith("cuda") else "cpu"
+    if not isinstance(gpu, str) or gpu.strip() in ("", "?"):
+        return None
+    return "cpu" if gpu.strip().lower() == "cpu" else "gpu"
+
+
+def ran_on_gpu(record: dict) -> bool:
+    """Whether a record is GPU evidence (where_ran)."""
+    return where_ran(record) == "gpu"
 
 
 def spec_key(spec: dict) -> str:
@@ -421,10 +429,12 @@ def _table_copies(folder: Path, device_dir: Path, stamp: str) -> list[tuple[Path
     is written; an identical copy already there is left alone."""
     if not folder.is_dir():
         raise PopkitError(f"--tables {folder}: no such folder")
+    tables = [source for source in sorted(folder.glob("*.txt")) if source.is_file()]
+    if not tables:        # a wrong folder (the one above the run's, say) copied nothing, without a word
+        raise PopkitError(f"--tables {folder}: no .txt table in it (a GPU session writes them beside its "
+                          "performance.jsonl, e.g. 01-check-qr_v2.txt); nothing merged")
     copies = []
-    for source in sorted(folder.glob("*.txt")):
-        if not source.is_file():
-            continue
+    for source in tables:
         dest = device_dir / f"{stamp}-{source.name}"
         if dest.exists() and dest.read_bytes() != source.read_bytes():
             raise PopkitError(f"{dest} exists with other content: move it away, or merge without --tables")

@@ -161,7 +161,7 @@ def summary(report: Report) -> str:
         if ev.hidden_line():
             out.append(ev.hidden_line())
         if ev.bench:
-            out.append(f"bench on {ev.bench.gpu}: {ev.bench.runs} run(s), newest geomean "
+            out.append(f"bench on {ev.bench.gpu or 'an unknown GPU'}: {ev.bench.runs} run(s), newest geomean "
                        f"{_us(ev.bench.geomean_us)} (baseline {_us(ev.bench.baseline_geomean_us)})")
             rows = [[c.label, fmt_us(c.first_us), fmt_us(c.best_us), fmt_time(c.best_time),
                      fmt_us(c.newest_us), fmt_us(c.baseline_us)] for c in ev.bench.cases]

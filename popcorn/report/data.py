@@ -18,11 +18,12 @@ from pathlib import Path
 
 from checks.problems import Problem, known_problems, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import PopkitError, ProblemError
-from popcorn.evidence.logs import capped, covers, ran_on_gpu, read_records, spec_key
+from popcorn.evidence.logs import MODES, capped, covers, ran_on_gpu, read_records, spec_key, where_ran
 
 VERDICTS = ("faster", "slower", "within noise")
 NEWEST_SUBMISSIONS = 10
 HIDDEN = {"CPU": "{n} CPU run(s) (--include-cpu shows them)",
+          "unknown device": "{n} run(s) on no known device (--include-cpu shows them)",
           "chosen cases": "{n} run(s) of chosen cases only (--all-cases shows them)"}
 FRONTIER_SKIPPED = {"not GPU": "{n} run(s) not on a known GPU (CPU timings are not GPU evidence)",
                     "other cases": "{n} run(s) not over the full benchmark list"}
@@ -209,12 +210,20 @@ def load_evidence(log: Path | str, problem: str | None = None, include_cpu: bool
     if notes and not records:
         raise PopkitError(f"{log} is not an evidence log: none of its {len(notes)} non-blank line(s) is a JSON record "
                           f"(the first: {notes[0]})")
+    if records and not any(r.get("mode") in MODES for r in records):      # logs/incumbents/history.jsonl, say
+        raise PopkitError(f"{log} is not an evidence log: none of its {len(records)} record(s) is a "
+                          f"{', '.join(MODES[:-1])} or {MODES[-1]} run (no such 'mode')")
     notes = capped(notes)          # the terminal and the page show the first few bad lines and a count
     if not log.is_file():
         notes.append(f"No log at {log}: check, bench and diff runs write it.")
     by_problem: dict[str, list[dict]] = {}
     for record in records:
-        by_problem.setdefault(str(record.get("problem") or "?"), []).append(record)
+        name = record.get("problem")
+        if isinstance(name, str) and name.strip():
+            by_problem.setdefault(name, []).append(record)
+    # Kept out of every section ({"a": 1} was problem '?', {"problem": 5} asked for `popkit bench 5`), and counted.
+    if unnamed := len(records) - sum(map(len, by_problem.values())):
+        notes.append(f"{unnamed} record(s) skipped: their problem is not a name (a non-empty string)")
     if problem and problem not in by_problem and problem not in known_problems():
         raise PopkitError(f"no records for problem {problem!r} in {log}, and popkit does not know it")
     names = [problem] if problem else sorted(by_problem)
@@ -234,7 +243,7 @@ def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bo
         modes[mode] = []
         for record in (r for r in records if r.get("mode") == mode):
             if not include_cpu and not ran_on_gpu(record):
-                hidden["CPU"] += 1
+                hidden["CPU" if where_ran(record) == "cpu" else "unknown device"] += 1
             elif not all_cases and not covers(record, official[which]):
                 hidden["chosen cases"] += 1
             else:
@@ -244,7 +253,7 @@ def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bo
     lines, skipped = frontier(modes["bench"] + modes["leaderboard"], prob)
     return ProblemEvidence(
         name=name,
-        counts=Counter(str(r.get("mode")) for r in records),
+        counts=Counter(r["mode"] if isinstance(r.get("mode"), str) and r["mode"] else "no mode" for r in records),
         hidden=hidden,
         left_out=left_out,
         bench=bench_cases(modes["bench"], official["benchmarks"]),
@@ -265,8 +274,8 @@ def bench_cases(records: list[dict], official: list[dict]) -> Bench | None:
     if not records:
         return None
     timed = [r for r in records if any(_passing_time(c) is not None for c in _cases(r))]
-    gpu = (timed or records)[-1].get("gpu")
-    runs = [r for r in records if r.get("gpu") == gpu]
+    gpu = _text((timed or records)[-1].get("gpu"))
+    runs = [r for r in records if _text(r.get("gpu")) == gpu]
     specs, times, baselines = list(official), {}, {}
     seen = {spec_key(s) for s in specs}
     for record in runs:
