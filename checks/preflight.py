@@ -101,7 +101,7 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None,
     if is_python_name(name):
         tree = check_syntax(report, text, name)
         called = entry_points_of(report.directives.get("leaderboard", stand_in.get("leaderboard")))
-        missing = [entry for entry in called if tree is not None and not defines(tree, entry)]
+        missing = missing_entry_points(tree, called) if tree is not None else []
         if missing:
             report.errors.append(f"{name}: defines no {', '.join(missing)} at its top level (the grader runs "
                                  f"`from submission import {', '.join(called)}`)")
@@ -139,6 +139,11 @@ def defines(tree: ast.Module, name: str) -> bool:
     if/try/with); a star import might, so it counts."""
     names = _bound_names(tree.body)
     return name in names or "*" in names
+
+
+def missing_entry_points(tree: ast.Module, called: list[str]) -> list[str]:
+    """The entry points of CALLED (what the grader imports from the file) that the module does not define."""
+    return [entry for entry in called if not defines(tree, entry)]
 
 
 def _bound_names(body: list[ast.stmt]) -> set[str]:

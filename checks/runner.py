@@ -10,6 +10,7 @@ Two backends give the same per-case results, tables, verdicts and records:
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import functools
 import inspect
@@ -25,7 +26,7 @@ from typing import Callable
 
 from checks import harness as official
 from checks import baselines, packages, task_folder, timing, verdicts, worker
-from checks.preflight import leading_directives
+from checks.preflight import leading_directives, missing_entry_points
 from checks.problems import (ENTRY_POINT, INTEGER, Problem, format_spec, load_problem, normalize, parse_spec,
                              short_spec)
 from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
@@ -39,6 +40,7 @@ BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 INCUMBENT_TIMING = ("incumbent_us", "incumbent_err_us", "incumbent_best_us", "incumbent_worst_us", "incumbent_runs")
 REFERENCE_INCUMBENT = "reference"   # diff --incumbent reference: the competition folder's ref_kernel
+BUILDER_SOURCES = ("parts", "templates")   # folders of the project root the builder reads: no file there is a submission
 
 
 @dataclass
@@ -440,12 +442,38 @@ def case_record(result: dict) -> dict:
                if k in result}}
 
 
+def not_a_submission(prob: Problem, path: Path, text: str) -> str | None:
+    """Why the file at PATH (its TEXT) is not a submission for PROB, or None. A file of the builder's sources (a
+    part, even route.py, which defines custom_kernel: it runs only inlined with the other parts; the template)
+    is not one, nor is a file that is not Python or defines none of the functions the grader imports from it.
+    Nothing else is asked: a hand-written file without popkit's header or a leaderboard line is a submission."""
+    resolved = path.resolve()
+    for folder in BUILDER_SOURCES:
+        if resolved.is_relative_to((logs.ROOT / folder).resolve()):
+            return f"a file of {folder}/, which the builder reads"
+    try:
+        tree = ast.parse(text, filename=path.name)
+    except (SyntaxError, ValueError) as exc:
+        where = f", line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+        return f"not valid Python ({type(exc).__name__}: {getattr(exc, 'msg', exc)}{where})"
+    missing = missing_entry_points(tree, prob.entry_points)
+    if missing:
+        return f"defines no {', '.join(missing)} at its top level (what the grader calls)"
+    return None
+
+
 def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -> None:
-    """The file exists and, when it names a leaderboard, names this problem's; ROLE "incumbent" says what
-    to pass instead of the incumbent."""
+    """The file exists, is a submission (not_a_submission) and, when it names a leaderboard, names this problem's;
+    ROLE "incumbent" says what to pass instead of the incumbent."""
     if not path.is_file():
         raise PopkitError(f"{path}: no such submission file (run `popkit build {prob.name}` first)")
-    board = leading_directives(path.read_text(encoding="utf-8", errors="replace")).get("leaderboard")
+    text = path.read_text(encoding="utf-8", errors="replace")
+    why = not_a_submission(prob, path, text)
+    if why is not None:
+        instead = ("--incumbent a built file (`popkit promote` installs one)" if role == "incumbent"
+                   else "--submission the file it writes (or leave --submission out)")
+        raise PopkitError(f"{path} is not a submission ({why}): `popkit build {prob.name}` makes one; pass {instead}")
+    board = leading_directives(text).get("leaderboard")
     if board is not None and board != prob.leaderboard:
         # Worded so that no article stands before a name (it said "is a BOARD submission", whatever BOARD was).
         wrong = f"{path} is built for leaderboard {board} (its #!POPCORN leaderboard line), not {prob.leaderboard}"

@@ -9,7 +9,8 @@ The evidence must be about the very file (its sha256), made on a GPU, over the
 problem's full official list: a passing diff of every benchmark case the
 leaderboard times (Problem.ranked_benchmarks), against that very incumbent, to replace it; a passing
 check of every test and a passing bench of those cases for the first one. --force skips the evidence, never the
-problem and leaderboard checks.
+problem and leaderboard checks, nor that the file is a built submission (runner.not_a_submission, and popkit's
+build header or a leaderboard line).
 """
 from __future__ import annotations
 
@@ -17,11 +18,13 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from checks.preflight import leading_directives
 from checks.problems import Problem, load_problem
 from checks.runner import require_submission_for
 from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.files import write_atomic
+from popcorn.evidence.provenance import built_from
 
 INCUMBENTS = logs.ROOT / "logs" / "incumbents"
 FULL_LIST = {"check": "tests", "bench": "ranked_benchmarks", "diff": "ranked_benchmarks"}
@@ -78,6 +81,10 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
         raise PopkitError(str(exc)) from None
     submission = Path(submission)
     require_submission_for(prob, submission)
+    text = submission.read_text(encoding="utf-8", errors="replace")
+    if built_from(text) is None and "leaderboard" not in leading_directives(text):
+        raise PopkitError(f"{submission}: neither popkit's build header nor a '#!POPCORN leaderboard' line: not a "
+                          f"built submission; `popkit build {problem}` writes one")
     root = root or INCUMBENTS
     sha = logs.file_sha256(submission)
     target = incumbent_path(problem, root)

@@ -444,7 +444,8 @@ def test_seeds_for_an_eval_that_keeps_each_cases_seed_are_refused_before_anythin
 
 def test_a_crashing_submission_fails_every_case_and_shows_stderr(toy, tmp_path):
     added(toy)
-    crash = write(tmp_path / "s.py", "raise RuntimeError('kernel build failed: no nvcc')\n")
+    crash = write(tmp_path / "s.py", "raise RuntimeError('kernel build failed: no nvcc')\n\n\n"
+                                      "def custom_kernel(data):\n    return data\n")
     outcome = runner.check("addone", crash, device="cpu", log_path=None)
     assert not outcome.passed
     assert all("exit code 1" in c["error"] for c in outcome.record["cases"])

@@ -27,6 +27,7 @@ import torch
 def custom_kernel(data):
     return torch.linalg.qr(data)
 '''
+INCUMBENT = CANDIDATE + "# the incumbent\n"
 
 
 @pytest.fixture
@@ -70,7 +71,7 @@ def history(root):
 def with_incumbent(root):
     root.mkdir()
     target = root / "qr_v2.py"
-    target.write_text("#!POPCORN leaderboard qr_v2\n# the incumbent\n")
+    target.write_text(INCUMBENT)
     return target
 
 
@@ -86,6 +87,29 @@ def test_a_file_built_for_another_problem_is_refused_even_forced(candidate, root
     with pytest.raises(PopkitError, match=r"is built for leaderboard qr_v2 .* not eigh"):
         promote("eigh", candidate, root, log, force=True)
     assert not root.exists()
+
+
+@pytest.mark.parametrize("path", ["parts/qr_v2/route.py", "README.md", "templates/submission.py.j2"])
+def test_a_file_that_is_not_a_built_submission_is_refused_even_forced(root, log, path):
+    # --force installed a part (or README.md) as the incumbent, which every later diff then ran against.
+    with pytest.raises(PopkitError, match="not a submission") as caught:
+        promote("qr_v2", logs.ROOT / path, root, log, force=True)
+    assert "\n" not in str(caught.value)
+    assert not root.exists()
+
+
+def test_a_file_without_build_header_or_leaderboard_line_is_refused_even_forced(root, log, tmp_path):
+    plain = tmp_path / "plain.py"
+    plain.write_text(CANDIDATE.replace("#!POPCORN leaderboard qr_v2\n", ""))
+    with pytest.raises(PopkitError, match="neither popkit's build header nor a '#!POPCORN leaderboard' line"):
+        promote("qr_v2", plain, root, log, force=True)
+    assert not root.exists()
+
+
+def test_a_built_file_without_leaderboard_line_is_promoted_forced(root, log, tmp_path, candidate):
+    built = tmp_path / "built.py"
+    built.write_text("# Built by popkit from parts/qr_v2: x\n" + CANDIDATE.replace("#!POPCORN leaderboard qr_v2\n", ""))
+    assert promote("qr_v2", built, root, log, force=True) == root / "qr_v2.py"
 
 
 def test_missing_file_is_one_error(tmp_path, root, log):
@@ -199,7 +223,7 @@ def test_replacing_needs_a_full_gpu_diff(candidate, root, log):
     assert target.read_bytes() == candidate.read_bytes()
     assert history(root)[-1]["evidence"] == {"diff": diff["time"]}
     archived = list((root / "archive").glob("qr_v2-*.py"))
-    assert [p.read_text() for p in archived] == ["#!POPCORN leaderboard qr_v2\n# the incumbent\n"]
+    assert [p.read_text() for p in archived] == [INCUMBENT]
 
 
 def test_the_newest_full_gpu_diff_decides(candidate, root, log):
@@ -263,7 +287,7 @@ def test_the_incumbent_itself_is_refused_in_one_line(candidate, root, log, tmp_p
             assert str(info.value) == (f"{path} is the qr_v2 incumbent itself{alias}: nothing to promote; "
                                        "pass the candidate with --submission")
     assert sorted(p.name for p in root.iterdir()) == ["qr_v2.py"]          # no archive, no history line
-    assert target.read_text() == "#!POPCORN leaderboard qr_v2\n# the incumbent\n"
+    assert target.read_text() == INCUMBENT
 
 
 def test_incumbents_folder_follows_the_module_setting(tmp_path, monkeypatch):
@@ -346,7 +370,7 @@ def test_a_promotion_that_fails_half_way_leaves_the_incumbent_whole(candidate, r
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("failed:")
-    assert target.read_text() == "#!POPCORN leaderboard qr_v2\n# the incumbent\n"
+    assert target.read_text() == INCUMBENT
     assert not (root / "history.jsonl").exists()
     assert sorted(p.name for p in root.iterdir()) == ["archive", "qr_v2.py"]     # no temporary file left
 

@@ -71,6 +71,36 @@ def test_a_submission_that_does_not_import_is_one_line_and_no_record(tmp_path):
     assert not log.exists()
 
 
+@pytest.mark.parametrize("verb", ["check", "bench", "diff"])
+@pytest.mark.parametrize("path", ["parts/qr_v2/route.py", "parts/qr_v2/model.py", "README.md"])
+def test_a_part_or_another_file_is_refused_as_a_submission_in_one_line(built, tmp_path, verb, path):
+    # A part ran as if it were a submission (route.py even defines custom_kernel, but without the parts it
+    # inlines); README.md reached the worker.
+    log = tmp_path / "perf.jsonl"
+    result = run(verb, "qr_v2", "--submission", runner.logs.ROOT / path, "--case", SPEC, "--device", "cpu",
+                 "--log", log)
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith("error: ") and path in line and "not a submission" in line
+    assert not log.exists()
+
+
+def test_a_part_is_refused_as_the_incumbent(built, tmp_path):
+    result = run("diff", "qr_v2", "--submission", built["qr_v2"], "--incumbent", runner.logs.ROOT / "parts/qr_v2/route.py",
+                 "--case", SPEC, "--device", "cpu", "--log", tmp_path / "perf.jsonl")
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert "parts/qr_v2/route.py" in line and "not a submission" in line
+
+
+def test_a_hand_written_submission_without_header_still_runs(tmp_path):
+    mine = tmp_path / "submission.py"
+    mine.write_text("import torch\n\n\ndef custom_kernel(data):\n    return torch.linalg.qr(data[0] if "
+                    "isinstance(data, tuple) else data)\n")
+    outcome = runner.check("qr_v2", mine, [SPEC], device="cpu", log_path=None)
+    assert len(outcome.record["cases"]) == 1
+
+
 CRASHES = {"segfault": ("import ctypes\nctypes.string_at(0)", "worker died (killed by SIGSEGV)"),
            "exit": ("import os\nos._exit(3)", "worker died (exit code 3)")}
 

@@ -236,7 +236,8 @@ def register(main):
     @click.option("--submission", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_SUBMISSION,
                   show_default=True, help="the file to make the incumbent (built for PROBLEM)")
     @click.option("--force", is_flag=True,
-                  help="skip the GPU evidence (unknown problems and other problems' files are still refused)")
+                  help="skip the GPU evidence (unknown problems, other problems' files and files that are not "
+                       "built submissions are still refused)")
     # The evidence is read, not written: a log named with --log must exist (a typo is an error); the
     # default one may be missing (a fresh project). Hence no click default here.
     @click.option("--log", "log_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
