@@ -222,6 +222,19 @@ def test_merging_into_a_file_that_is_not_a_log_is_refused(tmp_path):
     assert submission.read_text() == "def custom_kernel(data):\n    return data\n"
 
 
+def test_merging_into_promotes_history_is_refused_in_one_line(tmp_path):
+    # logs/incumbents/history.jsonl holds JSON records (so it passed as a log), none of them a run.
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    history = tmp_path / "history.jsonl"
+    history.write_text('{"time": "2026-12-01T10:00:00Z", "problem": "qr_v2", "evidence": {}, "forced": true}\n')
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(history)])
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"error: {history}: not an evidence log (none of its 1 record(s) is a check, bench, diff or leaderboard run "
+        "(no such 'mode'); a log holds one JSON record per line, like logs/performance.jsonl): nothing merged"]
+    assert "forced" in history.read_text() and len(history.read_text().splitlines()) == 1
+
+
 def test_a_log_whose_folder_takes_no_new_file_is_named_itself(tmp_path, target, monkeypatch):
     # 'error: /sys/.x.jsonl.chmittnp: Permission denied': the temporary file the replace goes through.
     import tempfile

@@ -278,9 +278,9 @@ def test_a_log_that_is_writable_is_left_as_it_was_by_the_test_before_the_run(tmp
     from popcorn.evidence import logs
     logs.require_appendable(tmp_path / "new.jsonl")
     assert not (tmp_path / "new.jsonl").exists()
-    (tmp_path / "old.jsonl").write_text('{"time": "x"}\n')
+    (tmp_path / "old.jsonl").write_text('{"time": "x", "mode": "bench"}\n')
     logs.require_appendable(tmp_path / "old.jsonl")
-    assert (tmp_path / "old.jsonl").read_text() == '{"time": "x"}\n'
+    assert (tmp_path / "old.jsonl").read_text() == '{"time": "x", "mode": "bench"}\n'
 
 
 def test_a_record_that_cannot_be_appended_keeps_the_table_and_names_the_log(built, tmp_path, monkeypatch):
@@ -304,6 +304,10 @@ def test_a_record_that_cannot_be_appended_keeps_the_table_and_names_the_log(buil
     ("submission.py", None, "its name ends in .py"),
     ("kernel.cu", "", "its name ends in .cu"),
     ("notes", "# not a log\nprint('hello')\n", "none of its 2 non-blank line(s) is a JSON record"),
+    # promote's history: JSON records, none of them a run
+    ("history.jsonl", '{"time": "2026-12-01T10:00:00Z", "problem": "qr_v2", "sha256": "ab", "evidence": {}, '
+                      '"forced": true}\n\n{"time": "2026-12-01T11:00:00Z", "mode": "promote"}\n',
+     "none of its 2 record(s) is a check, bench, diff or leaderboard run (no such 'mode')"),
 ])
 def test_a_log_that_is_clearly_not_a_log_is_refused_before_the_run(built, tmp_path, monkeypatch, verb, name,
                                                                      content, why):
@@ -334,7 +338,8 @@ def test_a_wrong_log_is_refused_before_the_problem_is_built(tmp_path, monkeypatc
     assert result.exit_code == 1 and "not an evidence log" in result.output, result.output
 
 
-@pytest.mark.parametrize("lines", [[], ["", "  "], ['{"time": "x"}'], ["torn line", '{"problem": "qr_v2"}']])
+@pytest.mark.parametrize("lines", [[], ["", "  "], ['{"time": "x", "mode": "check"}'],
+                                   ["torn line", '{"problem": "qr_v2"}', '{"mode": "leaderboard"}']])
 def test_a_log_new_empty_or_with_a_record_is_a_log(tmp_path, lines):
     from popcorn.evidence import logs
     log = tmp_path / "perf.jsonl"

@@ -175,24 +175,31 @@ NOT_LOG_SUFFIXES = (".py", ".pyc", ".cu", ".cuh", ".cpp", ".cc", ".c", ".h", ".h
 
 def not_a_log(path: Path | str) -> str | None:
     """Why PATH is clearly not an evidence log (its name ends in a source or document suffix, or it is a
-    file with content of which no line is a JSON object); None for a log, a new file or an empty one.
-    Reading stops at the first record, so a real log costs one line."""
+    file with content of which no line is a JSON object, or whose JSON objects are none of them a run: no mode
+    of MODES, as in promote's logs/incumbents/history.jsonl); None for a log, a new file or an empty one.
+    Reading stops at the first run record, so a real log costs one line."""
     path = Path(path)
     if path.suffix.lower() in NOT_LOG_SUFFIXES:
         return f"its name ends in {path.suffix}"
     if not path.is_file():
         return None
-    lines = 0
+    lines = records = 0
     with open(path, "rb") as handle:
         for raw in handle:
             if not raw.strip():
                 continue
             lines += 1
             try:
-                if isinstance(json.loads(raw.decode("utf-8")), dict):
-                    return None
+                value = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError):
-                pass
+                continue
+            if isinstance(value, dict):
+                if value.get("mode") in MODES:
+                    return None
+                records += 1
+    if records:
+        return (f"none of its {records} record(s) is a {', '.join(MODES[:-1])} or {MODES[-1]} run "
+                "(no such 'mode')")
     return f"none of its {lines} non-blank line(s) is a JSON record" if lines else None
 
 
