@@ -62,13 +62,18 @@ def world_size(specs: list[dict]) -> int:
     return max((s["world_size"] for s in specs if isinstance(s.get("world_size"), int)), default=1)
 
 
+BOARD_PATTERN = re.compile(r"[a-z0-9][a-z0-9_-]*")    # the platform's names: vectoradd_v2, amd-identity
+
+
 def leaderboard_error(board: str) -> str | None:
-    """Why BOARD cannot be a leaderboard's name (None when it can): a submission's '#!POPCORN leaderboard'
-    line holds one word, and the server looks boards up in lower case (a directive that differs is refused)."""
-    if board and board == board.lower() and not any(c.isspace() for c in board):
+    """Why BOARD cannot be a leaderboard's name (None when it can): the platform's names are lower-case letters,
+    digits, '_' and '-' ('../x' or 'a.b' is none), a submission's '#!POPCORN leaderboard' line holds one word, and
+    the server looks boards up in lower case (a directive that differs is refused)."""
+    if BOARD_PATTERN.fullmatch(board):
         return None
-    return (f"{board!r} is not a leaderboard name: one word in lower case (a '#!POPCORN leaderboard' line holds "
-            "one word, and the server refuses a directive that is not the board's lower-case name)")
+    return (f"{board!r} is not a leaderboard name: lower-case letters, digits, '_' and '-', starting with a letter "
+            "or digit, as the platform's names are (a '#!POPCORN leaderboard' line holds one word, and the server "
+            "refuses a directive that is not the board's lower-case name)")
 
 
 def known_problems(cases_dir: Path | None = None) -> list[str]:

@@ -296,7 +296,7 @@ def test_a_folder_anywhere_gets_a_manifest_that_builds(toy, tmp_path, monkeypatc
     assert build.build("addone", tmp_path / "s.py").preflight.ok
 
 
-@pytest.mark.parametrize("board", ["Bad Board", "AddOne_v1", ""])
+@pytest.mark.parametrize("board", ["Bad Board", "AddOne_v1", "", "../x", "a/b", "x.y", "-x", "qr_v2\n", "déjà"])
 def test_add_rejects_a_leaderboard_no_submission_could_name_and_writes_nothing(toy, tmp_path, board):
     # 'Bad Board' was recorded, and every build then failed ("directive says leaderboard 'Bad', expected
     # 'Bad Board'"); a mixed-case board built files that submit refuses.
@@ -305,6 +305,16 @@ def test_add_rejects_a_leaderboard_no_submission_could_name_and_writes_nothing(t
     assert "\n" not in str(info.value)
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
     assert not (tmp_path / ".popkit").exists()
+
+
+def test_add_refuses_a_leaderboard_name_with_a_path_in_it_in_one_line(toy, tmp_path):
+    # '../x' passed as "one word in lower case" and was recorded as the board.
+    result = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy), "--leaderboard", "../x"])
+    assert result.exit_code == 1
+    [line] = result.output.splitlines()
+    assert line.startswith("error: ") and "'../x' is not a leaderboard name" in line
+    assert "letters, digits, '_' and '-'" in line
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
 
 
 @pytest.mark.parametrize("comment", ['# name: "identity"\n', "# name: single node all2all\n", ""])
