@@ -1,6 +1,6 @@
 # Two entry points for a fresh machine (see README):
 #   make check   build the qr_v2 submission and check it (CPU path when no GPU)
-#   make test    run the CPU test suite
+#   make test    run the CPU test suite (in parallel, one worker per CPU)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
@@ -22,8 +22,10 @@ check: $(STAMP)
 	$(PY) -m popcorn build qr_v2
 	$(PY) -m popcorn check qr_v2
 
+# One pytest-xdist worker per CPU; the nvcc tests stay together on one worker (their fixture starts all of
+# the module's compiles at once), the rest are spread. A plain `python -m pytest` runs the suite serially.
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadgroup
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -279,8 +279,9 @@ def check_imports(text: str, where: str, run_folder: list[str] = (), placed: set
         raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; {fix}")
 
 
-def render(problem: str) -> BuildResult:
-    """Render the submission text for a problem (no file is written)."""
+def render(problem: str, kernelguard: bool = True) -> BuildResult:
+    """Render the submission text for a problem (no file is written); preflight it, with KernelGuard unless
+    kernelguard is False (a KernelGuard scan is a process of its own, ~2 s for a CUDA problem's file)."""
     manifest = load_manifest(problem)
     manifest_path = PARTS / problem / "manifest.yml"
     leaderboard, gpu, placed = header_facts(problem)
@@ -311,7 +312,7 @@ def render(problem: str) -> BuildResult:
         where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"
         raise PopkitError(f"{where}: template error: {exc}") from None
     check_imports(text, "the built file", run_folder, placed, allowed_packages)
-    report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard)
+    report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard, kernelguard=kernelguard)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
 
 
@@ -362,7 +363,7 @@ def stale_reason(path: Path | str = ROOT / "submission.py") -> str | None:
     if problem is None:
         return f"{path}: not built by popkit (no '# Built by popkit from parts/PROBLEM' line in its header)"
     command = f"popkit build {problem}" + ("" if path.resolve() == (ROOT / "submission.py") else f" -o {path}")
-    fresh = render(problem).text
+    fresh = render(problem, kernelguard=False).text       # only the text is compared: no KernelGuard scan
     old_lines, new_lines = COMMIT_LINE.sub("", text).splitlines(), COMMIT_LINE.sub("", fresh).splitlines()
     if old_lines == new_lines and text.endswith("\n") == fresh.endswith("\n"):
         return None

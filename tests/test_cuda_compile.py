@@ -28,13 +28,20 @@ def find_nvcc() -> str | None:
 
 
 NVCC = find_nvcc()
-pytestmark = pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, /usr/local/cuda/bin): "
-                                                     "CUDA compile tests skipped")
+pytestmark = [pytest.mark.skipif(NVCC is None, reason="nvcc not found (PATH, /usr/local/cuda/bin): "
+                                                      "CUDA compile tests skipped"),
+              # Under pytest-xdist every test here runs on one worker: the `compiles` fixture starts all of
+              # the module's compiles on that worker's first test (and on no other worker).
+              pytest.mark.xdist_group("nvcc")]
 
 CU_FILES = sorted(p.relative_to(build.PARTS).as_posix() for p in build.PARTS.rglob("*.cu"))
 PROBLEMS = sorted(p.parent.name for p in build.PARTS.glob("*/manifest.yml"))
 CUDA_PROBLEMS = [p for p in PROBLEMS if build.load_manifest(p)["cuda"]]
 EXPORT = re.compile(r"(?m)^\s*POPKIT_EXPORT\s[^;{(]*?\b(\w+)\s*\(")     # the entry point's name
+# nvcc processes at once: every CPU, shared with the other pytest-xdist workers (2 CPUs, 2 workers: one nvcc
+# beside the other worker's tests, so no test of theirs, timing ones included, runs on an oversubscribed CPU).
+CPUS = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+JOBS = max(1, CPUS // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")))
 
 
 def nvcc(source: Path, arch: str, out: Path, include: Path | None = None) -> None:
@@ -65,9 +72,9 @@ COMPILES = {"test_each_cuda_part_compiles": (compile_part, "rel"),
 
 @pytest.fixture(scope="module")
 def compiles(request, tmp_path_factory):
-    """The full compiles of this session's selected tests below, all started at once on every CPU (one nvcc
-    process each): {(part or problem, arch): future}; a test waits for its own, which raises as it would."""
-    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    """The full compiles of this session's selected tests below, all started at once, JOBS nvcc processes at a
+    time: {(part or problem, arch): future}; a test waits for its own, which raises as it would."""
+    pool = ThreadPoolExecutor(max_workers=JOBS)
     futures = {}
     for item in request.session.items:
         if item.module is request.module and item.originalname in COMPILES:
@@ -131,7 +138,7 @@ def test_per_part_units_compile_and_link_into_one_library(problem, tmp_path, imp
         assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stdout}\n{proc.stderr}"
         return source.with_suffix(".o")
 
-    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+    with ThreadPoolExecutor(max_workers=JOBS) as pool:
         objects = list(pool.map(compile_unit, files))
     shared = tmp_path / f"popkit_{problem}.so"
     cmd = [NVCC, "-shared", "-Xlinker", "--no-undefined", *map(str, objects), "-o", str(shared)]
