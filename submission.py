@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 9fbbaf1b089905895624e40d72011fcb9313db7d
+# toolkit commit: 3e84cedfbbb65d33effc6a4103c987398cd12a58
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -11,7 +11,7 @@
 # part qr_v2/householder_panel.cu sha256 c7060e9be86f4bb15458fc793185f75d0eef20a080bb04abc701c07513bb1241
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
-# part qr_v2/householder_update.cu sha256 01286431b5964a1f4138f4d0f911682c10ff934a1c9e91b982cb27cc41c35d6b
+# part qr_v2/householder_update.cu sha256 c0f3fd54bfa0f9bbf68b830b472c2ec84825e7c7ab65ed3e413461605cff5d65
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
@@ -1110,6 +1110,19 @@ __device__ __forceinline__ void warp_product(float (&acc)[W / 16][2][4], EntryOf
     }
 }
 
+// f(mi, q, e, row, col) for each entry acc[mi][q][e] this thread holds of a W x 64 product (W0 or W):
+// warp `warp` owns columns warp * 16 .., in the m16n8 accumulator layout (row g or g + 8 of an m16
+// tile, columns 2t and 2t + 1 of an n8 tile).
+template <int W, typename EntryFn>
+__device__ __forceinline__ void for_each_entry(int warp, int g, int t, EntryFn f) {
+#pragma unroll
+    for (int mi = 0; mi < W / 16; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(mi, q, e, mi * 16 + g + 8 * (e >> 1), warp * 16 + q * 8 + 2 * t + (e & 1));
+}
+
 // Phase 1 on one chunk: acc[mi][q] (W0's rows mi*16.., columns warp*16 + q*8..) += Vt_chunk C_chunk.
 // The chunk's products go to a fresh accumulator, added to acc in fp32: the tensor core's own fp32
 // accumulation truncates, so summing all m rows inside it let the error grow with m (linearly: a bias),
@@ -1118,40 +1131,20 @@ template <int W>
 __device__ __forceinline__ void accumulate_w0(float (&acc)[W / 16][2][4], const Chunk<W>& ch, int warp, int g, int t) {
     float part[W / 16][2][4] = {};
     warp_product<W, kChunkRows>(part, [&](int i, int k) { return ch.v[i][k]; }, ch.c, warp, g, t);
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][q][e] += part[mi][q][e];
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int, int) { acc[mi][q][e] += part[mi][q][e]; });
 }
 
 // Between the phases, each warp on its own 16 columns: W0 to shared memory, W = T^T W0 on tensor
 // cores, W split into s.wh / s.wl. The caller's __syncthreads then publishes W to every warp.
 template <int W>
 __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 16][2][4], int warp, int g, int t) {
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + 2 * t;
-            s.w0[mi * 16 + g][col] = acc[mi][q][0];
-            s.w0[mi * 16 + g][col + 1] = acc[mi][q][1];
-            s.w0[mi * 16 + g + 8][col] = acc[mi][q][2];
-            s.w0[mi * 16 + g + 8][col + 1] = acc[mi][q][3];
-        }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) { s.w0[row][col] = acc[mi][q][e]; });
     __syncwarp();
     float w[W / 16][2][4] = {};
     warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = mi * 16 + g + 8 * (e >> 1), col = warp * 16 + q * 8 + 2 * t + (e & 1);
-                popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
-            }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
+        popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
+    });
 }
 
 // Phase 2 on one chunk: C's rows r0 + wr*16 .., columns j0 + wc*32 .. become old - V_chunk W.
@@ -1198,26 +1191,13 @@ template <int W, int S>
 __device__ __forceinline__ void sum_w0_over_cluster(UpdateSmem<W>& s, float (&acc)[W / 16][2][4], int warp, int g,
                                                     int t) {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    auto at = [&](int mi, int q, int e) -> float& {
-        return s.w0[mi * 16 + g + 8 * (e >> 1)][warp * 16 + q * 8 + 2 * t + (e & 1)];
-    };
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) at(mi, q, e) = acc[mi][q][e];
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) { s.w0[row][col] = acc[mi][q][e]; });
     cluster.sync();                                 // every partial written
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float sum = 0.f;
-                for (int r = 0; r < S; ++r) sum += *cluster.map_shared_rank(&at(mi, q, e), r);
-                acc[mi][q][e] = sum;
-            }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
+        float sum = 0.f;
+        for (int r = 0; r < S; ++r) sum += *cluster.map_shared_rank(&s.w0[row][col], r);
+        acc[mi][q][e] = sum;
+    });
     cluster.sync();                                 // every partial read: form_w may overwrite s.w0
 }
 

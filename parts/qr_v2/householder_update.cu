@@ -98,6 +98,19 @@ __device__ __forceinline__ void warp_product(float (&acc)[W / 16][2][4], EntryOf
     }
 }
 
+// f(mi, q, e, row, col) for each entry acc[mi][q][e] this thread holds of a W x 64 product (W0 or W):
+// warp `warp` owns columns warp * 16 .., in the m16n8 accumulator layout (row g or g + 8 of an m16
+// tile, columns 2t and 2t + 1 of an n8 tile).
+template <int W, typename EntryFn>
+__device__ __forceinline__ void for_each_entry(int warp, int g, int t, EntryFn f) {
+#pragma unroll
+    for (int mi = 0; mi < W / 16; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(mi, q, e, mi * 16 + g + 8 * (e >> 1), warp * 16 + q * 8 + 2 * t + (e & 1));
+}
+
 // Phase 1 on one chunk: acc[mi][q] (W0's rows mi*16.., columns warp*16 + q*8..) += Vt_chunk C_chunk.
 // The chunk's products go to a fresh accumulator, added to acc in fp32: the tensor core's own fp32
 // accumulation truncates, so summing all m rows inside it let the error grow with m (linearly: a bias),
@@ -106,40 +119,20 @@ template <int W>
 __device__ __forceinline__ void accumulate_w0(float (&acc)[W / 16][2][4], const Chunk<W>& ch, int warp, int g, int t) {
     float part[W / 16][2][4] = {};
     warp_product<W, kChunkRows>(part, [&](int i, int k) { return ch.v[i][k]; }, ch.c, warp, g, t);
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][q][e] += part[mi][q][e];
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int, int) { acc[mi][q][e] += part[mi][q][e]; });
 }
 
 // Between the phases, each warp on its own 16 columns: W0 to shared memory, W = T^T W0 on tensor
 // cores, W split into s.wh / s.wl. The caller's __syncthreads then publishes W to every warp.
 template <int W>
 __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 16][2][4], int warp, int g, int t) {
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + 2 * t;
-            s.w0[mi * 16 + g][col] = acc[mi][q][0];
-            s.w0[mi * 16 + g][col + 1] = acc[mi][q][1];
-            s.w0[mi * 16 + g + 8][col] = acc[mi][q][2];
-            s.w0[mi * 16 + g + 8][col + 1] = acc[mi][q][3];
-        }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) { s.w0[row][col] = acc[mi][q][e]; });
     __syncwarp();
     float w[W / 16][2][4] = {};
     warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = mi * 16 + g + 8 * (e >> 1), col = warp * 16 + q * 8 + 2 * t + (e & 1);
-                popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
-            }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
+        popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
+    });
 }
 
 // Phase 2 on one chunk: C's rows r0 + wr*16 .., columns j0 + wc*32 .. become old - V_chunk W.
@@ -186,26 +179,13 @@ template <int W, int S>
 __device__ __forceinline__ void sum_w0_over_cluster(UpdateSmem<W>& s, float (&acc)[W / 16][2][4], int warp, int g,
                                                     int t) {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    auto at = [&](int mi, int q, int e) -> float& {
-        return s.w0[mi * 16 + g + 8 * (e >> 1)][warp * 16 + q * 8 + 2 * t + (e & 1)];
-    };
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) at(mi, q, e) = acc[mi][q][e];
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) { s.w0[row][col] = acc[mi][q][e]; });
     cluster.sync();                                 // every partial written
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float sum = 0.f;
-                for (int r = 0; r < S; ++r) sum += *cluster.map_shared_rank(&at(mi, q, e), r);
-                acc[mi][q][e] = sum;
-            }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
+        float sum = 0.f;
+        for (int r = 0; r < S; ++r) sum += *cluster.map_shared_rank(&s.w0[row][col], r);
+        acc[mi][q][e] = sum;
+    });
     cluster.sync();                                 // every partial read: form_w may overwrite s.w0
 }
 
