@@ -18,7 +18,7 @@ from pathlib import Path
 
 from checks.problems import Problem, known_problems, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import PopkitError, ProblemError
-from popcorn.evidence.logs import MODES, capped, covers, ran_on_gpu, read_records, spec_key, where_ran
+from popcorn.evidence.logs import capped, covers, not_a_log, ran_on_gpu, read_records, spec_key, where_ran
 
 VERDICTS = ("faster", "slower", "within noise")
 NEWEST_SUBMISSIONS = 10
@@ -210,9 +210,9 @@ def load_evidence(log: Path | str, problem: str | None = None, include_cpu: bool
     if notes and not records:
         raise PopkitError(f"{log} is not an evidence log: none of its {len(notes)} non-blank line(s) is a JSON record "
                           f"(the first: {notes[0]})")
-    if records and not any(r.get("mode") in MODES for r in records):      # logs/incumbents/history.jsonl, say
-        raise PopkitError(f"{log} is not an evidence log: none of its {len(records)} record(s) is a "
-                          f"{', '.join(MODES[:-1])} or {MODES[-1]} run (no such 'mode')")
+    why = not_a_log(log)           # a source file's name, or no run among its records (promote's history)
+    if why:
+        raise PopkitError(f"{log} is not an evidence log: {why}")
     notes = capped(notes)          # the terminal and the page show the first few bad lines and a count
     if not log.is_file():
         notes.append(f"No log at {log}: check, bench and diff runs write it.")
