@@ -13,7 +13,7 @@ from werkzeug import Response
 
 from popcorn.cli import main
 from popcorn.client import api
-from popcorn.evidence.logs import read_records
+from popcorn.evidence.logs import read_records, record_passed
 
 ROOT = Path(__file__).resolve().parent.parent
 CLI_ID = "c0ffee00-1d-never-print-me"
@@ -116,6 +116,7 @@ def test_submit_test_mode_follows_the_job_and_logs_the_result(httpserver, home, 
         "qr_v2", "leaderboard", "test", "B200")
     assert [c["status"] for c in record["cases"]] == ["pass", "pass"]
     assert record["raw_result"] == "logs/leaderboard/7.json" and record["submission_id"] == 7
+    assert record["passed"] is True and record["failures"] == []
     assert_id_never_shown(result, tmp_path)
 
 
@@ -159,7 +160,11 @@ def test_submit_exits_non_zero_unless_every_requested_run_passed(httpserver, hom
     assert result.exit_code == 1, result.output
     assert "FAIL: " in result.stdout and reason in result.stdout
     assert (tmp_path / "logs" / "leaderboard" / "7.json").is_file()
-    assert len(logged(tmp_path)) == 1
+    [record] = logged(tmp_path)
+    # The record had no verdict: a failed, timed-out or hacked job whose public cases passed read as passing
+    # (record_passed) and its geomean joined the report's frontier.
+    assert record["passed"] is False and not record_passed(record)
+    assert any(reason in failure for failure in record["failures"])
 
 
 def test_failing_test_case_shows_its_error(httpserver, home):

@@ -588,6 +588,18 @@ def test_a_leaderboard_run_of_part_of_the_benchmark_list_is_marked_and_not_in_th
     assert f"newest submission 102 (leaderboard, B200, 3 of {len(SPECS)} benchmarks)" in summary(report)
 
 
+def test_a_failed_leaderboard_submission_is_not_in_the_frontier(tmp_path):
+    # A hacked (or failed, timed-out) job whose public benchmark run passed every case became the board's best
+    # geomean: the frontier looked only at the cases, and the record said nothing of the job's verdict.
+    report = _report_of(tmp_path, [
+        {**_board_run("2026-12-01T12:00:00Z", 101, [_case(s, 100.0) for s in SPECS], geomean_us=100.0),
+         "passed": True},
+        {**_board_run("2026-12-02T12:00:00Z", 102, [_case(s, 1.0) for s in SPECS], geomean_us=1.0,
+                      public_s=0.000001), "passed": False, "job_status": "hacked", "failures": ["job hacked"]}])
+    [ev] = report.evidence.problems
+    assert [(line.label, line.best_us) for line in ev.frontier] == [("leaderboard on B200", [100.0])]
+
+
 def test_older_leaderboard_records_are_checked_as_far_as_their_specs_allow(tmp_path):
     # Before the client read specs under the problem's record they lacked its defaults (qr_v2's case: dense),
     # and a spec it could not read was logged as its text; a record may have no cases at all.

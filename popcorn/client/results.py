@@ -401,18 +401,20 @@ def save_raw(raw: bytes, name: str, directory: Path | None = None) -> Path:
 
 def log_outcome(outcome: Outcome, run_mode: str, raw_path: Path, log_path: Path | None = None) -> dict | None:
     """Append the submission's per-case numbers to the evidence log, under its problem (outcome.problem) with
-    the board beside it; the record, or None when the log already holds this submission (one record per
-    submission, however often it is followed)."""
+    the board beside it, and its verdict: `passed`, and `failures` (outcome.failures, empty when it passed), so
+    a failed, timed-out or hacked job whose public cases passed never reads as passing; the record, or None
+    when the log already holds this submission (one record per submission, however often it is followed)."""
     log_path = Path(log_path or log_dir() / "performance.jsonl")
     if outcome.submission_id is not None and is_logged(outcome.leaderboard, outcome.submission_id, log_path):
         return None
-    cases = outcome.cases
+    cases, failures = outcome.cases, outcome.failures(run_mode)
     record = new_record(
         outcome.problem.name, "leaderboard", leaderboard=outcome.leaderboard, gpu=outcome.gpu, cases=cases,
         geomean_us=case_geomean(cases),
         submission_sha256=hashlib.sha256(outcome.code.encode()).hexdigest() if outcome.code else None,
         submission_id=outcome.submission_id, run_mode=run_mode, job_status=outcome.job_status,
         public_score_s=outcome.score_s(False), secret_score_s=outcome.score_s(True),
+        passed=not failures, failures=failures,
         raw_result=os.path.relpath(raw_path, log_path.parent.parent))  # relative to the folder holding logs/
     append_record(record, log_path)
     return record

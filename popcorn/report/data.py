@@ -305,8 +305,9 @@ def frontier(records: list[dict], prob: Problem | None) -> tuple[list[FrontierLi
     """Best-so-far geomean over time, one line per source and GPU; and why timed runs were left out.
 
     Only numbers of one kind share a line: a bench times the GPU that ran it with popkit's harness, a
-    leaderboard run the board's GPU with the server's. A run counts when it has a time and a geomean and
-    none of its cases failed; a leaderboard run without geomean_us counts with its public score (a geomean
+    leaderboard run the board's GPU with the server's. A run counts when it has a time and a geomean, none
+    of its cases failed and its record's verdict (`passed`, where it has one) is not a failure: a leaderboard
+    job that failed, timed out or was hacked after its public cases passed never counts; a leaderboard run without geomean_us counts with its public score (a geomean
     in seconds). A timed run that ran on no known GPU, or one of other cases than the full benchmark list
     (a leaderboard run that stopped early, a bench that --all-cases shows elsewhere), is counted as skipped.
     """
@@ -316,7 +317,8 @@ def frontier(records: list[dict], prob: Problem | None) -> tuple[list[FrontierLi
         when, value = _parse_time(record.get("time")), _num(record.get("geomean_us"))
         if value is None and source == "leaderboard":
             value = _seconds_to_us(record.get("public_score_s"))
-        if not when or not value or any(c.get("status") == "fail" for c in _cases(record)):
+        if (not when or not value or record.get("passed") is False
+                or any(c.get("status") == "fail" for c in _cases(record))):
             continue
         if not ran_on_gpu(record):
             skipped["not GPU"] += 1
