@@ -202,6 +202,41 @@ def test_a_redirect_on_the_same_server_is_followed(httpserver, client):
     assert client.gpus("qr_v2") == ["B200"]
 
 
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+@pytest.mark.parametrize("profile", [False, True])
+def test_an_upload_answered_with_a_redirect_is_not_followed(httpserver, client, source, status, profile):
+    # requests followed it: a 301 or 302 (an http:// POPCORN_API_URL of an https server) turned the upload into a
+    # GET of the new address, which ended in a puzzling 405 or "not JSON"; a 307 or 308 sent the file a second time.
+    # (A redirect to another server is refused as before, so that the id is not sent there.)
+    path = "/qr_v2/B200/profile" if profile else "/submission/qr_v2/B200/test"
+    httpserver.expect_request(path, method="POST").respond_with_data("", status=status, headers={"Location": "/new"})
+    httpserver.expect_request("/new").respond_with_json({"detail": "Method Not Allowed"}, status=405)
+    with pytest.raises(api.HTTPError) as info:
+        client.submit_profile("qr_v2", "B200", source) if profile else client.submit("qr_v2", "B200", "test", source)
+    assert str(info.value) == (f"POST {path} was answered with a redirect ({status}) to "
+                               f"http://127.0.0.1:{httpserver.port}/new: not followed, as an upload is sent once")
+    assert [(request.method, request.path) for request, _ in httpserver.log] == [("POST", path)]
+
+
+def test_an_upload_redirected_from_http_to_https_names_the_url_to_use(httpserver, client, source):
+    response = api.requests.Response()
+    response.status_code, response.url = 301, "http://example.org/submission/qr_v2/B200/test"
+    response.headers["Location"] = "https://example.org/submission/qr_v2/B200/test"
+    assert api.redirect_message("POST", "/submission/qr_v2/B200/test", response, "http://example.org").endswith(
+        "not followed, as an upload is sent once; if the server lives there, set POPCORN_API_URL to https://example.org")
+
+
+def test_an_upload_answered_with_see_other_may_have_been_accepted(httpserver, client, source):
+    httpserver.expect_request("/submission/qr_v2/B200/test", method="POST").respond_with_data(
+        "", status=303, headers={"Location": "/user/submissions/7"})
+    with pytest.raises(api.HTTPError) as info:
+        client.submit("qr_v2", "B200", "test", source)
+    assert str(info.value).endswith("the upload may have been accepted: see `popkit submissions list "
+                                    "--leaderboard qr_v2`")
+    assert f"redirect (303) to http://127.0.0.1:{httpserver.port}/user/submissions/7" in str(info.value)
+    assert len(httpserver.log) == 1
+
+
 def test_list_submissions_passes_its_query(httpserver, client):
     httpserver.expect_request("/user/submissions", query_string="limit=5&offset=0&leaderboard=qr_v2",
                               ).respond_with_json([{"id": 3}])

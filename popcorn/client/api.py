@@ -21,7 +21,7 @@ import re
 from pathlib import Path
 from time import monotonic, sleep
 from typing import Any, Callable
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import requests
 import yaml
@@ -311,6 +311,20 @@ def retry_after_s(response: requests.Response, detail: str) -> int | None:
     return max(0, math.ceil((when - dt.datetime.now(dt.timezone.utc)).total_seconds()))
 
 
+def redirect_message(method: str, path: str, response: requests.Response, base_url: str) -> str:
+    """An upload answered with a redirect, which is not followed: requests turns a POST into a GET on a 301, 302
+    or 303 (the file is lost and the new address answers something puzzling), and sends the file again on a 307
+    or 308; one line naming where the server pointed (and, where that is another origin than BASE_URL, as from
+    http:// to https://, the POPCORN_API_URL that reaches it)."""
+    target = urljoin(response.url, response.headers["Location"])
+    parts, base = urlsplit(target), urlsplit(base_url)
+    line = (f"{method} {path} was answered with a redirect ({response.status_code}) to {one_line(target, 120)}: not "
+            "followed, as an upload is sent once")
+    if (parts.scheme, parts.netloc) != (base.scheme, base.netloc):
+        line += f"; if the server lives there, set POPCORN_API_URL to {parts.scheme}://{parts.netloc}"
+    return line
+
+
 def network_reason(exc: requests.RequestException) -> str:
     """'Connection refused' rather than urllib3's nested repr."""
     found = ERRNO.search(str(exc))
@@ -464,6 +478,8 @@ class Client:
             except requests.RequestException as exc:
                 failure, server_wait_s = self._network_error(exc, f"{method} {path}", timeout), 0.0
                 continue
+            if response.is_redirect:      # only where the call asked not to follow one: an upload
+                raise HTTPError(redirect_message(method, path, response, self.base_url), response.status_code)
             if response.ok:
                 return response
             failure = HTTPError(error_message(response, self.session.headers.get(ID_HEADER)), response.status_code)
@@ -564,14 +580,18 @@ class Client:
     def submit(self, leaderboard: str, gpu: str, mode: str, path: Path) -> dict:
         """Upload for a background run (never retried); the 202 reply with details.id."""
         url_path = f"/submission/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/{mode.lower()}"
+        landed = f"the upload may have been accepted: see `popkit submissions list --leaderboard {leaderboard}`"
         try:
-            response = self._send("POST", url_path, timeout=60, files=self._file_part(path))
+            response = self._send("POST", url_path, timeout=60, allow_redirects=False, files=self._file_part(path))
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
             raise NetworkError(f"{exc}; the upload may still have been accepted: "
                                f"see `popkit submissions list --leaderboard {leaderboard}`") from None
-        landed = f"the upload may have been accepted: see `popkit submissions list --leaderboard {leaderboard}`"
+        except HTTPError as exc:
+            if exc.status == 303:        # See Other: the answer to a request the server has taken
+                raise HTTPError(f"{exc}; {landed}", exc.status) from None
+            raise
         try:
             accepted = check_fields(decode_json(response, f"POST {url_path}", dict), f"POST {url_path}",
                                     details=dict, runner_queue=dict)
@@ -587,7 +607,7 @@ class Client:
         """Profile over the event stream; the raw JSON text of its `result` event."""
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         try:
-            response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True,
+            response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True, allow_redirects=False,
                                   files=self._file_part(path))
         except NetworkError as exc:
             if not exc.sent:
