@@ -379,6 +379,17 @@ def test_ctrl_c_while_polling_prints_the_resume_command(httpserver, home, monkey
     assert "Resume with: popkit submissions wait 7" in result.stderr
 
 
+def test_ctrl_c_during_the_upload_exits_130_and_says_where_to_look(httpserver, home, monkeypatch):
+    # It exited 1, as a failure, where every other Ctrl-C exits 130.
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(api.Client, "submit", interrupt)
+    result = popkit("submit", "submission.py")
+    assert result.exit_code == 130
+    assert result.stderr.splitlines()[-1] == ("interrupted during the upload; it may have been accepted: see "
+                                              "`popkit submissions list --leaderboard qr_v2`")
+
+
 def test_wait_resumes_and_logs_like_submit(httpserver, home, tmp_path):
     runs = [run("test"), run("benchmark", result=BENCH), run("leaderboard", score="0.0001"),
             run("test", secret=True), run("benchmark", secret=True), run("leaderboard", secret=True, score="0.0001")]

@@ -296,7 +296,7 @@ def upload(client: api.Client, file: Path, leaderboard: str, gpu: str, mode: str
     try:
         accepted = client.submit(leaderboard, gpu, mode, file)
     except KeyboardInterrupt:
-        raise PopkitError("interrupted during the upload; it may have been accepted: "
+        raise Interrupted("interrupted during the upload; it may have been accepted: "
                           f"see `popkit submissions list --leaderboard {leaderboard}`") from None
     submission_id = accepted["details"]["id"]
     click.echo(results.describe_progress({"id": submission_id, "job": {"status": accepted.get("status")},
