@@ -390,6 +390,21 @@ def test_ctrl_c_during_the_upload_exits_130_and_says_where_to_look(httpserver, h
                                               "`popkit submissions list --leaderboard qr_v2`")
 
 
+def test_ctrl_c_while_the_result_is_saved_says_how_to_save_it_again(httpserver, home, tmp_path, monkeypatch):
+    # It printed a bare "interrupted": the result was perhaps saved but not logged, and nothing said how to mend it.
+    from popcorn.client import results
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+    serve_polls(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    monkeypatch.setattr(results, "log_outcome", interrupt)
+    result = popkit("submissions", "wait", 7)
+    assert result.exit_code == 130
+    assert result.stderr.splitlines()[-1] == (
+        "interrupted while saving the result of submission 7: it stays on the server; "
+        "`popkit submissions wait 7` saves and logs it (once)")
+
+
 def test_wait_resumes_and_logs_like_submit(httpserver, home, tmp_path):
     runs = [run("test"), run("benchmark", result=BENCH), run("leaderboard", score="0.0001"),
             run("test", secret=True), run("benchmark", secret=True), run("leaderboard", secret=True, score="0.0001")]

@@ -361,6 +361,9 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
         raise PopkitError(f"{where}{exc.strerror or exc}: the finished result could not be saved; it stays on the "
                           f"server (`popkit submissions show {submission_id}` prints it, `{resume}` saves and logs "
                           "it)") from None
+    except KeyboardInterrupt:    # the reply perhaps saved and not logged: waiting again mends both
+        raise Interrupted(f"interrupted while saving the result of submission {submission_id}: it stays on the "
+                          f"server; `{resume}` saves and logs it (once)") from None
     if logged is None:
         click.echo(f"submission {submission_id} is already in the evidence log: not logged again", err=True)
     elif outcome.problem.note:
