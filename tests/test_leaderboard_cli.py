@@ -1003,6 +1003,25 @@ def test_submissions_list_and_show(httpserver, home):
     assert "2/2 benchmarks passed" in shown.stdout and "def custom_kernel" in shown.stdout
 
 
+def test_a_board_named_in_another_case_is_asked_for_in_lowercase(httpserver, home):
+    # submit sends the board in lowercase (the server's names are), but list, gpus and ranking sent it as typed:
+    # `submissions list --leaderboard QR_V2` answered "no submissions found", `gpus QR_V2` a 500.
+    for limit in (50, 1):
+        httpserver.expect_request("/user/submissions", query_string=f"limit={limit}&offset=0&leaderboard=qr_v2"
+                                  ).respond_with_json([{"id": 7, "leaderboard_name": "qr_v2", "runs": []}])
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json(["B200"])
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json(
+        [{"rank": 1, "user_name": "me", "user_id": "42", "submission_score": 0.0001, "submission_id": 7}])
+    serve_polls(httpserver, submission("succeeded"))
+    listing = popkit("submissions", "list", "--leaderboard", "QR_V2")
+    assert listing.exit_code == 0 and listing.stdout.splitlines()[-1].split()[:2] == ["7", "qr_v2"]
+    assert popkit("gpus", "QR_V2").stdout == "B200\n"
+    ranking = popkit("ranking", "Qr_V2", "B200")
+    assert ranking.exit_code == 0 and "you: rank 1 of 1" in ranking.stdout, ranking.output
+    assert {request.path for request, _ in httpserver.log} <= {"/user/submissions", "/gpus/qr_v2",
+                                                               "/submissions/qr_v2/B200", "/user/submissions/7"}
+
+
 def test_submissions_list_empty(httpserver, home):
     httpserver.expect_request("/user/submissions").respond_with_json([])
     assert popkit("submissions", "list").stdout == "no submissions found\n"

@@ -501,14 +501,14 @@ class Client:
         response = self._send("GET", path, timeout=timeout, retry=True, params=params or None)
         return decode_json(response, f"GET {path}", expect)
 
-    # listings
+    # listings (a board goes out in lowercase, as in an upload's path: the server's names are)
 
     def leaderboards(self) -> list[dict]:
         return check_items(self._get("/leaderboards", 30, list), "GET /leaderboards", dict)
 
     def gpus(self, leaderboard: str) -> list[str]:
         """The GPUs the board runs on; an empty list is an error (the server names none)."""
-        path = f"/gpus/{quote(leaderboard, safe='')}"
+        path = f"/gpus/{quote(leaderboard.lower(), safe='')}"
         names = check_items(self._get(path, 120, list), f"GET {path}", str)
         if not names:
             raise PopkitError(f"the server lists no GPU for leaderboard {leaderboard} (GET {path} answered [])")
@@ -517,7 +517,7 @@ class Client:
     def ranking(self, leaderboard: str, gpu: str) -> list[dict]:
         """Each user's best public score on that GPU (scores in seconds), best first. An empty ranking
         is checked against the board's GPUs: the server answers [] for a GPU name it does not know."""
-        path = f"/submissions/{quote(leaderboard, safe='')}/{quote(gpu, safe='')}"
+        path = f"/submissions/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}"
         entries = check_items(self._get(path, 30, list), f"GET {path}", dict)
         if not entries:
             self.require_gpu(leaderboard, gpu)
@@ -538,7 +538,7 @@ class Client:
     def user_submissions(self, leaderboard: str | None = None, limit: int = 50, offset: int = 0) -> list[dict]:
         params = {"limit": limit, "offset": offset}
         if leaderboard:
-            params["leaderboard"] = leaderboard
+            params["leaderboard"] = leaderboard.lower()
         found = check_items(self._get("/user/submissions", 30, list, **params), "GET /user/submissions", dict)
         for entry in found:
             check_fields(entry, "GET /user/submissions", runs=list)
