@@ -334,6 +334,23 @@ def test_an_error_page_that_echoes_the_id_does_not_show_it(httpserver, client, b
     assert str(info.value).startswith("rejected by the server (400): ")
 
 
+@pytest.mark.parametrize("call, path, method, body, kind", [
+    (lambda c, src: c.leaderboards(), "/leaderboards", "GET", "<html>" + "x" * 60 + f"{CLI_ID}</html>", "text/html"),
+    (lambda c, src: c.submit_profile("qr_v2", "B200", src), "/qr_v2/B200/profile", "POST",
+     f"<html>headers: X-Popcorn-Cli-Id: {CLI_ID}</html>", "text/html"),
+    (lambda c, src: c.delete_submission(7), "/user/submissions/7", "DELETE",
+     json.dumps({"status": "queued", "by": CLI_ID}), "application/json"),
+])
+def test_a_successful_reply_of_another_shape_that_echoes_the_id_does_not_show_it(httpserver, client, source, call,
+                                                                                 path, method, body, kind):
+    # Error replies had the id hidden, but a 200 that is not JSON (a proxy's page that repeats the request's
+    # headers), a profile reply that is not an event stream, or a DELETE reply without "ok" was quoted as it came.
+    httpserver.expect_request(path, method=method).respond_with_data(body, status=200, content_type=kind)
+    with pytest.raises(PopkitError) as info:
+        call(client, source)
+    assert CLI_ID[:12] not in str(info.value) and api.HIDDEN_ID in str(info.value)
+
+
 def test_gets_retry_gateway_errors_with_backoff(httpserver, sleeps):
     client = api.Client(httpserver.url_for("/"), CLI_ID, backoff_s=0.5)
     httpserver.expect_request("/gpus/qr_v2").respond_with_handler(

@@ -242,7 +242,7 @@ def error_detail(response: requests.Response, cli_id: str | None = None) -> str:
     elif isinstance(detail, (dict, list)):
         detail = json.dumps(detail)
     text = response.text if detail is None else str(detail)
-    return one_line(text.replace(cli_id, HIDDEN_ID) if cli_id else text) or response.reason or "no details"
+    return one_line(hide_id(text, cli_id)) or response.reason or "no details"
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -349,11 +349,23 @@ def break_reason(exc: requests.RequestException) -> str:
     return network_reason(exc)
 
 
+def hide_id(text: str, cli_id: str | None) -> str:
+    """TEXT with CLI_ID shown as HIDDEN_ID: a server's words are quoted in messages, and may repeat the request's
+    headers."""
+    return text.replace(cli_id, HIDDEN_ID) if cli_id else text
+
+
+def reply_text(response: requests.Response) -> str:
+    """The reply's text, with the id its request carried hidden."""
+    request = getattr(response, "request", None)
+    return hide_id(response.text, request.headers.get(ID_HEADER) if request is not None else None)
+
+
 def decode_json(response: requests.Response, what: str, expect: type = object) -> Any:
     try:
         value = response.json()
     except ValueError:
-        snippet = " ".join(response.text.split())[:80]
+        snippet = " ".join(reply_text(response).split())[:80]
         raise PopkitError(f"the reply to {what} is not JSON: {snippet!r}") from None
     if not isinstance(value, expect):
         raise PopkitError(f"the reply to {what} is not a JSON {expect.__name__}")
@@ -553,8 +565,9 @@ class Client:
         path = f"/user/submissions/{int(submission_id)}"
         reply = decode_json(self._send("DELETE", path, timeout=30), f"DELETE {path}", dict)
         if reply.get("status") != "ok":    # the server confirms with {"status": "ok", "submission_id": id}
+            answered = one_line(hide_id(json.dumps(reply), self.session.headers.get(ID_HEADER)), 120)
             raise PopkitError(f"the server did not confirm that submission {int(submission_id)} was deleted "
-                              f"(DELETE {path} answered {one_line(json.dumps(reply), 120)}): check with "
+                              f"(DELETE {path} answered {answered}): check with "
                               f"`popkit submissions show {int(submission_id)}`")
         return reply
 
@@ -618,7 +631,7 @@ class Client:
             kind = response.headers.get("Content-Type", "")
             if not kind.startswith("text/event-stream"):
                 raise PopkitError(f"the reply to POST {url_path} is not an event stream ({kind or 'no Content-Type'}): "
-                                  f"{one_line(response.text, 120)!r}")
+                                  f"{one_line(reply_text(response), 120)!r}")
             try:
                 for event in sse.iter_events(response.iter_content(chunk_size=None)):
                     if event.name == "result":
