@@ -621,6 +621,16 @@ def test_wait_stops_at_every_terminal_status(httpserver, client, sleeps, termina
     assert client.wait(7)[0]["job"]["status"] == terminal
 
 
+@pytest.mark.parametrize("status", ["cancelled", ["running"], 3])
+def test_wait_stops_at_a_job_status_it_does_not_know(httpserver, client, sleeps, status):
+    # an unknown status was taken for "still running": an hour of polling a job that had ended
+    httpserver.expect_request("/user/submissions/7").respond_with_json(state(status))
+    with pytest.raises(PopkitError, match=r"submission 7: job status .* is none popkit knows .*: stopped waiting; "
+                                          r"see `popkit submissions show 7`"):
+        client.wait(7)
+    assert sleeps == []
+
+
 def test_wait_without_a_job_row_trusts_done(httpserver, client, sleeps):
     httpserver.expect_request("/user/submissions/7").respond_with_handler(
         replies((200, {"id": 7, "done": False}), (200, {"id": 7, "done": True})))

@@ -35,6 +35,7 @@ ID_HEADER = "X-Popcorn-Cli-Id"
 PENDING_KEY = "pending_cli_id"  # a new id kept beside the working one until it is confirmed
 MODES = ("test", "benchmark", "leaderboard", "profile")
 TERMINAL_JOB_STATES = ("succeeded", "failed", "timed_out", "hacked")
+PROGRESS_JOB_STATES = ("initial", "pending", "running")    # popcorn-api.md: job.status before a terminal one
 RETRY_STATUSES = (502, 503, 504)
 MAX_RETRY_WAIT_S = 60  # a GET waits for the server at most this long (Retry-After, "try again in"), then gives up
 PROFILE_TIMEOUT_S = 120  # the profile upload's reply, and then each read of its event stream
@@ -584,6 +585,11 @@ class Client:
                 on_poll(elapsed, submission)
             if is_finished(submission):
                 return submission, response.content
+            status = job_status(submission)
+            if status is not None and status not in PROGRESS_JOB_STATES:   # polling would go on for limit_s
+                known = ", ".join(PROGRESS_JOB_STATES + TERMINAL_JOB_STATES)
+                raise PopkitError(f"submission {submission_id}: job status {status!r} is none popkit knows ({known}): "
+                                  f"stopped waiting; see `popkit submissions show {submission_id}`")
             if elapsed >= limit_s:
                 raise StillRunning(f"submission {submission_id} is not finished after {limit_s / 60:g} min")
             sleep(interval_s)
