@@ -86,7 +86,12 @@ def main() -> None:
     parser.add_argument("problem")
     parser.add_argument("specs", nargs="+", metavar="SPEC")
     args = parser.parse_args()
-    kernel = import_submission(built_file(args.submission), "profiled").custom_kernel
+    path = built_file(args.submission)
+    if not torch.cuda.is_available():
+        print("error: profile_route.py profiles CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    kernel = import_submission(path, "profiled").custom_kernel
     prob = load_problem(args.problem)
     for spec_text in args.specs:
         profile_case(kernel, prob, spec_text, args.timeline)

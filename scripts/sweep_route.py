@@ -2,8 +2,8 @@
 
 Usage (GPU host, repository root):
   python3 scripts/sweep_route.py SUBMISSION PROBLEM VARIANTS.json [--case SPEC ...] [--reps K] [--json OUT]
-VARIANTS.json maps a variant name to module globals to set on the built submission, e.g.
-  {"default": {}, "split": {"TRAILING_PRODUCT": [[1073741824, 1 << 62, "split_tf32"]]}}
+VARIANTS.json maps a variant name to module globals to set on the built submission, e.g. for cholesky
+  {"default": {}, "split": {"TRAILING_PRODUCT": [[1073741824, 4611686018427387904, "split_tf32"]]}}
 Every variant runs on the same inputs (the problem's benchmark list unless --case is given) and is
 checked once against the native gates (the worst fraction of a limit shows a variant that spends the
 margin). Timing is the grader's timed region (checks/timing.py's clock: L2 flush, events), in K

@@ -126,6 +126,16 @@ def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
                                         "(run it on a GPU host)"]
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
+def test_profile_route_without_a_gpu_is_one_line(tmp_path):
+    # It imported the built file and died in torch's CUDA generator with a traceback.
+    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")
+    done = script(tmp_path, "profile_route.py", "ok.py", "qr_v2", "batch: 2; n: 32; cond: 1; seed: 3")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == ["error: profile_route.py profiles CUDA kernels: this machine has no CUDA GPU "
+                                        "(run it on a GPU host)"]
+
+
 SNAPSHOT = ROOT / "scripts" / "snapshot.sh"
 
 
