@@ -214,8 +214,22 @@ def test_an_upload_answered_with_a_redirect_is_not_followed(httpserver, client, 
     with pytest.raises(api.HTTPError) as info:
         client.submit_profile("qr_v2", "B200", source) if profile else client.submit("qr_v2", "B200", "test", source)
     assert str(info.value) == (f"POST {path} was answered with a redirect ({status}) to "
-                               f"http://127.0.0.1:{httpserver.port}/new: not followed, as an upload is sent once")
+                               f"http://127.0.0.1:{httpserver.port}/new: not followed, as a POST is sent once")
     assert [(request.method, request.path) for request, _ in httpserver.log] == [("POST", path)]
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308])
+@pytest.mark.parametrize("method, path", [("POST", "/user/join"), ("DELETE", "/user/submissions/7")])
+def test_a_join_or_delete_answered_with_a_redirect_is_not_followed(httpserver, client, status, method, path):
+    # requests followed it: a 301 or 302 turned the join into a GET without its JSON body (the code was lost),
+    # a 307 or 308 sent it again; the same line as an upload's now.
+    httpserver.expect_request(path, method=method).respond_with_data("", status=status, headers={"Location": "/new"})
+    httpserver.expect_request("/new").respond_with_json({"detail": "Method Not Allowed"}, status=405)
+    with pytest.raises(api.HTTPError) as info:
+        client.join("INVITE-42") if method == "POST" else client.delete_submission(7)
+    assert str(info.value) == (f"{method} {path} was answered with a redirect ({status}) to "
+                               f"http://127.0.0.1:{httpserver.port}/new: not followed, as a {method} is sent once")
+    assert [(request.method, request.path) for request, _ in httpserver.log] == [(method, path)]
 
 
 def test_an_upload_redirected_from_http_to_https_names_the_url_to_use(httpserver, client, source):
@@ -223,7 +237,7 @@ def test_an_upload_redirected_from_http_to_https_names_the_url_to_use(httpserver
     response.status_code, response.url = 301, "http://example.org/submission/qr_v2/B200/test"
     response.headers["Location"] = "https://example.org/submission/qr_v2/B200/test"
     assert api.redirect_message("POST", "/submission/qr_v2/B200/test", response, "http://example.org").endswith(
-        "not followed, as an upload is sent once; if the server lives there, set POPCORN_API_URL to https://example.org")
+        "not followed, as a POST is sent once; if the server lives there, set POPCORN_API_URL to https://example.org")
 
 
 def test_an_upload_answered_with_see_other_may_have_been_accepted(httpserver, client, source):

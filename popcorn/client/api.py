@@ -313,14 +313,14 @@ def retry_after_s(response: requests.Response, detail: str) -> int | None:
 
 
 def redirect_message(method: str, path: str, response: requests.Response, base_url: str) -> str:
-    """An upload answered with a redirect, which is not followed: requests turns a POST into a GET on a 301, 302
-    or 303 (the file is lost and the new address answers something puzzling), and sends the file again on a 307
-    or 308; one line naming where the server pointed (and, where that is another origin than BASE_URL, as from
+    """A POST or DELETE (an upload, a join, a deletion) answered with a redirect, which is not followed: requests
+    turns a POST into a GET on a 301, 302 or 303 (the file or JSON body is lost and the new address answers
+    something puzzling), and sends the request again on a 307 or 308; one line naming where the server pointed (and, where that is another origin than BASE_URL, as from
     http:// to https://, the POPCORN_API_URL that reaches it)."""
     target = urljoin(response.url, response.headers["Location"])
     parts, base = urlsplit(target), urlsplit(base_url)
     line = (f"{method} {path} was answered with a redirect ({response.status_code}) to {one_line(target, 120)}: not "
-            "followed, as an upload is sent once")
+            f"followed, as a {method} is sent once")
     if (parts.scheme, parts.netloc) != (base.scheme, base.netloc):
         line += f"; if the server lives there, set POPCORN_API_URL to {parts.scheme}://{parts.netloc}"
     return line
@@ -478,6 +478,7 @@ class Client:
         """One request (GETs: several, after the backoff or the wait the server names); an error reply raises
         PopkitError."""
         timeout = self.timeout_s or timeout
+        kwargs.setdefault("allow_redirects", method == "GET")    # a POST or DELETE is sent once: see redirect_message
         attempts = 1 + (self.retries if retry else 0)
         server_wait_s = 0.0
         for attempt in range(attempts):
@@ -491,7 +492,7 @@ class Client:
             except requests.RequestException as exc:
                 failure, server_wait_s = self._network_error(exc, f"{method} {path}", timeout), 0.0
                 continue
-            if response.is_redirect:      # only where the call asked not to follow one: an upload
+            if response.is_redirect:      # only a request that does not follow one: a POST or DELETE
                 raise HTTPError(redirect_message(method, path, response, self.base_url), response.status_code)
             if response.ok:
                 return response
@@ -601,7 +602,7 @@ class Client:
         url_path = f"/submission/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/{mode.lower()}"
         landed = f"the upload may have been accepted: see `popkit submissions list --leaderboard {leaderboard}`"
         try:
-            response = self._send("POST", url_path, timeout=60, allow_redirects=False, files=self._file_part(path))
+            response = self._send("POST", url_path, timeout=60, files=self._file_part(path))
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
@@ -626,7 +627,7 @@ class Client:
         """Profile over the event stream; the raw JSON text of its `result` event."""
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         try:
-            response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True, allow_redirects=False,
+            response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True,
                                   files=self._file_part(path))
         except NetworkError as exc:
             if not exc.sent:
