@@ -279,9 +279,10 @@ def check_imports(text: str, where: str, run_folder: list[str] = (), placed: set
         raise PopkitError(f"{where}:{node.lineno}: imports {name!r}; {fix}")
 
 
-def render(problem: str, kernelguard: bool = True) -> BuildResult:
+def render(problem: str, kernelguard: bool = True, name: str | None = None) -> BuildResult:
     """Render the submission text for a problem (no file is written); preflight it, with KernelGuard unless
-    kernelguard is False (a KernelGuard scan is a process of its own, ~2 s for a CUDA problem's file)."""
+    kernelguard is False (a KernelGuard scan is a process of its own, ~2 s for a CUDA problem's file). The
+    preflight's lines name the file NAME (the path a build writes; default PROBLEM.py)."""
     manifest = load_manifest(problem)
     manifest_path = PARTS / problem / "manifest.yml"
     leaderboard, gpu, placed = header_facts(problem)
@@ -312,7 +313,8 @@ def render(problem: str, kernelguard: bool = True) -> BuildResult:
         where = f"{TEMPLATES / TEMPLATE}:{getattr(exc, 'lineno', '?')}"
         raise PopkitError(f"{where}: template error: {exc}") from None
     check_imports(text, "the built file", run_folder, placed, allowed_packages)
-    report = preflight_bytes(text.encode(), f"{problem}.py", expect_leaderboard=leaderboard, kernelguard=kernelguard)
+    report = preflight_bytes(text.encode(), name or f"{problem}.py", expect_leaderboard=leaderboard,
+                             kernelguard=kernelguard)
     return BuildResult(problem, text, cuda_parts + python_parts, report)
 
 
@@ -333,7 +335,7 @@ def build(problem: str, output: Path | str = ROOT / "submission.py") -> BuildRes
     if not discard and is_project_source(target):     # -o build.py replaced the builder
         raise PopkitError(f"-o {output}: a source file of the project, which the built file would replace: "
                           "name a new file (or submission.py); nothing built")
-    result = render(problem)
+    result = render(problem, name=None if discard else str(output))    # /dev/null is no .py name: PROBLEM.py
     if not result.preflight.ok:
         raise PopkitError("; ".join(result.preflight.errors))
     result.output = Path(output)

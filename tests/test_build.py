@@ -114,6 +114,16 @@ def test_build_to_the_null_device_builds_and_preflights_and_keeps_nothing():
     assert stat.S_ISCHR(os.stat(os.devnull).st_mode)
 
 
+def test_a_kernelguard_warning_names_the_file_the_build_writes(tmp_path, monkeypatch):
+    # It named 'eigh.py', the name render() gave the preflight, whatever -o said.
+    from checks import preflight
+    monkeypatch.setattr(preflight, "kernelguard_available", lambda: True)
+    monkeypatch.setattr(preflight, "run_kernelguard", lambda text: {"matched_patterns": [
+        {"pattern": "p", "severity": "low", "evidence": "e"}]})
+    out = tmp_path / "mine.py"
+    assert build.build("eigh", out).preflight.warnings == [f"{out}: KernelGuard p (low): e"]
+
+
 # ---------------------------------------------------------------- bad input names the file
 
 def test_unknown_problem():
