@@ -5,7 +5,8 @@
 #
 # Each quoted command is a check, bench or diff verb with its options. The problems the commands name are
 # built first (DIR/builds/PROBLEM.py); each command then runs with --submission DIR/builds/PROBLEM.py and
-# --log DIR/performance.jsonl, and its table goes to DIR/NN-VERB-PROBLEM.txt (DIR/gpu.txt names the GPU).
+# --log DIR/performance.jsonl, and its table goes to DIR/NN-VERB-PROBLEM.txt. DIR/gpu.txt names the GPU
+# (from nvidia-smi; on a host without nvidia-smi, a warning and no gpu.txt).
 # The CUDA builds go to a fresh extension cache (outside DIR), so each problem's first record holds its
 # cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is
 # refused. Bring DIR back to your working copy and run

@@ -39,6 +39,11 @@ def test_help_prints_the_usage_from_any_folder(tmp_path, flag):
     assert "scripts/gpu_session.sh [-o DIR]" in done.stdout and "#" not in done.stdout
 
 
+def test_help_says_a_host_without_nvidia_smi_gets_no_gpu_txt(tmp_path):
+    # It said only 'DIR/gpu.txt names the GPU'; without nvidia-smi the script warns and writes no gpu.txt.
+    assert "without nvidia-smi, a warning and no gpu.txt" in " ".join(session(tmp_path, "--help").stdout.split())
+
+
 @pytest.mark.parametrize("left", ["performance.jsonl", "builds"])
 def test_a_folder_that_holds_another_run_is_refused(tmp_path, left):
     # On a warm GPU host /tmp outlives the call: -o /tmp/s/gs appended this run's records to the last run's
