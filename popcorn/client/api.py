@@ -315,8 +315,9 @@ def retry_after_s(response: requests.Response, detail: str) -> int | None:
 def redirect_message(method: str, path: str, response: requests.Response, base_url: str) -> str:
     """A POST or DELETE (an upload, a join, a deletion) answered with a redirect, which is not followed: requests
     turns a POST into a GET on a 301, 302 or 303 (the file or JSON body is lost and the new address answers
-    something puzzling), and sends the request again on a 307 or 308; one line naming where the server pointed (and, where that is another origin than BASE_URL, as from
-    http:// to https://, the POPCORN_API_URL that reaches it)."""
+    something puzzling), and sends the request again on a 307 or 308. One line naming where the server
+    pointed (and, where that is another origin than BASE_URL, as from http:// to https://, the POPCORN_API_URL
+    that reaches it)."""
     target = urljoin(response.url, response.headers["Location"])
     parts, base = urlsplit(target), urlsplit(base_url)
     line = (f"{method} {path} was answered with a redirect ({response.status_code}) to {one_line(target, 120)}: not "
