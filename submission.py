@@ -1,21 +1,21 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 3e84cedfbbb65d33effc6a4103c987398cd12a58
+# toolkit commit: 665eab121abb907f47485d105ae51ef86c074d39
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
 # part qr_v2/panel_team.cuh sha256 5ddf8307040a17b18fe82ea269176e8e759976a90506cbbf7ba153e227347a28
 # part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
-# part qr_v2/householder_panel.cu sha256 c7060e9be86f4bb15458fc793185f75d0eef20a080bb04abc701c07513bb1241
+# part qr_v2/householder_panel.cu sha256 07823f96ba89ec24d4c43c12f81833b18521714c45b2d0030498ee83135c608b
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
 # part qr_v2/householder_update.cu sha256 c0f3fd54bfa0f9bbf68b830b472c2ec84825e7c7ab65ed3e413461605cff5d65
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
-# part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
+# part qr_v2/model.py sha256 e66bb1035bc11ef1ddf54d832e067d054b6d47c12e7d66180c3e95b6f5552c5e
 # part qr_v2/route.py sha256 906b12a02409e1345bebec033cffbe9eff342b53c1116c26f5c07e7a35785d37
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
@@ -627,11 +627,15 @@ POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, in
 // x = A[c+1:, c], s = 1 / (alpha - beta). Every number column c needs is an
 // entry of one W-vector summed over the rows below c,
 //   p_j = sum_{r > c} x_r A[r, j]        (the row r as it is now),
-// because row r holds v_j[r] in columns j < c (tails already stored) and the
+// because row r holds x_j[r] (v_j[r] = s_j x_j[r]) in columns j < c and the
 // current entries in columns j >= c:
 //   p_c       = ||x||^2                       -> beta, tau, s (slarfg)
 //   j > c     : v^T A[:, j] = A[c, j] + s p_j -> the update of column j
-//   j < c     : v_j^T v     = v_j[c] + s p_j  -> column c of T (G = V^T V)
+//   j < c     : v_j^T v = s_j (x_j[c] + s p_j) -> column c of T (G = V^T V)
+// Column c's tail is scaled (and beta put on the diagonal) only when the panel is
+// stored: written back at every column, column c took a select chain over the W
+// register columns a row (ncu at 20e0644: selects were 22% of the kernel's
+// instructions); s_j and beta_j wait in shared memory.
 // Row c itself is broadcast through shared memory by its owner. So a column
 // costs W FMAs per owned row, a butterfly that leaves lane l with the warp's
 // sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W FMAs
@@ -694,6 +698,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float s_G[W][W + 1];              // v_a . v_b for a < b
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
+    __shared__ float s_scale[W], s_beta[W];      // s_j and beta_j, applied when the panel is stored
     __shared__ float scratch[32];
     __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
@@ -775,20 +780,21 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
         const float vdot = row_c[entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = vdot;
-        if (threadIdx.x == 0) s_tau[c] = ref.tau;
+        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = s_scale[entry] * vdot;
+        if (threadIdx.x == 0) {
+            s_tau[c] = ref.tau;
+            s_scale[c] = ref.scale;
+            s_beta[c] = ref.beta;
+        }
         if (entry_lane) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
         __syncwarp();
 
-        // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
+        // v: x s below c, 1 at row c, 0 above; column c itself keeps x (and alpha) until the store.
         float v[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             const int r = first + i * stride;
             v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
-            const float stored = (r > c) ? v[i] : ref.beta;
-#pragma unroll
-            for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
         }
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -810,7 +816,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
+            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j] * s_scale[j];
         }
     }
     // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
@@ -823,8 +829,10 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         for (int base = 0; base < (int)blockDim.x && row0 + base < m; base += kStageRows) {
             const int local = threadIdx.x - base;
             if (local >= 0 && local < kStageRows) {
+                const int r = first + i * stride;          // = row0 + base + local
 #pragma unroll
-                for (int j = 0; j < W; ++j) s_stage[local][j] = a[i][j];
+                for (int j = 0; j < W; ++j)
+                    s_stage[local][j] = (r < j) ? a[i][j] : (r == j) ? s_beta[j] : a[i][j] * s_scale[j];
             }
             __syncthreads();
             for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
@@ -1665,11 +1673,14 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
 
     One reduction per column, as householder_panel.cu does it: p = x^T (rows below c), x the column's
     tail, gives ||x||^2 (entry c), v^T A[:, j] = A[c, j] + s p_j (j > c, s = 1/(alpha - beta)) and
-    v_j^T v = v_j[c] + s p_j (j < c: column c of G = V^T V, from which T follows)."""
+    v_j^T v = s_j (x_j[c] + s p_j) (j < c: column c of G = V^T V, from which T follows). Column j keeps
+    x_j (and alpha_j) until the panel is stored, as the kernel's registers do; then v_j = s_j x_j and beta_j."""
     b = H.shape[0]
     P = H[:, k0:, k0:k0 + w]
     panel = P.clone()
     panel_tau = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    scales = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    betas = torch.zeros(b, w, dtype=H.dtype, device=H.device)
     G = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
     for c in range(w):
         x = panel[:, c + 1:, c].clone()
@@ -1680,14 +1691,15 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
         xnorm = torch.where(safe, torch.sqrt(ssq), scaled_norm(x))
         t, beta, scale = slarfg(row[:, c], xnorm)
         vdot = row + scale[:, None] * p
-        G[:, :c, c] = vdot[:, :c]
+        G[:, :c, c] = scales[:, :c] * vdot[:, :c]
         coef = (t[:, None] * vdot)[:, c + 1:]
         v = x * scale[:, None]
-        panel[:, c + 1:, c] = v
-        panel[:, c, c] = beta
         panel[:, c, c + 1:] -= coef
         panel[:, c + 1:, c + 1:] -= v[:, :, None] * coef[:, None, :]
-        panel_tau[:, c] = t
+        panel_tau[:, c], scales[:, c], betas[:, c] = t, scale, beta
+    below = torch.tril(torch.ones(panel.shape[1], w, dtype=torch.bool, device=H.device), diagonal=-1)
+    panel = torch.where(below, panel * scales[:, None, :], panel)
+    panel[:, torch.arange(w), torch.arange(w)] = betas
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
     T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)

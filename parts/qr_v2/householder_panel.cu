@@ -17,11 +17,15 @@
 // x = A[c+1:, c], s = 1 / (alpha - beta). Every number column c needs is an
 // entry of one W-vector summed over the rows below c,
 //   p_j = sum_{r > c} x_r A[r, j]        (the row r as it is now),
-// because row r holds v_j[r] in columns j < c (tails already stored) and the
+// because row r holds x_j[r] (v_j[r] = s_j x_j[r]) in columns j < c and the
 // current entries in columns j >= c:
 //   p_c       = ||x||^2                       -> beta, tau, s (slarfg)
 //   j > c     : v^T A[:, j] = A[c, j] + s p_j -> the update of column j
-//   j < c     : v_j^T v     = v_j[c] + s p_j  -> column c of T (G = V^T V)
+//   j < c     : v_j^T v = s_j (x_j[c] + s p_j) -> column c of T (G = V^T V)
+// Column c's tail is scaled (and beta put on the diagonal) only when the panel is
+// stored: written back at every column, column c took a select chain over the W
+// register columns a row (ncu at 20e0644: selects were 22% of the kernel's
+// instructions); s_j and beta_j wait in shared memory.
 // Row c itself is broadcast through shared memory by its owner. So a column
 // costs W FMAs per owned row, a butterfly that leaves lane l with the warp's
 // sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W FMAs
@@ -87,6 +91,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float s_G[W][W + 1];              // v_a . v_b for a < b
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
+    __shared__ float s_scale[W], s_beta[W];      // s_j and beta_j, applied when the panel is stored
     __shared__ float scratch[32];
     __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
@@ -168,20 +173,21 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
         const float vdot = row_c[entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = vdot;
-        if (threadIdx.x == 0) s_tau[c] = ref.tau;
+        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = s_scale[entry] * vdot;
+        if (threadIdx.x == 0) {
+            s_tau[c] = ref.tau;
+            s_scale[c] = ref.scale;
+            s_beta[c] = ref.beta;
+        }
         if (entry_lane) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
         __syncwarp();
 
-        // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
+        // v: x s below c, 1 at row c, 0 above; column c itself keeps x (and alpha) until the store.
         float v[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             const int r = first + i * stride;
             v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
-            const float stored = (r > c) ? v[i] : ref.beta;
-#pragma unroll
-            for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
         }
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -203,7 +209,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
+            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j] * s_scale[j];
         }
     }
     // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
@@ -216,8 +222,10 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         for (int base = 0; base < (int)blockDim.x && row0 + base < m; base += kStageRows) {
             const int local = threadIdx.x - base;
             if (local >= 0 && local < kStageRows) {
+                const int r = first + i * stride;          // = row0 + base + local
 #pragma unroll
-                for (int j = 0; j < W; ++j) s_stage[local][j] = a[i][j];
+                for (int j = 0; j < W; ++j)
+                    s_stage[local][j] = (r < j) ? a[i][j] : (r == j) ? s_beta[j] : a[i][j] * s_scale[j];
             }
             __syncthreads();
             for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {

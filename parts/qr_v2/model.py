@@ -70,11 +70,14 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
 
     One reduction per column, as householder_panel.cu does it: p = x^T (rows below c), x the column's
     tail, gives ||x||^2 (entry c), v^T A[:, j] = A[c, j] + s p_j (j > c, s = 1/(alpha - beta)) and
-    v_j^T v = v_j[c] + s p_j (j < c: column c of G = V^T V, from which T follows)."""
+    v_j^T v = s_j (x_j[c] + s p_j) (j < c: column c of G = V^T V, from which T follows). Column j keeps
+    x_j (and alpha_j) until the panel is stored, as the kernel's registers do; then v_j = s_j x_j and beta_j."""
     b = H.shape[0]
     P = H[:, k0:, k0:k0 + w]
     panel = P.clone()
     panel_tau = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    scales = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    betas = torch.zeros(b, w, dtype=H.dtype, device=H.device)
     G = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
     for c in range(w):
         x = panel[:, c + 1:, c].clone()
@@ -85,14 +88,15 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
         xnorm = torch.where(safe, torch.sqrt(ssq), scaled_norm(x))
         t, beta, scale = slarfg(row[:, c], xnorm)
         vdot = row + scale[:, None] * p
-        G[:, :c, c] = vdot[:, :c]
+        G[:, :c, c] = scales[:, :c] * vdot[:, :c]
         coef = (t[:, None] * vdot)[:, c + 1:]
         v = x * scale[:, None]
-        panel[:, c + 1:, c] = v
-        panel[:, c, c] = beta
         panel[:, c, c + 1:] -= coef
         panel[:, c + 1:, c + 1:] -= v[:, :, None] * coef[:, None, :]
-        panel_tau[:, c] = t
+        panel_tau[:, c], scales[:, c], betas[:, c] = t, scale, beta
+    below = torch.tril(torch.ones(panel.shape[1], w, dtype=torch.bool, device=H.device), diagonal=-1)
+    panel = torch.where(below, panel * scales[:, None, :], panel)
+    panel[:, torch.arange(w), torch.arange(w)] = betas
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
     T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
