@@ -1,14 +1,14 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 665eab121abb907f47485d105ae51ef86c074d39
+# toolkit commit: 8dac518fcfa4f9522b9482461aed90731669ae7d
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
 # part qr_v2/panel_team.cuh sha256 5ddf8307040a17b18fe82ea269176e8e759976a90506cbbf7ba153e227347a28
 # part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
-# part qr_v2/householder_panel.cu sha256 07823f96ba89ec24d4c43c12f81833b18521714c45b2d0030498ee83135c608b
+# part qr_v2/householder_panel.cu sha256 163cc4601dd770d58fc0e5294fb4036ae6b8d2b9cc4e19f9679a7f5656b2dae4
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
 # part qr_v2/householder_update.cu sha256 c0f3fd54bfa0f9bbf68b830b472c2ec84825e7c7ab65ed3e413461605cff5d65
@@ -685,12 +685,16 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
     return amax * sqrtf(popkit::team_reduce<CL, false>(ssq, scratch, slot));
 }
 
+// Whether column c keeps x until the panel is stored (lazy) or takes v and beta at once. VARIANT
+constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
+
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
 // whose CTAs split the rows and add their partial sums through distributed shared memory).
 template <int R, int W, int CL>
 __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
                                              float* __restrict__ T, int n, int k0, int w) {
     constexpr int kShift = popkit::entry_shift<W>();
+    constexpr bool kLazy = lazy_scale(R, CL);
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
     __shared__ float s_row[2][W];                // row c, broadcast by its owner
@@ -780,7 +784,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
         const float vdot = row_c[entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = s_scale[entry] * vdot;
+        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = kLazy ? s_scale[entry] * vdot : vdot;
         if (threadIdx.x == 0) {
             s_tau[c] = ref.tau;
             s_scale[c] = ref.scale;
@@ -795,6 +799,11 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         for (int i = 0; i < R; ++i) {
             const int r = first + i * stride;
             v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
+            if constexpr (!kLazy) {                          // column c takes v (and beta) now
+                const float stored = (r > c) ? v[i] : ref.beta;
+#pragma unroll
+                for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
+            }
         }
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -816,7 +825,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j] * s_scale[j];
+            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : kLazy ? a[i][j] * s_scale[j] : a[i][j];
         }
     }
     // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
@@ -832,7 +841,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
                 const int r = first + i * stride;          // = row0 + base + local
 #pragma unroll
                 for (int j = 0; j < W; ++j)
-                    s_stage[local][j] = (r < j) ? a[i][j] : (r == j) ? s_beta[j] : a[i][j] * s_scale[j];
+                    s_stage[local][j] = (!kLazy || r < j) ? a[i][j] : (r == j) ? s_beta[j] : a[i][j] * s_scale[j];
             }
             __syncthreads();
             for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {

@@ -78,12 +78,16 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
     return amax * sqrtf(popkit::team_reduce<CL, false>(ssq, scratch, slot));
 }
 
+// Whether column c keeps x until the panel is stored (lazy) or takes v and beta at once. VARIANT
+constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
+
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
 // whose CTAs split the rows and add their partial sums through distributed shared memory).
 template <int R, int W, int CL>
 __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
                                              float* __restrict__ T, int n, int k0, int w) {
     constexpr int kShift = popkit::entry_shift<W>();
+    constexpr bool kLazy = lazy_scale(R, CL);
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
     __shared__ float s_row[2][W];                // row c, broadcast by its owner
@@ -173,7 +177,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
         const float vdot = row_c[entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = s_scale[entry] * vdot;
+        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = kLazy ? s_scale[entry] * vdot : vdot;
         if (threadIdx.x == 0) {
             s_tau[c] = ref.tau;
             s_scale[c] = ref.scale;
@@ -188,6 +192,11 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         for (int i = 0; i < R; ++i) {
             const int r = first + i * stride;
             v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
+            if constexpr (!kLazy) {                          // column c takes v (and beta) now
+                const float stored = (r > c) ? v[i] : ref.beta;
+#pragma unroll
+                for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
+            }
         }
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -209,7 +218,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j] * s_scale[j];
+            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : kLazy ? a[i][j] * s_scale[j] : a[i][j];
         }
     }
     // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
@@ -225,7 +234,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
                 const int r = first + i * stride;          // = row0 + base + local
 #pragma unroll
                 for (int j = 0; j < W; ++j)
-                    s_stage[local][j] = (r < j) ? a[i][j] : (r == j) ? s_beta[j] : a[i][j] * s_scale[j];
+                    s_stage[local][j] = (!kLazy || r < j) ? a[i][j] : (r == j) ? s_beta[j] : a[i][j] * s_scale[j];
             }
             __syncthreads();
             for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
