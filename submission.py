@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 8dac518fcfa4f9522b9482461aed90731669ae7d
+# toolkit commit: 6ab8bae1571b852c5c7b7b0dddbacc0fa96a27f4
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -10,8 +10,8 @@
 # part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
 # part qr_v2/householder_panel.cu sha256 163cc4601dd770d58fc0e5294fb4036ae6b8d2b9cc4e19f9679a7f5656b2dae4
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
-# part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
-# part qr_v2/householder_update.cu sha256 c0f3fd54bfa0f9bbf68b830b472c2ec84825e7c7ab65ed3e413461605cff5d65
+# part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
+# part qr_v2/householder_update.cu sha256 d2772341c315f917b17b06978483cbd8fe3c1431ad081e81533f1a8d62c7a338
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
@@ -1027,6 +1027,34 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const fl
     }
 }
 
+// The same copy for full tiles only, with each thread's piece offsets worked out once: a kernel that
+// copies many tiles of one shape (a pipeline over a matrix's rows) then pays a base pointer a tile,
+// where copy_tile_async recomputes every piece's row, column, bounds and 64-bit address (in
+// householder_update.cu that was a third of the loop's instructions; ncu at 20e0644). kVec = 4 only:
+// 4-byte pieces would hold 16+ offsets in registers.
+template <int kRows, int kCols, int kThreads>
+struct FullTileCopy {
+    static constexpr int kPiecesPerRow = kCols / 4, kPieces = kRows * kPiecesPerRow / kThreads;
+    static_assert(kCols % 4 == 0 && (kRows * kPiecesPerRow) % kThreads == 0, "the tile splits evenly");
+    int dst_offset[kPieces], src_offset[kPieces];
+
+    // ld_src * kRows must fit in an int.
+    __device__ __forceinline__ FullTileCopy(int ld_dst, int ld_src) {
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) {
+            const int idx = threadIdx.x + i * kThreads, r = idx / kPiecesPerRow, c = (idx % kPiecesPerRow) * 4;
+            dst_offset[i] = r * ld_dst + c;
+            src_offset[i] = r * ld_src + c;
+        }
+    }
+
+    // The tile at src (row r at src + r ld_src) to dst (row r at dst + r ld_dst). Issued only.
+    __device__ __forceinline__ void issue(float* dst, const float* src) const {
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) copy_async<4>(dst + dst_offset[i], src + src_offset[i], 16);
+    }
+};
+
 }  // namespace popkit
 ''',
     "qr_v2/householder_update.cu": r'''
@@ -1239,13 +1267,24 @@ __device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int
     // Copy k: chunk first + k into stage k % kStages for phase 1 (k < chunks), then the chunks again
     // last first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
     auto chunk_of = [&](int k) { return first + (k < chunks ? k : copies - 1 - k); };
+    // Full chunks of a full-width tile (all but the last chunk, in all but the last tile) by offsets
+    // worked out once; the rest piece by piece with bounds.
+    const popkit::FullTileCopy<kChunkRows, kTileCols, kUpdateThreads> copy_c(kLdC, ldc);
+    const popkit::FullTileCopy<W, kChunkRows, kUpdateThreads> copy_v(kLdV, m);
+    const bool full_width = kVec == 4 && j0 + kTileCols <= nc;
     auto issue = [&](int k) {
         if (k < copies) {
             const int r0 = chunk_of(k) * kChunkRows;
             Chunk<W>& ch = s.chunk[k % kStages];
-            popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
-                &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
-            popkit::copy_tile_async<W, kChunkRows, kVec, kUpdateThreads>(&ch.v[0][0], kLdV, V + r0, m, W, m - r0);
+            if (full_width && r0 + kChunkRows <= m) {
+                copy_c.issue(&ch.c[0][0], C + (size_t)r0 * ldc + j0);
+                copy_v.issue(&ch.v[0][0], V + r0);
+            } else {
+                popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
+                    &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
+                popkit::copy_tile_async<W, kChunkRows, kVec, kUpdateThreads>(&ch.v[0][0], kLdV, V + r0, m, W,
+                                                                             m - r0);
+            }
         }
         popkit::commit_async_group();               // empty past the end: the group count stays regular
     };

@@ -44,4 +44,32 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const fl
     }
 }
 
+// The same copy for full tiles only, with each thread's piece offsets worked out once: a kernel that
+// copies many tiles of one shape (a pipeline over a matrix's rows) then pays a base pointer a tile,
+// where copy_tile_async recomputes every piece's row, column, bounds and 64-bit address (in
+// householder_update.cu that was a third of the loop's instructions; ncu at 20e0644). kVec = 4 only:
+// 4-byte pieces would hold 16+ offsets in registers.
+template <int kRows, int kCols, int kThreads>
+struct FullTileCopy {
+    static constexpr int kPiecesPerRow = kCols / 4, kPieces = kRows * kPiecesPerRow / kThreads;
+    static_assert(kCols % 4 == 0 && (kRows * kPiecesPerRow) % kThreads == 0, "the tile splits evenly");
+    int dst_offset[kPieces], src_offset[kPieces];
+
+    // ld_src * kRows must fit in an int.
+    __device__ __forceinline__ FullTileCopy(int ld_dst, int ld_src) {
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) {
+            const int idx = threadIdx.x + i * kThreads, r = idx / kPiecesPerRow, c = (idx % kPiecesPerRow) * 4;
+            dst_offset[i] = r * ld_dst + c;
+            src_offset[i] = r * ld_src + c;
+        }
+    }
+
+    // The tile at src (row r at src + r ld_src) to dst (row r at dst + r ld_dst). Issued only.
+    __device__ __forceinline__ void issue(float* dst, const float* src) const {
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) copy_async<4>(dst + dst_offset[i], src + src_offset[i], 16);
+    }
+};
+
 }  // namespace popkit

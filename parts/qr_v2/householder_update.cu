@@ -210,13 +210,24 @@ __device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int
     // Copy k: chunk first + k into stage k % kStages for phase 1 (k < chunks), then the chunks again
     // last first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
     auto chunk_of = [&](int k) { return first + (k < chunks ? k : copies - 1 - k); };
+    // Full chunks of a full-width tile (all but the last chunk, in all but the last tile) by offsets
+    // worked out once; the rest piece by piece with bounds.
+    const popkit::FullTileCopy<kChunkRows, kTileCols, kUpdateThreads> copy_c(kLdC, ldc);
+    const popkit::FullTileCopy<W, kChunkRows, kUpdateThreads> copy_v(kLdV, m);
+    const bool full_width = kVec == 4 && j0 + kTileCols <= nc;
     auto issue = [&](int k) {
         if (k < copies) {
             const int r0 = chunk_of(k) * kChunkRows;
             Chunk<W>& ch = s.chunk[k % kStages];
-            popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
-                &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
-            popkit::copy_tile_async<W, kChunkRows, kVec, kUpdateThreads>(&ch.v[0][0], kLdV, V + r0, m, W, m - r0);
+            if (full_width && r0 + kChunkRows <= m) {
+                copy_c.issue(&ch.c[0][0], C + (size_t)r0 * ldc + j0);
+                copy_v.issue(&ch.v[0][0], V + r0);
+            } else {
+                popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
+                    &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
+                popkit::copy_tile_async<W, kChunkRows, kVec, kUpdateThreads>(&ch.v[0][0], kLdV, V + r0, m, W,
+                                                                             m - r0);
+            }
         }
         popkit::commit_async_group();               // empty past the end: the group count stays regular
     };
