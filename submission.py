@@ -1,14 +1,14 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 8dac518fcfa4f9522b9482461aed90731669ae7d
+# toolkit commit: 6ab8bae1571b852c5c7b7b0dddbacc0fa96a27f4
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
 # part qr_v2/panel_team.cuh sha256 5ddf8307040a17b18fe82ea269176e8e759976a90506cbbf7ba153e227347a28
 # part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
-# part qr_v2/householder_panel.cu sha256 163cc4601dd770d58fc0e5294fb4036ae6b8d2b9cc4e19f9679a7f5656b2dae4
+# part qr_v2/householder_panel.cu sha256 456439cd544106c8fb58cfa801a02e0675bc26c047f57b2141b079cd924803c8
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
 # part qr_v2/householder_update.cu sha256 c0f3fd54bfa0f9bbf68b830b472c2ec84825e7c7ab65ed3e413461605cff5d65
@@ -686,7 +686,7 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
 }
 
 // Whether column c keeps x until the panel is stored (lazy) or takes v and beta at once. VARIANT
-constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
+__host__ __device__ constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
 
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
 // whose CTAs split the rows and add their partial sums through distributed shared memory).
