@@ -8,7 +8,7 @@
 # part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
 # part qr_v2/panel_team.cuh sha256 5ddf8307040a17b18fe82ea269176e8e759976a90506cbbf7ba153e227347a28
 # part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
-# part qr_v2/householder_panel.cu sha256 163cc4601dd770d58fc0e5294fb4036ae6b8d2b9cc4e19f9679a7f5656b2dae4
+# part qr_v2/householder_panel.cu sha256 456439cd544106c8fb58cfa801a02e0675bc26c047f57b2141b079cd924803c8
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
 # part qr_v2/householder_update.cu sha256 d2772341c315f917b17b06978483cbd8fe3c1431ad081e81533f1a8d62c7a338
@@ -686,7 +686,7 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
 }
 
 // Whether column c keeps x until the panel is stored (lazy) or takes v and beta at once. VARIANT
-constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
+__host__ __device__ constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
 
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
 // whose CTAs split the rows and add their partial sums through distributed shared memory).

@@ -79,7 +79,7 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
 }
 
 // Whether column c keeps x until the panel is stored (lazy) or takes v and beta at once. VARIANT
-constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
+__host__ __device__ constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
 
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
 // whose CTAs split the rows and add their partial sums through distributed shared memory).
