@@ -1,21 +1,21 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 20e0644
+# toolkit commit: 84ecc95
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
 # part qr_v2/panel_team.cuh sha256 5ddf8307040a17b18fe82ea269176e8e759976a90506cbbf7ba153e227347a28
 # part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
-# part qr_v2/householder_panel.cu sha256 c7060e9be86f4bb15458fc793185f75d0eef20a080bb04abc701c07513bb1241
+# part qr_v2/householder_panel.cu sha256 456439cd544106c8fb58cfa801a02e0675bc26c047f57b2141b079cd924803c8
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
-# part common/async_copy.cuh sha256 14080d76d9cbe29d6d6d3b797945b9fb3b63568840d5fea8862c06e21ccd2630
-# part qr_v2/householder_update.cu sha256 01286431b5964a1f4138f4d0f911682c10ff934a1c9e91b982cb27cc41c35d6b
+# part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
+# part qr_v2/householder_update.cu sha256 d2772341c315f917b17b06978483cbd8fe3c1431ad081e81533f1a8d62c7a338
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
-# part qr_v2/model.py sha256 119ac5fb68cd2f0ea4edb4f1389fdadfe9de94e2fb2f31beda3dab1ab009a35a
+# part qr_v2/model.py sha256 e66bb1035bc11ef1ddf54d832e067d054b6d47c12e7d66180c3e95b6f5552c5e
 # part qr_v2/route.py sha256 906b12a02409e1345bebec033cffbe9eff342b53c1116c26f5c07e7a35785d37
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
@@ -627,11 +627,15 @@ POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, in
 // x = A[c+1:, c], s = 1 / (alpha - beta). Every number column c needs is an
 // entry of one W-vector summed over the rows below c,
 //   p_j = sum_{r > c} x_r A[r, j]        (the row r as it is now),
-// because row r holds v_j[r] in columns j < c (tails already stored) and the
+// because row r holds x_j[r] (v_j[r] = s_j x_j[r]) in columns j < c and the
 // current entries in columns j >= c:
 //   p_c       = ||x||^2                       -> beta, tau, s (slarfg)
 //   j > c     : v^T A[:, j] = A[c, j] + s p_j -> the update of column j
-//   j < c     : v_j^T v     = v_j[c] + s p_j  -> column c of T (G = V^T V)
+//   j < c     : v_j^T v = s_j (x_j[c] + s p_j) -> column c of T (G = V^T V)
+// Column c's tail is scaled (and beta put on the diagonal) only when the panel is
+// stored: written back at every column, column c took a select chain over the W
+// register columns a row (ncu at 20e0644: selects were 22% of the kernel's
+// instructions); s_j and beta_j wait in shared memory.
 // Row c itself is broadcast through shared memory by its owner. So a column
 // costs W FMAs per owned row, a butterfly that leaves lane l with the warp's
 // sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W FMAs
@@ -681,12 +685,16 @@ __device__ float careful_norm(const float (&x)[R], float* scratch, float* slot) 
     return amax * sqrtf(popkit::team_reduce<CL, false>(ssq, scratch, slot));
 }
 
+// Whether column c keeps x until the panel is stored (lazy) or takes v and beta at once. VARIANT
+__host__ __device__ constexpr bool lazy_scale(int R, int CL) { return CL == 1; }
+
 // The panel of one matrix, factored by a team of CL CTAs (CL = 1: one CTA; else a thread block cluster
 // whose CTAs split the rows and add their partial sums through distributed shared memory).
 template <int R, int W, int CL>
 __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __restrict__ tau, float* __restrict__ Vt,
                                              float* __restrict__ T, int n, int k0, int w) {
     constexpr int kShift = popkit::entry_shift<W>();
+    constexpr bool kLazy = lazy_scale(R, CL);
     static_assert(kShift >= 0, "W must be 8, 16 or 32");
     __shared__ float s_red[2][kPanelWarps][W];   // per-warp partial sums, double-buffered by column
     __shared__ float s_row[2][W];                // row c, broadcast by its owner
@@ -694,6 +702,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float s_G[W][W + 1];              // v_a . v_b for a < b
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
+    __shared__ float s_scale[W], s_beta[W];      // s_j and beta_j, applied when the panel is stored
     __shared__ float scratch[32];
     __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
@@ -775,20 +784,26 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
         // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
         const float vdot = row_c[entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = vdot;
-        if (threadIdx.x == 0) s_tau[c] = ref.tau;
+        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = kLazy ? s_scale[entry] * vdot : vdot;
+        if (threadIdx.x == 0) {
+            s_tau[c] = ref.tau;
+            s_scale[c] = ref.scale;
+            s_beta[c] = ref.beta;
+        }
         if (entry_lane) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
         __syncwarp();
 
-        // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
+        // v: x s below c, 1 at row c, 0 above; column c itself keeps x (and alpha) until the store.
         float v[R];
 #pragma unroll
         for (int i = 0; i < R; ++i) {
             const int r = first + i * stride;
             v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
-            const float stored = (r > c) ? v[i] : ref.beta;
+            if constexpr (!kLazy) {                          // column c takes v (and beta) now
+                const float stored = (r > c) ? v[i] : ref.beta;
 #pragma unroll
-            for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
+                for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
+            }
         }
 #pragma unroll
         for (int j = 0; j < W; ++j) {
@@ -810,7 +825,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 #pragma unroll
         for (int j = 0; j < W; ++j) {
             if (j >= w) break;
-            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : a[i][j];
+            Vt[vbase + (size_t)j * m + r] = (r < j) ? 0.f : (r == j) ? 1.f : kLazy ? a[i][j] * s_scale[j] : a[i][j];
         }
     }
     // H's panel goes out through shared memory, kStageRows rows at a time, so that a warp stores
@@ -823,8 +838,10 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         for (int base = 0; base < (int)blockDim.x && row0 + base < m; base += kStageRows) {
             const int local = threadIdx.x - base;
             if (local >= 0 && local < kStageRows) {
+                const int r = first + i * stride;          // = row0 + base + local
 #pragma unroll
-                for (int j = 0; j < W; ++j) s_stage[local][j] = a[i][j];
+                for (int j = 0; j < W; ++j)
+                    s_stage[local][j] = (!kLazy || r < j) ? a[i][j] : (r == j) ? s_beta[j] : a[i][j] * s_scale[j];
             }
             __syncthreads();
             for (int idx = threadIdx.x; idx < kStageRows * W; idx += blockDim.x) {
@@ -1010,6 +1027,34 @@ __device__ __forceinline__ void copy_tile_async(float* dst, int ld_dst, const fl
     }
 }
 
+// The same copy for full tiles only, with each thread's piece offsets worked out once: a kernel that
+// copies many tiles of one shape (a pipeline over a matrix's rows) then pays a base pointer a tile,
+// where copy_tile_async recomputes every piece's row, column, bounds and 64-bit address (in
+// householder_update.cu that was a third of the loop's instructions; ncu at 20e0644). kVec = 4 only:
+// 4-byte pieces would hold 16+ offsets in registers.
+template <int kRows, int kCols, int kThreads>
+struct FullTileCopy {
+    static constexpr int kPiecesPerRow = kCols / 4, kPieces = kRows * kPiecesPerRow / kThreads;
+    static_assert(kCols % 4 == 0 && (kRows * kPiecesPerRow) % kThreads == 0, "the tile splits evenly");
+    int dst_offset[kPieces], src_offset[kPieces];
+
+    // ld_src * kRows must fit in an int.
+    __device__ __forceinline__ FullTileCopy(int ld_dst, int ld_src) {
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) {
+            const int idx = threadIdx.x + i * kThreads, r = idx / kPiecesPerRow, c = (idx % kPiecesPerRow) * 4;
+            dst_offset[i] = r * ld_dst + c;
+            src_offset[i] = r * ld_src + c;
+        }
+    }
+
+    // The tile at src (row r at src + r ld_src) to dst (row r at dst + r ld_dst). Issued only.
+    __device__ __forceinline__ void issue(float* dst, const float* src) const {
+#pragma unroll
+        for (int i = 0; i < kPieces; ++i) copy_async<4>(dst + dst_offset[i], src + src_offset[i], 16);
+    }
+};
+
 }  // namespace popkit
 ''',
     "qr_v2/householder_update.cu": r'''
@@ -1110,6 +1155,19 @@ __device__ __forceinline__ void warp_product(float (&acc)[W / 16][2][4], EntryOf
     }
 }
 
+// f(mi, q, e, row, col) for each entry acc[mi][q][e] this thread holds of a W x 64 product (W0 or W):
+// warp `warp` owns columns warp * 16 .., in the m16n8 accumulator layout (row g or g + 8 of an m16
+// tile, columns 2t and 2t + 1 of an n8 tile).
+template <int W, typename EntryFn>
+__device__ __forceinline__ void for_each_entry(int warp, int g, int t, EntryFn f) {
+#pragma unroll
+    for (int mi = 0; mi < W / 16; ++mi)
+#pragma unroll
+        for (int q = 0; q < 2; ++q)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) f(mi, q, e, mi * 16 + g + 8 * (e >> 1), warp * 16 + q * 8 + 2 * t + (e & 1));
+}
+
 // Phase 1 on one chunk: acc[mi][q] (W0's rows mi*16.., columns warp*16 + q*8..) += Vt_chunk C_chunk.
 // The chunk's products go to a fresh accumulator, added to acc in fp32: the tensor core's own fp32
 // accumulation truncates, so summing all m rows inside it let the error grow with m (linearly: a bias),
@@ -1118,40 +1176,20 @@ template <int W>
 __device__ __forceinline__ void accumulate_w0(float (&acc)[W / 16][2][4], const Chunk<W>& ch, int warp, int g, int t) {
     float part[W / 16][2][4] = {};
     warp_product<W, kChunkRows>(part, [&](int i, int k) { return ch.v[i][k]; }, ch.c, warp, g, t);
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) acc[mi][q][e] += part[mi][q][e];
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int, int) { acc[mi][q][e] += part[mi][q][e]; });
 }
 
 // Between the phases, each warp on its own 16 columns: W0 to shared memory, W = T^T W0 on tensor
 // cores, W split into s.wh / s.wl. The caller's __syncthreads then publishes W to every warp.
 template <int W>
 __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 16][2][4], int warp, int g, int t) {
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q) {
-            const int col = warp * 16 + q * 8 + 2 * t;
-            s.w0[mi * 16 + g][col] = acc[mi][q][0];
-            s.w0[mi * 16 + g][col + 1] = acc[mi][q][1];
-            s.w0[mi * 16 + g + 8][col] = acc[mi][q][2];
-            s.w0[mi * 16 + g + 8][col + 1] = acc[mi][q][3];
-        }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) { s.w0[row][col] = acc[mi][q][e]; });
     __syncwarp();
     float w[W / 16][2][4] = {};
     warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int row = mi * 16 + g + 8 * (e >> 1), col = warp * 16 + q * 8 + 2 * t + (e & 1);
-                popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
-            }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
+        popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
+    });
 }
 
 // Phase 2 on one chunk: C's rows r0 + wr*16 .., columns j0 + wc*32 .. become old - V_chunk W.
@@ -1198,26 +1236,13 @@ template <int W, int S>
 __device__ __forceinline__ void sum_w0_over_cluster(UpdateSmem<W>& s, float (&acc)[W / 16][2][4], int warp, int g,
                                                     int t) {
     cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-    auto at = [&](int mi, int q, int e) -> float& {
-        return s.w0[mi * 16 + g + 8 * (e >> 1)][warp * 16 + q * 8 + 2 * t + (e & 1)];
-    };
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) at(mi, q, e) = acc[mi][q][e];
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) { s.w0[row][col] = acc[mi][q][e]; });
     cluster.sync();                                 // every partial written
-#pragma unroll
-    for (int mi = 0; mi < W / 16; ++mi)
-#pragma unroll
-        for (int q = 0; q < 2; ++q)
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                float sum = 0.f;
-                for (int r = 0; r < S; ++r) sum += *cluster.map_shared_rank(&at(mi, q, e), r);
-                acc[mi][q][e] = sum;
-            }
+    for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
+        float sum = 0.f;
+        for (int r = 0; r < S; ++r) sum += *cluster.map_shared_rank(&s.w0[row][col], r);
+        acc[mi][q][e] = sum;
+    });
     cluster.sync();                                 // every partial read: form_w may overwrite s.w0
 }
 
@@ -1242,13 +1267,24 @@ __device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int
     // Copy k: chunk first + k into stage k % kStages for phase 1 (k < chunks), then the chunks again
     // last first for phase 2: the chunks phase 1 read last are the likeliest still in L2.
     auto chunk_of = [&](int k) { return first + (k < chunks ? k : copies - 1 - k); };
+    // Full chunks of a full-width tile (all but the last chunk, in all but the last tile) by offsets
+    // worked out once; the rest piece by piece with bounds.
+    const popkit::FullTileCopy<kChunkRows, kTileCols, kUpdateThreads> copy_c(kLdC, ldc);
+    const popkit::FullTileCopy<W, kChunkRows, kUpdateThreads> copy_v(kLdV, m);
+    const bool full_width = kVec == 4 && j0 + kTileCols <= nc;
     auto issue = [&](int k) {
         if (k < copies) {
             const int r0 = chunk_of(k) * kChunkRows;
             Chunk<W>& ch = s.chunk[k % kStages];
-            popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
-                &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
-            popkit::copy_tile_async<W, kChunkRows, kVec, kUpdateThreads>(&ch.v[0][0], kLdV, V + r0, m, W, m - r0);
+            if (full_width && r0 + kChunkRows <= m) {
+                copy_c.issue(&ch.c[0][0], C + (size_t)r0 * ldc + j0);
+                copy_v.issue(&ch.v[0][0], V + r0);
+            } else {
+                popkit::copy_tile_async<kChunkRows, kTileCols, kVec, kUpdateThreads>(
+                    &ch.c[0][0], kLdC, C + (size_t)r0 * ldc + j0, ldc, m - r0, nc - j0);
+                popkit::copy_tile_async<W, kChunkRows, kVec, kUpdateThreads>(&ch.v[0][0], kLdV, V + r0, m, W,
+                                                                             m - r0);
+            }
         }
         popkit::commit_async_group();               // empty past the end: the group count stays regular
     };
@@ -1685,11 +1721,14 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
 
     One reduction per column, as householder_panel.cu does it: p = x^T (rows below c), x the column's
     tail, gives ||x||^2 (entry c), v^T A[:, j] = A[c, j] + s p_j (j > c, s = 1/(alpha - beta)) and
-    v_j^T v = v_j[c] + s p_j (j < c: column c of G = V^T V, from which T follows)."""
+    v_j^T v = s_j (x_j[c] + s p_j) (j < c: column c of G = V^T V, from which T follows). Column j keeps
+    x_j (and alpha_j) until the panel is stored, as the kernel's registers do; then v_j = s_j x_j and beta_j."""
     b = H.shape[0]
     P = H[:, k0:, k0:k0 + w]
     panel = P.clone()
     panel_tau = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    scales = torch.zeros(b, w, dtype=H.dtype, device=H.device)
+    betas = torch.zeros(b, w, dtype=H.dtype, device=H.device)
     G = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
     for c in range(w):
         x = panel[:, c + 1:, c].clone()
@@ -1700,14 +1739,15 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
         xnorm = torch.where(safe, torch.sqrt(ssq), scaled_norm(x))
         t, beta, scale = slarfg(row[:, c], xnorm)
         vdot = row + scale[:, None] * p
-        G[:, :c, c] = vdot[:, :c]
+        G[:, :c, c] = scales[:, :c] * vdot[:, :c]
         coef = (t[:, None] * vdot)[:, c + 1:]
         v = x * scale[:, None]
-        panel[:, c + 1:, c] = v
-        panel[:, c, c] = beta
         panel[:, c, c + 1:] -= coef
         panel[:, c + 1:, c + 1:] -= v[:, :, None] * coef[:, None, :]
-        panel_tau[:, c] = t
+        panel_tau[:, c], scales[:, c], betas[:, c] = t, scale, beta
+    below = torch.tril(torch.ones(panel.shape[1], w, dtype=torch.bool, device=H.device), diagonal=-1)
+    panel = torch.where(below, panel * scales[:, None, :], panel)
+    panel[:, torch.arange(w), torch.arange(w)] = betas
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
     T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
