@@ -11,7 +11,7 @@
 // x = hi + lo and sums lo hi + hi lo + hi hi.
 //
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch), three CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
+// batch), four CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
 // owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16 rows
 // x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
 // last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
@@ -41,7 +41,7 @@ namespace {
 constexpr int kUpdateThreads = 128;
 constexpr int kTileCols = 64;               // columns of C per CTA
 constexpr int kChunkRows = 32;              // rows of C per pipeline chunk (the K of W0 = Vt C)
-constexpr int kStages = 3;                  // chunks in shared memory: one computed, two in flight
+constexpr int kStages = 2;                  // chunks in shared memory: one computed, one in flight
 constexpr int kLdC = kTileCols + 8;         // 72: reads (row t, column g) hit banks 8t + g
 constexpr int kLdV = kChunkRows + 4;        // 36: reads (row g, column t) hit banks 4g + t
 constexpr int kLdT = 40;                    // reads (row t, column g) hit banks 8t + g
@@ -55,8 +55,11 @@ struct Chunk {
 template <int W>
 struct UpdateSmem {
     Chunk<W> chunk[kStages];
-    float w0[W][kLdC];                      // W0
-    unsigned wh[W][kLdC], wl[W][kLdC];      // W = T^T W0 split into TF32 hi and lo
+    unsigned wh[W][kLdC];                   // W = T^T W0 split into TF32 hi ...
+    union {                                 // ... and lo, written over W0 (each warp its own columns)
+        float w0[W][kLdC];
+        unsigned wl[W][kLdC];
+    };
     float t[W][kLdT];                       // T, zero below the diagonal
 };
 
@@ -130,6 +133,7 @@ __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 
     __syncwarp();
     float w[W / 16][2][4] = {};
     warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
+    __syncwarp();                                   // every lane has read W0 before wl overwrites it
     for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
         popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
     });
@@ -257,14 +261,14 @@ __device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int
 }
 
 template <int W, int kVec>
-__global__ void __launch_bounds__(kUpdateThreads, 3)
+__global__ void __launch_bounds__(kUpdateThreads, 4)
 qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
                  const float* __restrict__ T, int m, int nc) {
     update_tile<W, kVec, 1>(Cs, ldc, stride, Vt, T, m, nc, blockIdx.x, 0);
 }
 
 template <int W, int kVec, int S>
-__global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(kUpdateThreads, 3)
+__global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(kUpdateThreads, 4)
 qr_update_split_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
                        const float* __restrict__ T, int m, int nc) {
     update_tile<W, kVec, S>(Cs, ldc, stride, Vt, T, m, nc, blockIdx.x / S, blockIdx.x % S);
