@@ -244,3 +244,11 @@ def test_a_route_table_value_the_route_does_not_know_is_refused():
         qr_route.first_row(((1 << 30, "tf32"),), 512, ("fp32", "tf32x3", "one_call"))
     with pytest.raises(ValueError, match="None for n = 100"):
         qr_route.first_row(((64, "smem"),), 100, ("smem", "warp"))
+
+
+def test_panel_threads_takes_256_only_where_the_batch_fills_the_gpu_and_panels_keep_32_columns():
+    # 256 threads up to n = 512 is two rows a thread at 32 columns; above, it would narrow the panels to 16.
+    assert qr_route.panel_threads(512, 640) == 256
+    assert qr_route.panel_threads(512, 40) == qr_route.PANEL_MAX_THREADS
+    assert qr_route.panel_threads(1024, 640) == qr_route.PANEL_MAX_THREADS
+    assert qr_route.panel_threads(4096, 2) == qr_route.PANEL_MAX_THREADS

@@ -11,9 +11,9 @@
 // x = hi + lo and sums lo hi + hi lo + hi hi.
 //
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch), four CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
-// owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16 rows
-// x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// batch), three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32,
+// phase 1 for W0 (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for
+// C -= V W (each warp 16 rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
 // last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
 // copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
 // in shared memory and writes the result straight to global memory.
@@ -41,7 +41,11 @@ namespace {
 constexpr int kUpdateThreads = 128;
 constexpr int kTileCols = 64;               // columns of C per CTA
 constexpr int kChunkRows = 32;              // rows of C per pipeline chunk (the K of W0 = Vt C)
-constexpr int kStages = 2;                  // chunks in shared memory: one computed, one in flight
+constexpr int kMaxStages = 3;               // chunks in shared memory: one computed, the rest in flight
+// A one-CTA tile keeps two chunks in flight (three CTAs an SM); a row split's CTAs keep one, so that four
+// fit an SM: its launches are the small ones (run 31d: 8x2048 0.957x, 40x352 0.97x with two stages
+// everywhere, 640x512 1.006x).
+__host__ __device__ constexpr int pipeline_stages(int S) { return S > 1 ? 2 : 3; }
 constexpr int kLdC = kTileCols + 8;         // 72: reads (row t, column g) hit banks 8t + g
 constexpr int kLdV = kChunkRows + 4;        // 36: reads (row g, column t) hit banks 4g + t
 constexpr int kLdT = 40;                    // reads (row t, column g) hit banks 8t + g
@@ -54,17 +58,19 @@ struct Chunk {
 
 template <int W>
 struct UpdateSmem {
-    Chunk<W> chunk[kStages];
     unsigned wh[W][kLdC];                   // W = T^T W0 split into TF32 hi ...
     union {                                 // ... and lo, written over W0 (each warp its own columns)
         float w0[W][kLdC];
         unsigned wl[W][kLdC];
     };
     float t[W][kLdT];                       // T, zero below the diagonal
+    Chunk<W> chunk[kMaxStages];             // last: a launch with fewer stages allocates less
 };
 
 template <int W>
-constexpr int update_smem_bytes() { return (int)sizeof(UpdateSmem<W>); }
+constexpr int update_smem_bytes(int stages) {
+    return (int)(sizeof(UpdateSmem<W>) - (kMaxStages - stages) * sizeof(Chunk<W>));
+}
 
 __device__ __forceinline__ void split4(const float (&x)[4], unsigned (&hi)[4], unsigned (&lo)[4]) {
 #pragma unroll
@@ -201,6 +207,7 @@ __device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int
                                             const float* __restrict__ T, int m, int nc, int tile, int rank) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     UpdateSmem<W>& s = *reinterpret_cast<UpdateSmem<W>*>(smem_raw);
+    constexpr int kStages = pipeline_stages(S);
     const int j0 = tile * kTileCols;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     float* C = Cs + (size_t)blockIdx.y * stride;
@@ -261,7 +268,7 @@ __device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int
 }
 
 template <int W, int kVec>
-__global__ void __launch_bounds__(kUpdateThreads, 4)
+__global__ void __launch_bounds__(kUpdateThreads, 3)
 qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
                  const float* __restrict__ T, int m, int nc) {
     update_tile<W, kVec, 1>(Cs, ldc, stride, Vt, T, m, nc, blockIdx.x, 0);
@@ -284,7 +291,7 @@ int row_split(int tiles, int chunks, int target_ctas) {
 template <int W, int kVec, int S>
 cudaError_t launch_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc) {
     static int granted = 0;
-    const int bytes = update_smem_bytes<W>();
+    const int bytes = update_smem_bytes<W>(pipeline_stages(S));
     const dim3 grid((nc + kTileCols - 1) / kTileCols * S, batch);
     if constexpr (S == 1) {
         cudaError_t err = popkit::allow_dynamic_smem(qr_update_kernel<W, kVec>, bytes, granted);

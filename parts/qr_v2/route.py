@@ -30,9 +30,20 @@ SMALL_KERNEL = ((32, "warp"), (64, "smem"))
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
 # lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
-# threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
+# threads only lengthen each), hence the cap by batch below. 256 above 512
 # rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = 512
+# ... and by n and batch, the first row (max n, min batch, threads) that fits: a batch that fills the
+# GPU's SMs twice over takes 256 up to n = 512 (two rows a thread, still 32 columns): 640x512 0.984x
+# (sweep_route after the lazy panel scaling, run 31d).
+PANEL_THREADS_BY_BATCH = ((512, 264, 256),)
+
+
+def panel_threads(n: int, batch: int) -> int:
+    """The panel kernel's CTA size cap for a batch of n x n matrices."""
+    return next((threads for max_n, min_batch, threads in PANEL_THREADS_BY_BATCH
+                 if n <= max_n and batch >= min_batch), PANEL_MAX_THREADS)
+
 # Matrices of n <= PANEL_COLUMNS_MAX_N send their panels to householder_panel_columns.cu (lane = column,
 # ~1/3 of the instructions a column; panels of at most 512 rows a CTA). H200, sweep_route at f385eb2
 # (logs/device/20261201T1900Z-*), every panel of <= 512 rows a CTA against the row kernel: 40x176 1.13x,
@@ -79,7 +90,8 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, panel_threads(n, b), panel_cluster(n, b),
+              columns_max_rows(n))
     return Vt, T
 
 
@@ -110,7 +122,7 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n),
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, panel_threads(n, b), panel_cluster(n, b), columns_max_rows(n),
               UPDATE_TARGET_CTAS)
     return H, tau
 
@@ -124,8 +136,8 @@ def first_row(table, key: int, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def panel_width_cuda(m: int, cluster: int = 1) -> int:
-    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS, cluster)
+def panel_width_cuda(m: int, cluster: int = 1, threads: int = PANEL_MAX_THREADS) -> int:
+    return CUDA.query("qr_panel_width", m, threads, cluster)
 
 
 def fixed_panel_width(m: int) -> int:
@@ -140,11 +152,11 @@ def custom_kernel(data: torch.Tensor):
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A, first_row(SMALL_KERNEL, n, ("smem", "warp")))
-    cluster = panel_cluster(n, A.shape[0])
-    if n <= BLOCKED_MAX_N and panel_width_cuda(n, cluster) in UPDATE_WIDTHS:
+    cluster, threads = panel_cluster(n, A.shape[0]), panel_threads(n, A.shape[0])
+    if n <= BLOCKED_MAX_N and panel_width_cuda(n, cluster, threads) in UPDATE_WIDTHS:
         variant = first_row(BLOCKED_VARIANT, n, ("fp32", "tf32x3", "one_call"))
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
-        return blocked_qr(A, lambda m: panel_width_cuda(m, cluster), factor_panel_cuda, update)
+        return blocked_qr(A, lambda m: panel_width_cuda(m, cluster, threads), factor_panel_cuda, update)
     return torch.geqrf(A)
