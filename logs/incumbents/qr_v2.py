@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 84ecc95
+# toolkit commit: e8245ee
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -11,12 +11,12 @@
 # part qr_v2/householder_panel.cu sha256 456439cd544106c8fb58cfa801a02e0675bc26c047f57b2141b079cd924803c8
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
-# part qr_v2/householder_update.cu sha256 d2772341c315f917b17b06978483cbd8fe3c1431ad081e81533f1a8d62c7a338
+# part qr_v2/householder_update.cu sha256 3260d10893f0722cb1beb37743cdceb9b7f684eafc01c9da334da860b0f168c7
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 e66bb1035bc11ef1ddf54d832e067d054b6d47c12e7d66180c3e95b6f5552c5e
-# part qr_v2/route.py sha256 906b12a02409e1345bebec033cffbe9eff342b53c1116c26f5c07e7a35785d37
+# part qr_v2/route.py sha256 8aae1c36cbf68d5f2457b32baf8b3d34d818114c3de90c0d8471bd3d88d586c6
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -1071,9 +1071,9 @@ struct FullTileCopy {
 // x = hi + lo and sums lo hi + hi lo + hi hi.
 //
 // Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch), three CTAs an SM. The CTA walks C's rows twice in chunks of 32, phase 1 for W0 (each warp
-// owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16 rows
-// x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// batch), three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32,
+// phase 1 for W0 (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for
+// C -= V W (each warp 16 rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
 // last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
 // copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
 // in shared memory and writes the result straight to global memory.
@@ -1098,7 +1098,11 @@ namespace {
 constexpr int kUpdateThreads = 128;
 constexpr int kTileCols = 64;               // columns of C per CTA
 constexpr int kChunkRows = 32;              // rows of C per pipeline chunk (the K of W0 = Vt C)
-constexpr int kStages = 3;                  // chunks in shared memory: one computed, two in flight
+constexpr int kMaxStages = 3;               // chunks in shared memory: one computed, the rest in flight
+// A one-CTA tile keeps two chunks in flight (three CTAs an SM); a row split's CTAs keep one, so that four
+// fit an SM: its launches are the small ones (run 31d: 8x2048 0.957x, 40x352 0.97x with two stages
+// everywhere, 640x512 1.006x).
+__host__ __device__ constexpr int pipeline_stages(int S) { return S > 1 ? 2 : 3; }
 constexpr int kLdC = kTileCols + 8;         // 72: reads (row t, column g) hit banks 8t + g
 constexpr int kLdV = kChunkRows + 4;        // 36: reads (row g, column t) hit banks 4g + t
 constexpr int kLdT = 40;                    // reads (row t, column g) hit banks 8t + g
@@ -1111,14 +1115,19 @@ struct Chunk {
 
 template <int W>
 struct UpdateSmem {
-    Chunk<W> chunk[kStages];
-    float w0[W][kLdC];                      // W0
-    unsigned wh[W][kLdC], wl[W][kLdC];      // W = T^T W0 split into TF32 hi and lo
+    unsigned wh[W][kLdC];                   // W = T^T W0 split into TF32 hi ...
+    union {                                 // ... and lo, written over W0 (each warp its own columns)
+        float w0[W][kLdC];
+        unsigned wl[W][kLdC];
+    };
     float t[W][kLdT];                       // T, zero below the diagonal
+    Chunk<W> chunk[kMaxStages];             // last: a launch with fewer stages allocates less
 };
 
 template <int W>
-constexpr int update_smem_bytes() { return (int)sizeof(UpdateSmem<W>); }
+constexpr int update_smem_bytes(int stages) {
+    return (int)(sizeof(UpdateSmem<W>) - (kMaxStages - stages) * sizeof(Chunk<W>));
+}
 
 __device__ __forceinline__ void split4(const float (&x)[4], unsigned (&hi)[4], unsigned (&lo)[4]) {
 #pragma unroll
@@ -1187,6 +1196,7 @@ __device__ __forceinline__ void form_w(UpdateSmem<W>& s, const float (&acc)[W / 
     __syncwarp();
     float w[W / 16][2][4] = {};
     warp_product<W, W>(w, [&](int i, int k) { return s.t[k][i]; }, s.w0, warp, g, t);     // A = T^T
+    __syncwarp();                                   // every lane has read W0 before wl overwrites it
     for_each_entry<W>(warp, g, t, [&](int mi, int q, int e, int row, int col) {
         popkit::split_tf32(w[mi][q][e], s.wh[row][col], s.wl[row][col]);
     });
@@ -1254,6 +1264,7 @@ __device__ __forceinline__ void update_tile(float* __restrict__ Cs, int ldc, int
                                             const float* __restrict__ T, int m, int nc, int tile, int rank) {
     extern __shared__ __align__(16) unsigned char smem_raw[];
     UpdateSmem<W>& s = *reinterpret_cast<UpdateSmem<W>*>(smem_raw);
+    constexpr int kStages = pipeline_stages(S);
     const int j0 = tile * kTileCols;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, t = lane & 3;
     float* C = Cs + (size_t)blockIdx.y * stride;
@@ -1321,7 +1332,7 @@ qr_update_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __res
 }
 
 template <int W, int kVec, int S>
-__global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(kUpdateThreads, 3)
+__global__ void __cluster_dims__(S, 1, 1) __launch_bounds__(kUpdateThreads, 4)
 qr_update_split_kernel(float* __restrict__ Cs, int ldc, int stride, const float* __restrict__ Vt,
                        const float* __restrict__ T, int m, int nc) {
     update_tile<W, kVec, S>(Cs, ldc, stride, Vt, T, m, nc, blockIdx.x / S, blockIdx.x % S);
@@ -1337,7 +1348,7 @@ int row_split(int tiles, int chunks, int target_ctas) {
 template <int W, int kVec, int S>
 cudaError_t launch_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc) {
     static int granted = 0;
-    const int bytes = update_smem_bytes<W>();
+    const int bytes = update_smem_bytes<W>(pipeline_stages(S));
     const dim3 grid((nc + kTileCols - 1) / kTileCols * S, batch);
     if constexpr (S == 1) {
         cudaError_t err = popkit::allow_dynamic_smem(qr_update_kernel<W, kVec>, bytes, granted);
@@ -1823,9 +1834,20 @@ SMALL_KERNEL = ((32, "warp"), (64, "smem"))
 PANEL_WIDTH = 32
 # The panel kernel's CTA size cap (fewer threads own more rows each). 256 up to 512 rows (ec11348)
 # lets two CTAs share an SM: 640x512 0.96x, but 40x352 1.04x (40 CTAs leave SMs idle, so fewer
-# threads only lengthen each); a cap by batch against the SM count is the next try. 256 above 512
+# threads only lengthen each), hence the cap by batch below. 256 above 512
 # rows puts 4 rows a thread in 16-column panels (60x1024 1.30x in sweep_route at d11541b).
 PANEL_MAX_THREADS = 512
+# ... and by n and batch, the first row (max n, min batch, threads) that fits: a batch that fills the
+# GPU's SMs twice over takes 256 up to n = 512 (two rows a thread, still 32 columns): 640x512 0.984x
+# (sweep_route after the lazy panel scaling, run 31d).
+PANEL_THREADS_BY_BATCH = ((512, 264, 256),)
+
+
+def panel_threads(n: int, batch: int) -> int:
+    """The panel kernel's CTA size cap for a batch of n x n matrices."""
+    return next((threads for max_n, min_batch, threads in PANEL_THREADS_BY_BATCH
+                 if n <= max_n and batch >= min_batch), PANEL_MAX_THREADS)
+
 # Matrices of n <= PANEL_COLUMNS_MAX_N send their panels to householder_panel_columns.cu (lane = column,
 # ~1/3 of the instructions a column; panels of at most 512 rows a CTA). H200, sweep_route at f385eb2
 # (logs/device/20261201T1900Z-*), every panel of <= 512 rows a CTA against the row kernel: 40x176 1.13x,
@@ -1872,7 +1894,8 @@ def factor_panel_cuda(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     b, n, _ = H.shape
     Vt = torch.empty(b, w, n - k0, dtype=H.dtype, device=H.device)
     T = torch.empty(b, w, w, dtype=H.dtype, device=H.device)
-    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n))
+    CUDA.call("qr_panel", H, tau, Vt, T, b, n, k0, w, panel_threads(n, b), panel_cluster(n, b),
+              columns_max_rows(n))
     return Vt, T
 
 
@@ -1903,7 +1926,7 @@ def blocked_one_call_cuda(A: torch.Tensor):
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
     Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
     T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, PANEL_MAX_THREADS, panel_cluster(n, b), columns_max_rows(n),
+    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, panel_threads(n, b), panel_cluster(n, b), columns_max_rows(n),
               UPDATE_TARGET_CTAS)
     return H, tau
 
@@ -1917,8 +1940,8 @@ def first_row(table, key: int, allowed: tuple[str, ...]) -> str:
     return value
 
 
-def panel_width_cuda(m: int, cluster: int = 1) -> int:
-    return CUDA.query("qr_panel_width", m, PANEL_MAX_THREADS, cluster)
+def panel_width_cuda(m: int, cluster: int = 1, threads: int = PANEL_MAX_THREADS) -> int:
+    return CUDA.query("qr_panel_width", m, threads, cluster)
 
 
 def fixed_panel_width(m: int) -> int:
@@ -1933,13 +1956,13 @@ def custom_kernel(data: torch.Tensor):
         return householder_qr_model(A) if n <= SMALL_MAX_N else blocked_qr(A, fixed_panel_width)
     if n <= SMALL_MAX_N:
         return qr_small_cuda(A, first_row(SMALL_KERNEL, n, ("smem", "warp")))
-    cluster = panel_cluster(n, A.shape[0])
-    if n <= BLOCKED_MAX_N and panel_width_cuda(n, cluster) in UPDATE_WIDTHS:
+    cluster, threads = panel_cluster(n, A.shape[0]), panel_threads(n, A.shape[0])
+    if n <= BLOCKED_MAX_N and panel_width_cuda(n, cluster, threads) in UPDATE_WIDTHS:
         variant = first_row(BLOCKED_VARIANT, n, ("fp32", "tf32x3", "one_call"))
         if variant == "one_call":
             return blocked_one_call_cuda(A)
         update = update_tf32x3_cuda if variant == "tf32x3" else apply_block_reflector
-        return blocked_qr(A, lambda m: panel_width_cuda(m, cluster), factor_panel_cuda, update)
+        return blocked_qr(A, lambda m: panel_width_cuda(m, cluster, threads), factor_panel_cuda, update)
     return torch.geqrf(A)
 
 CUDA.configure("popkit_qr_v2", CUDA_PARTS, CUDA_UNITS)
