@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 4fc956afbec797c16077246ca09a6b30feedca69
+# toolkit commit: e8245ee326ba41fef4862c0a8cc59b7c732e5d12
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -15,7 +15,7 @@
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
-# part qr_v2/model.py sha256 e66bb1035bc11ef1ddf54d832e067d054b6d47c12e7d66180c3e95b6f5552c5e
+# part qr_v2/model.py sha256 e90c5763ff8987bdad37c6e2d57180b92f31189973bc56cc341e87c51bc38327
 # part qr_v2/route.py sha256 8aae1c36cbf68d5f2457b32baf8b3d34d818114c3de90c0d8471bd3d88d586c6
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
@@ -1761,14 +1761,21 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     panel[:, torch.arange(w), torch.arange(w)] = betas
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
-    T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
-    for c in range(w):
-        T[:, c, c] = panel_tau[:, c]
-        if c:
-            T[:, :c, c] = -panel_tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
     V = torch.tril(panel, diagonal=-1)
     V.diagonal(dim1=1, dim2=2).fill_(1.0)
-    return V.mT.contiguous(), T
+    return V.mT.contiguous(), compact_wy_factor(G, panel_tau)
+
+
+def compact_wy_factor(G: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """T (b, w, w) with H_0 ... H_{w-1} = I - V T V^T, from the strict upper part of G = V^T V and tau
+    (LAPACK slarft, forward, column-wise): T[c][c] = tau_c, T[:c, c] = -tau_c T[:c, :c] G[:c, c]."""
+    b, w = tau.shape
+    T = torch.zeros(b, w, w, dtype=tau.dtype, device=tau.device)
+    for c in range(w):
+        T[:, c, c] = tau[:, c]
+        if c:
+            T[:, :c, c] = -tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    return T
 
 
 def apply_block_reflector(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:

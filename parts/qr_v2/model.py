@@ -99,14 +99,21 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     panel[:, torch.arange(w), torch.arange(w)] = betas
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
-    T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
-    for c in range(w):
-        T[:, c, c] = panel_tau[:, c]
-        if c:
-            T[:, :c, c] = -panel_tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
     V = torch.tril(panel, diagonal=-1)
     V.diagonal(dim1=1, dim2=2).fill_(1.0)
-    return V.mT.contiguous(), T
+    return V.mT.contiguous(), compact_wy_factor(G, panel_tau)
+
+
+def compact_wy_factor(G: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """T (b, w, w) with H_0 ... H_{w-1} = I - V T V^T, from the strict upper part of G = V^T V and tau
+    (LAPACK slarft, forward, column-wise): T[c][c] = tau_c, T[:c, c] = -tau_c T[:c, :c] G[:c, c]."""
+    b, w = tau.shape
+    T = torch.zeros(b, w, w, dtype=tau.dtype, device=tau.device)
+    for c in range(w):
+        T[:, c, c] = tau[:, c]
+        if c:
+            T[:, :c, c] = -tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    return T
 
 
 def apply_block_reflector(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
