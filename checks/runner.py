@@ -29,13 +29,16 @@ from checks import baselines, packages, task_folder, timing, verdicts, worker
 from checks.preflight import leading_directives, missing_entry_points
 from checks.problems import (ENTRY_POINT, INTEGER, Problem, format_spec, load_problem, normalize, parse_spec,
                              short_spec)
-from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
+from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
 from popcorn.evidence.tables import fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
 CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of the same cases is far slower
+# A run holds its cases in a list and its record in one log line: --seeds 10^9 sat silently building a list of
+# billions of cases. A thousand reruns of the official list is days of GPU time, and a record of 22,000 cases.
+MAX_SEEDS = 1000
 BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 INCUMBENT_TIMING = ("incumbent_us", "incumbent_err_us", "incumbent_best_us", "incumbent_worst_us", "incumbent_runs")
@@ -139,6 +142,7 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
     if not specs:
         raise PopkitError("no cases to run" + (f": {notes[0]}" if notes else ""))
     if backend != "official":
+        _require_remapped_seeds(prob, specs, seeds)
         specs = specs + [{**s, "seed": official.remap_seed(s["seed"], k)} for k in range(1, seeds + 1) for s in specs]
     return specs, notes
 
@@ -157,6 +161,7 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
         _require_rounds(rounds)
     specs = [checked_spec(prob, text) for text in custom]
     _require_seeded(prob, specs or prob.tests, seeds, backend)
+    _require_remapped_seeds(prob, specs or prob.tests, seeds)
     if baseline and backend == "official":        # a native problem's baseline is its torch reference
         require_reference_kernel(prob, "baseline")
     if incumbent is not None and incumbent_of(incumbent) == REFERENCE_INCUMBENT:
@@ -172,6 +177,25 @@ def _require_robust(prob: Problem, robust: bool) -> None:
 def _require_seeds(seeds: int) -> None:
     if seeds < 0:
         raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+    if seeds > MAX_SEEDS:
+        raise PopkitError(f"--seeds {seeds}: at most {MAX_SEEDS} extra seeds in one run (each reruns every case); "
+                          "split a larger sweep over several runs")
+
+
+def _require_remapped_seeds(prob: Problem, specs: list[dict], seeds: int) -> None:
+    """--seeds K gives a case of seed a the seeds remap_seed(a, 1 .. K), which a native checker's generator must
+    take too: a seed past its range failed every extra case, one by one, after the build."""
+    if not seeds or prob.native is None:
+        return
+    for spec in specs:
+        for salt in (1, seeds):      # a + (a + k)(a + k + 1)/2 is convex in k: its extremes are at the ends
+            remapped = {**spec, "seed": official.remap_seed(spec["seed"], salt)}
+            try:
+                prob.native.normalize_spec(remapped)
+            except ProblemError:
+                raise PopkitError(f"--seeds {seeds}: {short_spec(spec)}'s seed {spec['seed']} becomes "
+                                  f"{remapped['seed']} under the grader's remap, a seed {prob.name}'s generator "
+                                  "cannot take; use smaller case seeds or fewer --seeds") from None
 
 
 def _require_seeded(prob: Problem, specs: list[dict], seeds: int, backend: str) -> list[str]:

@@ -435,6 +435,16 @@ def test_output_into_a_closed_pipe_ends_quietly():
 
 @pytest.mark.parametrize("args, error", [
     (["check", "qr_v2", "--seeds", "-1"], "--seeds -1: the number of extra seeds must be 0 or more"),
+    # It sat silently, building a list of ten billion cases.
+    (["check", "qr_v2", "--seeds", "1000000000"], "--seeds 1000000000: at most 1000 extra seeds in one run (each "
+                                                  "reruns every case); split a larger sweep over several runs"),
+    # Each failed in the worker, case by case, with 'ValueError: Overflow when unpacking long long'.
+    (["check", "qr_v2", "--case", "batch: 2; n: 8; cond: 1; seed: 99999999999999999999"],
+     "case spec {'batch': 2, 'n': 8, 'cond': 1, 'seed': 99999999999999999999}: seed must fit 64 signed bits "
+     "(-9223372036854775808 .. 9223372036854775807)"),
+    (["check", "qr_v2", "--case", "batch: 2; n: 8; cond: 1; seed: 8589934592", "--seeds", "2"],
+     "--seeds 2: 2x8 dense c1's seed 8589934592 becomes 36893488168893939713 under the grader's remap, a seed "
+     "qr_v2's generator cannot take; use smaller case seeds or fewer --seeds"),
     (["check", "qr_v2", "--case", "batch 1"],
      "bad case spec 'batch 1': expected 'key: value' pairs joined by '; ', got 'batch 1'"),
     (["bench", "qr_v2", "--harness", "both"], "--harness both compares verdicts: use it with check"),
