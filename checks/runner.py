@@ -125,7 +125,7 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
     """The cases to run: official tests or the benchmarks the leaderboard times (or custom specs), plus the
     robustness suite when asked; for the native backend also K extra seeds each and the CPU size limit."""
     _require_seeds(seeds)
-    specs = [checked_spec(prob, text) for text in custom] if custom else list(getattr(prob, which))
+    specs = checked_specs(prob, custom) if custom else list(getattr(prob, which))
     notes = []
     if which == "ranked_benchmarks" and not custom and len(specs) < len(prob.benchmarks):
         notes.append(f"{prob.name} is ranked by its last benchmark case only (ranking: last): the leaderboard "
@@ -159,7 +159,7 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
     _require_robust(prob, robust)
     if rounds is not None:
         _require_rounds(rounds)
-    specs = [checked_spec(prob, text) for text in custom]
+    specs = checked_specs(prob, custom)
     _require_seeded(prob, specs or prob.tests, seeds, backend)
     _require_remapped_seeds(prob, specs or prob.tests, seeds)
     if baseline and backend == "official":        # a native problem's baseline is its torch reference
@@ -221,6 +221,22 @@ def _require_seeded(prob: Problem, specs: list[dict], seeds: int, backend: str) 
 def _require_rounds(rounds: int) -> None:
     if rounds < 3:
         raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
+
+
+def checked_specs(prob: Problem, texts: list[str]) -> list[dict]:
+    """Every --case, checked (checked_spec); one case given twice, even spelt two ways (the default family named
+    or left out), is refused: it ran twice, and a bench counted it twice in the geomean."""
+    specs, seen = [], {}
+    for text in texts:
+        spec = checked_spec(prob, text)
+        first = seen.get(logs.spec_key(spec))
+        if first is not None:
+            same = "given twice" if first == text else f"the same case as --case {first!r}"
+            raise PopkitError(f"--case {text!r} is {same}: each case runs once (--seeds K reruns every case with K "
+                              "more seeds)")
+        seen[logs.spec_key(spec)] = text
+        specs.append(spec)
+    return specs
 
 
 def checked_spec(prob: Problem, text: str) -> dict:

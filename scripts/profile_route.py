@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import format_spec, load_problem  # noqa: E402
-from checks.runner import checked_spec  # noqa: E402
+from checks.runner import checked_specs  # noqa: E402
 from checks.worker import built_file, import_submission  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: profile_route.py makes its inputs with a native "
                               f"checker's generators (checks/native/PROBLEM.py), which {prob.name} has not")
-        specs = [checked_spec(prob, text) for text in args.specs]
+        specs = checked_specs(prob, args.specs)
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)
