@@ -548,10 +548,13 @@ def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results
 
 
 def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: list[dict], device: str,
-                progress, **options) -> tuple[dict, list[dict]]:
+                progress, passes: int = 1, **options) -> tuple[dict, list[dict]]:
+    """Run the job in a worker under the task's limit once per PASS: the grader's limit is for one pass over
+    the cases, and --seeds, --robust, a baseline or a diff's rounds make several in the one worker (a diff of 20
+    rounds, 40 timing loops per case, timed out at the limit of one)."""
     job = {"mode": mode, "problem": prob.name, "device": device, "specs": specs,
            "submissions": {k: str(Path(v).resolve()) for k, v in submissions.items()}, **options}
-    limit = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) or None
+    limit = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) * passes or None
     if limit and device == "cpu":
         limit *= CPU_TIMEOUT_FACTOR
     return run_worker(job, progress, limit)
@@ -662,7 +665,8 @@ def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0
         outcome = make_outcome("check", prob, {"candidate": submission}, results, runs[0].env, device, backend,
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
-    info, results = _run_native("check", prob, {"candidate": submission}, specs, device, progress)
+    info, results = _run_native("check", prob, {"candidate": submission}, specs, device, progress,
+                                passes=(1 + seeds) * (2 if robust else 1))     # the robustness suite: one list more
     if backend == "both":
         run = official.run_eval(prob, submission, "test", specs, device, None, progress)
         results, disagreements = _agreement(results, run.results())
@@ -713,7 +717,8 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
         outcome = make_outcome("bench", prob, {"candidate": submission}, results, run.env, device, backend,
                                notes + more + official.run_notes(runs), name)
         return _finish(outcome, log_path)
-    info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress, baseline=baseline,
+    info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress,
+                                passes=2 if baseline else 1, baseline=baseline,
                                 logged_baselines=logged)
     return _finish(_bounded_on_cpu(make_outcome("bench", prob, {"candidate": submission}, results, info, device,
                                                 backend, more, name), device), log_path)
@@ -787,7 +792,8 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
         outcome = make_outcome("diff", prob, submissions, results, runs[0].env, device, backend,
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
-    info, results = _run_native("diff", prob, submissions, specs, device, progress, rounds=rounds)
+    info, results = _run_native("diff", prob, submissions, specs, device, progress, passes=2 * rounds,
+                                rounds=rounds)
     return _finish(_bounded_on_cpu(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None),
                                    device), log_path)
 
