@@ -32,7 +32,7 @@ from checks.problems import (ENTRY_POINT, INTEGER, Problem, format_spec, load_pr
 from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
-from popcorn.evidence.tables import fmt_us, render_table
+from popcorn.evidence.tables import fmt_speedup, fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
 CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of the same cases is far slower
@@ -411,7 +411,7 @@ def results_table(results: list[dict], mode: str) -> str:
         if mode == "bench":
             speed = (r["baseline_us"] / r["mean_us"]) if r.get("baseline_us") and r.get("mean_us") else None
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("err_us")), r.get("runs"),
-                    fmt_us(r.get("baseline_us")) + _baseline_mark(r), f"{speed:.2f}x" if speed else "-"]
+                    fmt_us(r.get("baseline_us")) + _baseline_mark(r), fmt_speedup(speed) if speed else "-"]
         if mode == "diff":
             ratio = r.get("ratio")
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("err_us")), fmt_us(r.get("incumbent_us")),

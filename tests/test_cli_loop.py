@@ -14,16 +14,19 @@ import re
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 import build
+from checks import runner
 from checks.harness import remap_seed
 from checks.problems import load_problem
 from checks.runner import select_specs
-from popcorn.cli import main
+from popcorn.cli import loop, main
 from popcorn.evidence.provenance import changed_parts
+from popcorn.evidence.tables import fmt_speedup
 
 SPEC = "batch: 2; n: 8; cond: 1; seed: 3; case: mixed"
 TINY = "batch: 1; n: 1; cond: 1; seed: 3; case: dense"
@@ -313,6 +316,17 @@ def test_bench_with_baseline_records_times(steady, tmp_path):
     assert 0 < case["baseline_us"] < 1000
     assert rec["geomean_us"] == pytest.approx(case["mean_us"])
     assert rec["baseline_geomean_us"] == pytest.approx(case["baseline_us"])
+
+
+def test_a_speedup_keeps_three_significant_digits(capsys):
+    # A CPU bench of the route beside torch read 'speedup 0.00x' and 'torch.geqrf 10.5 us (0.0x)': no ratio at all.
+    spec = {"batch": 2, "n": 8, "cond": 1, "seed": 3, "case": "dense"}
+    results = [{"spec": spec, "status": "pass", "residuals": {}, "mean_us": 4000.0, "baseline_us": 10.0}]
+    assert runner.results_table(results, "bench").splitlines()[-1].split()[-1] == "0.00250x"
+    record = {"geomean_us": 4000.0, "baseline_geomean_us": 10.0, "baseline": "torch.geqrf"}
+    loop._print_outcome(SimpleNamespace(notes=[], record=record, table="", passed=True), "bench qr_v2")
+    assert "geomean 4,000.0 us; torch.geqrf 10.0 us (0.00250x)" in capsys.readouterr().out
+    assert [fmt_speedup(r) for r in (41.3, 116.6, 1.0234)] == ["41.3x", "117x", "1.02x"]
 
 
 def test_diff_of_two_copies(steady, tmp_path):
