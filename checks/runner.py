@@ -353,6 +353,8 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             elif kind == "case":
                 results.append(payload)
                 progress(case_line(payload))
+            elif kind == "import_failed":      # the line names the file that failed
+                raise PopkitError(payload)
             elif kind == "error":
                 failure = payload.strip().splitlines()[-1]
                 break

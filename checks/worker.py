@@ -3,7 +3,7 @@
 It runs in a freshly spawned process (multiprocessing 'spawn'), so a crash,
 a CUDA error or a leaked global cannot touch the caller. It sends one message
 per event through a pipe: ("start", info), ("progress", text), ("case", result),
-("done", None) or ("error", text). checks/runner.py is the other end.
+("done", None), ("import_failed", text) or ("error", text). checks/runner.py is the other end.
 """
 from __future__ import annotations
 
@@ -69,6 +69,23 @@ def import_submission(path: str, module_name: str):
     sys.modules[module_name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class ImportFailed(Exception):
+    """A submission that could not be imported: the text names the file and its error."""
+
+
+def import_each(submissions: dict[str, str]) -> dict:
+    """Each submission imported once, as the grader does; one that raises or exits while it is imported ends the
+    run as an ImportFailed that names it (a diff imports two, and the line named both files)."""
+    modules = {}
+    for name, path in submissions.items():
+        try:
+            modules[name] = import_submission(path, f"popkit_{name}")
+        except (Exception, SystemExit) as exc:      # sys.exit() at import read 'worker died (exit code 0)'
+            role = f" (the {name})" if len(submissions) > 1 else ""
+            raise ImportFailed(f"{path}{role}: {error_line(exc)}") from exc
+    return modules
 
 
 def environment(device: str) -> dict:
@@ -221,7 +238,7 @@ def main(conn, job: dict) -> None:
     try:
         problem, device, mode = job["problem"], job["device"], job["mode"]
         start = time.perf_counter()
-        modules = {name: import_submission(path, f"popkit_{name}") for name, path in job["submissions"].items()}
+        modules = import_each(job["submissions"])
         sync(device)
         compile_s = time.perf_counter() - start
         env = environment(device)
@@ -248,6 +265,8 @@ def main(conn, job: dict) -> None:
                 continue
             send(("case", {"spec": spec, **result}))
         send(("done", None))
+    except ImportFailed as exc:
+        send(("import_failed", str(exc)))
     except Exception:
         send(("error", traceback.format_exc(limit=6)))
     finally:

@@ -90,6 +90,19 @@ def test_a_submission_that_does_not_import_is_one_line_and_no_record(tmp_path):
     assert not log.exists()
 
 
+@pytest.mark.parametrize("body, why", [("raise RuntimeError('boom')", "RuntimeError: boom"),
+                                       ("import sys\nsys.exit(0)", "SystemExit: 0")])
+def test_an_incumbent_that_raises_or_exits_at_import_is_named_alone(tmp_path, body, why):
+    # The line named both files ('a.py, b.py: RuntimeError: boom'), and one that exited read 'worker died (exit
+    # code 0)'.
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text("def custom_kernel(data):\n    return data\n")
+    bad.write_text(body + "\n\n\ndef custom_kernel(data):\n    return data\n")
+    with pytest.raises(PopkitError) as error:
+        runner.diff("qr_v2", good, bad, 3, [SPEC], device="cpu", log_path=None)
+    assert str(error.value) == f"{bad.resolve()} (the incumbent): {why}"
+
+
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])
 @pytest.mark.parametrize("path", ["parts/qr_v2/route.py", "parts/qr_v2/model.py", "README.md"])
 def test_a_part_or_another_file_is_refused_as_a_submission_in_one_line(built, tmp_path, verb, path):
