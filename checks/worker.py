@@ -112,14 +112,24 @@ def run_check_case(problem, kernel, spec, device) -> dict:
             "residuals": report.residuals, "info": report.info}
 
 
+class GateFailed(AssertionError):
+    """A timed input failed the gates: the text names the input among the case's and the gate's value and limit."""
+
+
+def which_input(index: int, count: int) -> str:
+    """'input 3 of 50: ' among a case's several benchmark inputs (each of its own seed), '' for the only one:
+    'matrix 0' alone did not say which input of the case held it."""
+    return f"input {index + 1} of {count}: " if count > 1 else ""
+
+
 def recheck_all(problem, references):
     """A recheck against pristine copies of the inputs (eval.py's check_copy), so an in-place
     change of an input by the kernel cannot make its own output look right."""
     def recheck(outputs):
-        for A, out in zip(references, outputs):
+        for index, (A, out) in enumerate(zip(references, outputs)):
             report = checker(problem).check_output(A, out)
             if not report.passed:
-                raise AssertionError(f"re-check failed: {report.message}")
+                raise GateFailed(f"re-check failed: {which_input(index, len(references))}{report.message}")
     return recheck
 
 
@@ -135,9 +145,10 @@ def time_kernel(problem, kernel, inputs, device, rule, send, label, recheck=True
     outputs = [kernel(A.clone()) for A in inputs]
     reports = [checker(problem).check_output(A, out) for A, out in zip(references, outputs)]
     del outputs
-    failed = [r for r in reports if not r.passed]
+    failed = [(index, r) for index, r in enumerate(reports) if not r.passed]
     if failed:
-        raise AssertionError(failed[0].message)
+        index, report = failed[0]
+        raise GateFailed(which_input(index, len(reports)) + report.message)
     sync(device)
     clock = timing.CudaEventClock(device) if device.startswith("cuda") else timing.PerfCounterClock()
 
@@ -197,8 +208,9 @@ class SideFailed(Exception):
 
 
 def error_line(exc: BaseException) -> str:
-    """A case's error in one line: the exception's type and text (a SideFailed's text already says both)."""
-    text = str(exc) if isinstance(exc, SideFailed) else f"{type(exc).__name__}: {exc}"
+    """A case's error in one line: the exception's type and text (a SideFailed's text already says both; a
+    GateFailed's is the gate's own line, as a check's)."""
+    text = str(exc) if isinstance(exc, (SideFailed, GateFailed)) else f"{type(exc).__name__}: {exc}"
     return (text.splitlines() or [""])[0][:500]
 
 
