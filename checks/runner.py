@@ -232,8 +232,7 @@ def checked_specs(prob: Problem, texts: list[str]) -> list[dict]:
         first = seen.get(logs.spec_key(spec))
         if first is not None:
             same = "given twice" if first == text else f"the same case as --case {first!r}"
-            raise PopkitError(f"--case {text!r} is {same}: each case runs once (--seeds K reruns every case with K "
-                              "more seeds)")
+            raise PopkitError(f"--case {text!r} is {same}: a run takes each case once")
         seen[logs.spec_key(spec)] = text
         specs.append(spec)
     return specs
