@@ -150,6 +150,7 @@ def test_without_arguments_the_usage_is_the_error(tmp_path, name):
     (["nope"], "error: unknown problem 'nope' (known: "),
     (["cholesky", "--case", "batch: 2; n: 8"], "error: case spec {'batch': 2, 'n': 8} lacks 'cond', 'seed' "),
     (["cholesky", "--reps", "2"], "error: --reps 2 --budget 10: at least 3 samples and a positive budget"),
+    (["cholesky", "--budget", "nan"], "error: --reps 20 --budget nan: at least 3 samples and a positive budget"),
     (["cholesky", "--json", "."], "error: --json .: a folder; name the file to write"),
 ])
 def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, args, line):
