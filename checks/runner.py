@@ -29,13 +29,16 @@ from checks import baselines, packages, task_folder, timing, verdicts, worker
 from checks.preflight import leading_directives, missing_entry_points
 from checks.problems import (ENTRY_POINT, INTEGER, Problem, format_spec, load_problem, normalize, parse_spec,
                              short_spec)
-from popcorn.errors import Interrupted, PopkitError, deferred_interrupt
+from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
-from popcorn.evidence.tables import fmt_us, render_table
+from popcorn.evidence.tables import fmt_speedup, fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
 CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of the same cases is far slower
+# A run holds its cases in a list and its record in one log line: --seeds 10^9 sat silently building a list of
+# billions of cases. A thousand reruns of the official list is days of GPU time, and a record of 22,000 cases.
+MAX_SEEDS = 1000
 BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 INCUMBENT_TIMING = ("incumbent_us", "incumbent_err_us", "incumbent_best_us", "incumbent_worst_us", "incumbent_runs")
@@ -122,7 +125,7 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
     """The cases to run: official tests or the benchmarks the leaderboard times (or custom specs), plus the
     robustness suite when asked; for the native backend also K extra seeds each and the CPU size limit."""
     _require_seeds(seeds)
-    specs = [checked_spec(prob, text) for text in custom] if custom else list(getattr(prob, which))
+    specs = checked_specs(prob, custom) if custom else list(getattr(prob, which))
     notes = []
     if which == "ranked_benchmarks" and not custom and len(specs) < len(prob.benchmarks):
         notes.append(f"{prob.name} is ranked by its last benchmark case only (ranking: last): the leaderboard "
@@ -139,6 +142,7 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
     if not specs:
         raise PopkitError("no cases to run" + (f": {notes[0]}" if notes else ""))
     if backend != "official":
+        _require_remapped_seeds(prob, specs, seeds)
         specs = specs + [{**s, "seed": official.remap_seed(s["seed"], k)} for k in range(1, seeds + 1) for s in specs]
     return specs, notes
 
@@ -155,8 +159,9 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
     _require_robust(prob, robust)
     if rounds is not None:
         _require_rounds(rounds)
-    specs = [checked_spec(prob, text) for text in custom]
+    specs = checked_specs(prob, custom)
     _require_seeded(prob, specs or prob.tests, seeds, backend)
+    _require_remapped_seeds(prob, specs or prob.tests, seeds)
     if baseline and backend == "official":        # a native problem's baseline is its torch reference
         require_reference_kernel(prob, "baseline")
     if incumbent is not None and incumbent_of(incumbent) == REFERENCE_INCUMBENT:
@@ -172,6 +177,25 @@ def _require_robust(prob: Problem, robust: bool) -> None:
 def _require_seeds(seeds: int) -> None:
     if seeds < 0:
         raise PopkitError(f"--seeds {seeds}: the number of extra seeds must be 0 or more")
+    if seeds > MAX_SEEDS:
+        raise PopkitError(f"--seeds {seeds}: at most {MAX_SEEDS} extra seeds in one run (each reruns every case); "
+                          "split a larger sweep over several runs")
+
+
+def _require_remapped_seeds(prob: Problem, specs: list[dict], seeds: int) -> None:
+    """--seeds K gives a case of seed a the seeds remap_seed(a, 1 .. K), which a native checker's generator must
+    take too: a seed past its range failed every extra case, one by one, after the build."""
+    if not seeds or prob.native is None:
+        return
+    for spec in specs:
+        for salt in (1, seeds):      # a + (a + k)(a + k + 1)/2 is convex in k: its extremes are at the ends
+            remapped = {**spec, "seed": official.remap_seed(spec["seed"], salt)}
+            try:
+                prob.native.normalize_spec(remapped)
+            except ProblemError:
+                raise PopkitError(f"--seeds {seeds}: {short_spec(spec)}'s seed {spec['seed']} becomes "
+                                  f"{remapped['seed']} under the grader's remap, a seed {prob.name}'s generator "
+                                  "cannot take; use smaller case seeds or fewer --seeds") from None
 
 
 def _require_seeded(prob: Problem, specs: list[dict], seeds: int, backend: str) -> list[str]:
@@ -197,6 +221,21 @@ def _require_seeded(prob: Problem, specs: list[dict], seeds: int, backend: str) 
 def _require_rounds(rounds: int) -> None:
     if rounds < 3:
         raise PopkitError(f"--rounds {rounds}: diff needs at least 3 alternating rounds per case (the default is 3)")
+
+
+def checked_specs(prob: Problem, texts: list[str]) -> list[dict]:
+    """Every --case, checked (checked_spec); one case given twice, even spelt two ways (the default family named
+    or left out), is refused: it ran twice, and a bench counted it twice in the geomean."""
+    specs, seen = [], {}
+    for text in texts:
+        spec = checked_spec(prob, text)
+        first = seen.get(logs.spec_key(spec))
+        if first is not None:
+            same = "given twice" if first == text else f"the same case as --case {first!r}"
+            raise PopkitError(f"--case {text!r} is {same}: a run takes each case once")
+        seen[logs.spec_key(spec)] = text
+        specs.append(spec)
+    return specs
 
 
 def checked_spec(prob: Problem, text: str) -> dict:
@@ -313,6 +352,8 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             elif kind == "case":
                 results.append(payload)
                 progress(case_line(payload))
+            elif kind == "import_failed":      # the line names the file that failed
+                raise PopkitError(payload)
             elif kind == "error":
                 failure = payload.strip().splitlines()[-1]
                 break
@@ -371,7 +412,7 @@ def results_table(results: list[dict], mode: str) -> str:
         if mode == "bench":
             speed = (r["baseline_us"] / r["mean_us"]) if r.get("baseline_us") and r.get("mean_us") else None
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("err_us")), r.get("runs"),
-                    fmt_us(r.get("baseline_us")) + _baseline_mark(r), f"{speed:.2f}x" if speed else "-"]
+                    fmt_us(r.get("baseline_us")) + _baseline_mark(r), fmt_speedup(speed) if speed else "-"]
         if mode == "diff":
             ratio = r.get("ratio")
             row += [fmt_us(r.get("mean_us")), fmt_us(r.get("err_us")), fmt_us(r.get("incumbent_us")),
@@ -508,10 +549,13 @@ def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results
 
 
 def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: list[dict], device: str,
-                progress, **options) -> tuple[dict, list[dict]]:
+                progress, passes: int = 1, **options) -> tuple[dict, list[dict]]:
+    """Run the job in a worker under the task's limit once per PASS: the grader's limit is for one pass over
+    the cases, and --seeds, --robust, a baseline or a diff's rounds make several in the one worker (a diff of 20
+    rounds, 40 timing loops per case, timed out at the limit of one)."""
     job = {"mode": mode, "problem": prob.name, "device": device, "specs": specs,
            "submissions": {k: str(Path(v).resolve()) for k, v in submissions.items()}, **options}
-    limit = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) or None
+    limit = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) * passes or None
     if limit and device == "cpu":
         limit *= CPU_TIMEOUT_FACTOR
     return run_worker(job, progress, limit)
@@ -622,7 +666,8 @@ def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0
         outcome = make_outcome("check", prob, {"candidate": submission}, results, runs[0].env, device, backend,
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
-    info, results = _run_native("check", prob, {"candidate": submission}, specs, device, progress)
+    info, results = _run_native("check", prob, {"candidate": submission}, specs, device, progress,
+                                passes=(1 + seeds) * (2 if robust else 1))     # the robustness suite: one list more
     if backend == "both":
         run = official.run_eval(prob, submission, "test", specs, device, None, progress)
         results, disagreements = _agreement(results, run.results())
@@ -673,7 +718,8 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
         outcome = make_outcome("bench", prob, {"candidate": submission}, results, run.env, device, backend,
                                notes + more + official.run_notes(runs), name)
         return _finish(outcome, log_path)
-    info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress, baseline=baseline,
+    info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress,
+                                passes=2 if baseline else 1, baseline=baseline,
                                 logged_baselines=logged)
     return _finish(_bounded_on_cpu(make_outcome("bench", prob, {"candidate": submission}, results, info, device,
                                                 backend, more, name), device), log_path)
@@ -747,7 +793,8 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
         outcome = make_outcome("diff", prob, submissions, results, runs[0].env, device, backend,
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
-    info, results = _run_native("diff", prob, submissions, specs, device, progress, rounds=rounds)
+    info, results = _run_native("diff", prob, submissions, specs, device, progress, passes=2 * rounds,
+                                rounds=rounds)
     return _finish(_bounded_on_cpu(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None),
                                    device), log_path)
 

@@ -3,7 +3,7 @@
 It runs in a freshly spawned process (multiprocessing 'spawn'), so a crash,
 a CUDA error or a leaked global cannot touch the caller. It sends one message
 per event through a pipe: ("start", info), ("progress", text), ("case", result),
-("done", None) or ("error", text). checks/runner.py is the other end.
+("done", None), ("import_failed", text) or ("error", text). checks/runner.py is the other end.
 """
 from __future__ import annotations
 
@@ -71,6 +71,23 @@ def import_submission(path: str, module_name: str):
     return module
 
 
+class ImportFailed(Exception):
+    """A submission that could not be imported: the text names the file and its error."""
+
+
+def import_each(submissions: dict[str, str]) -> dict:
+    """Each submission imported once, as the grader does; one that raises or exits while it is imported ends the
+    run as an ImportFailed that names it (a diff imports two, and the line named both files)."""
+    modules = {}
+    for name, path in submissions.items():
+        try:
+            modules[name] = import_submission(path, f"popkit_{name}")
+        except (Exception, SystemExit) as exc:      # sys.exit() at import read 'worker died (exit code 0)'
+            role = f" (the {name})" if len(submissions) > 1 else ""
+            raise ImportFailed(f"{path}{role}: {error_line(exc)}") from exc
+    return modules
+
+
 def environment(device: str) -> dict:
     cuda = device.startswith("cuda")
     return {"gpu": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__,
@@ -95,14 +112,24 @@ def run_check_case(problem, kernel, spec, device) -> dict:
             "residuals": report.residuals, "info": report.info}
 
 
+class GateFailed(AssertionError):
+    """A timed input failed the gates: the text names the input among the case's and the gate's value and limit."""
+
+
+def which_input(index: int, count: int) -> str:
+    """'input 3 of 50: ' among a case's several benchmark inputs (each of its own seed), '' for the only one:
+    'matrix 0' alone did not say which input of the case held it."""
+    return f"input {index + 1} of {count}: " if count > 1 else ""
+
+
 def recheck_all(problem, references):
     """A recheck against pristine copies of the inputs (eval.py's check_copy), so an in-place
     change of an input by the kernel cannot make its own output look right."""
     def recheck(outputs):
-        for A, out in zip(references, outputs):
+        for index, (A, out) in enumerate(zip(references, outputs)):
             report = checker(problem).check_output(A, out)
             if not report.passed:
-                raise AssertionError(f"re-check failed: {report.message}")
+                raise GateFailed(f"re-check failed: {which_input(index, len(references))}{report.message}")
     return recheck
 
 
@@ -118,9 +145,10 @@ def time_kernel(problem, kernel, inputs, device, rule, send, label, recheck=True
     outputs = [kernel(A.clone()) for A in inputs]
     reports = [checker(problem).check_output(A, out) for A, out in zip(references, outputs)]
     del outputs
-    failed = [r for r in reports if not r.passed]
+    failed = [(index, r) for index, r in enumerate(reports) if not r.passed]
     if failed:
-        raise AssertionError(failed[0].message)
+        index, report = failed[0]
+        raise GateFailed(which_input(index, len(reports)) + report.message)
     sync(device)
     clock = timing.CudaEventClock(device) if device.startswith("cuda") else timing.PerfCounterClock()
 
@@ -180,8 +208,9 @@ class SideFailed(Exception):
 
 
 def error_line(exc: BaseException) -> str:
-    """A case's error in one line: the exception's type and text (a SideFailed's text already says both)."""
-    text = str(exc) if isinstance(exc, SideFailed) else f"{type(exc).__name__}: {exc}"
+    """A case's error in one line: the exception's type and text (a SideFailed's text already says both; a
+    GateFailed's is the gate's own line, as a check's)."""
+    text = str(exc) if isinstance(exc, (SideFailed, GateFailed)) else f"{type(exc).__name__}: {exc}"
     return (text.splitlines() or [""])[0][:500]
 
 
@@ -221,7 +250,7 @@ def main(conn, job: dict) -> None:
     try:
         problem, device, mode = job["problem"], job["device"], job["mode"]
         start = time.perf_counter()
-        modules = {name: import_submission(path, f"popkit_{name}") for name, path in job["submissions"].items()}
+        modules = import_each(job["submissions"])
         sync(device)
         compile_s = time.perf_counter() - start
         env = environment(device)
@@ -248,6 +277,8 @@ def main(conn, job: dict) -> None:
                 continue
             send(("case", {"spec": spec, **result}))
         send(("done", None))
+    except ImportFailed as exc:
+        send(("import_failed", str(exc)))
     except Exception:
         send(("error", traceback.format_exc(limit=6)))
     finally:

@@ -9,7 +9,8 @@
 # (from nvidia-smi; on a host without nvidia-smi, a warning and no gpu.txt).
 # The CUDA builds go to a fresh extension cache (outside DIR), so each problem's first record holds its
 # cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is
-# refused. Bring DIR back to your working copy and run
+# refused. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
+# keep their records and tables in DIR. Bring DIR back to your working copy and run
 #   popkit merge DIR/performance.jsonl --tables DIR
 # to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
 # root; a copy without .git records the commit from POPKIT_COMMIT (commit first, pass its sha).
@@ -60,8 +61,12 @@ if command -v nvidia-smi >/dev/null; then
 else
   echo "warning: no nvidia-smi on this host" >&2
 fi
+# Ctrl-C reaches every process of the batch: the verb running ends with its one line (exit 130), and the batch
+# stops there (bash runs the trap once that verb has ended; without it, bash went on with the next verb).
+interrupted=0
+trap 'interrupted=1' INT
 for problem in "${problems[@]}"; do
-  "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py" || exit 1
+  "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py" || exit $((interrupted ? 130 : 1))
 done
 
 # A fresh extension cache: the first command of each problem compiles its CUDA cold, so its record's
@@ -76,9 +81,16 @@ for command in "$@"; do
   read -r verb problem _ <<< "$command"
   echo "=== $command"
   # eval keeps the quoting inside a command (--case 'batch: 4; n: 64; ...')
+  # grep and tee ignore Ctrl-C, so the verb's last line (what stopped) still reaches the screen and the table.
   eval "\"\$PYTHON\" -m popcorn $command --submission \"\$out/builds/$problem.py\" --log \"\$log\"" 2>&1 \
-    | grep --line-buffered -v ": repeat " | tee "$out/$(printf %02d $step)-$verb-$problem.txt"
+    | (trap '' INT; exec grep --line-buffered -v ": repeat ") \
+    | (trap '' INT; exec tee "$out/$(printf %02d $step)-$verb-$problem.txt")
   [ "${PIPESTATUS[0]}" -eq 0 ] || failed=$((failed + 1))
+  if [ "$interrupted" -eq 1 ]; then
+    echo "interrupted during \"$command\": $((step - 1)) of $# commands finished; the records and tables so far" \
+         "are in $out" >&2
+    exit 130
+  fi
 done
 echo "=== $step commands, $failed failed; records and tables in $out"
 echo "merge them where you keep logs/: popkit merge $out/performance.jsonl --tables $out"

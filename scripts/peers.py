@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     built_file(args.submission)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
-        if args.reps < MIN_REPEATS or args.budget <= 0:
+        if args.reps < MIN_REPEATS or not args.budget > 0:      # 'not >' refuses nan too
             raise PopkitError(f"--reps {args.reps} --budget {args.budget:g}: at least {MIN_REPEATS} samples and "
                               "a positive budget")
         if args.json and Path(args.json).is_dir():

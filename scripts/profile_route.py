@@ -18,8 +18,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks.problems import load_problem, parse_spec  # noqa: E402
+from checks.problems import format_spec, load_problem  # noqa: E402
+from checks.runner import checked_specs  # noqa: E402
 from checks.worker import built_file, import_submission  # noqa: E402
+from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 
 
 def wall_ms(kernel, A, repeats: int = 5) -> float:
@@ -62,8 +64,8 @@ def kernel_spans(prof) -> list[tuple[str, float, float]]:
             if e.device_type == torch.autograd.DeviceType.CUDA]
 
 
-def profile_case(kernel, prob, spec_text: str, show_timeline: bool = False) -> None:
-    A = prob.native.generate(parse_spec(spec_text, prob), "cuda")
+def profile_case(kernel, prob, spec: dict, show_timeline: bool = False) -> None:
+    A = prob.native.generate(spec, "cuda")
     for _ in range(2):
         kernel(A)
     wall = wall_ms(kernel, A)
@@ -73,28 +75,38 @@ def profile_case(kernel, prob, spec_text: str, show_timeline: bool = False) -> N
     events = prof.key_averages()
     gpu_us = sum(self_gpu_us(e) for e in events)
     launches = sum(e.count for e in events if self_gpu_us(e) > 0)
-    print(f"== {spec_text}: wall {wall:.3f} ms, GPU busy {gpu_us / 1000:.3f} ms in {launches} kernels")
+    print(f"== {format_spec(spec)}: wall {wall:.3f} ms, GPU busy {gpu_us / 1000:.3f} ms in {launches} kernels")
     print(events.table(sort_by="cuda_time_total", row_limit=10, max_name_column_width=60))
     if show_timeline:
         print("\n".join(timeline(kernel_spans(prof))))
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--timeline", action="store_true", help="list every launch of the profiled call")
     parser.add_argument("submission")
     parser.add_argument("problem")
     parser.add_argument("specs", nargs="+", metavar="SPEC")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     path = built_file(args.submission)
+    # The problem and every case are judged first: a typo in the last case cost a compile and the earlier
+    # cases' profiles, then ended in a traceback.
+    try:
+        prob = load_problem(args.problem)
+        if prob.native is None:
+            raise PopkitError(f"{prob.name} is a harness problem: profile_route.py makes its inputs with a native "
+                              f"checker's generators (checks/native/PROBLEM.py), which {prob.name} has not")
+        specs = checked_specs(prob, args.specs)
+    except (PopkitError, ProblemError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(2)
     if not torch.cuda.is_available():
         print("error: profile_route.py profiles CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)",
               file=sys.stderr)
         raise SystemExit(2)
     kernel = import_submission(path, "profiled").custom_kernel
-    prob = load_problem(args.problem)
-    for spec_text in args.specs:
-        profile_case(kernel, prob, spec_text, args.timeline)
+    for spec in specs:
+        profile_case(kernel, prob, spec, args.timeline)
 
 
 if __name__ == "__main__":

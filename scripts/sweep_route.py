@@ -4,14 +4,16 @@ Usage (GPU host, repository root):
   python3 scripts/sweep_route.py SUBMISSION PROBLEM VARIANTS.json [--case SPEC ...] [--reps K] [--json OUT]
 VARIANTS.json maps a variant name to module globals to set on the built submission, e.g. for cholesky
   {"default": {}, "split": {"TRAILING_PRODUCT": [[1073741824, 4611686018427387904, "split_tf32"]]}}
-Every variant runs on the same inputs (the problem's benchmark list unless --case is given) and is
+Every variant runs on the same inputs (the problem's benchmark list unless --case is given; without a
+GPU, the cases small enough for the CPU path, as `popkit check --device cpu` picks them) and is
 checked once against the native gates (the worst fraction of a limit shows a variant that spends the
 margin). Timing is the grader's timed region (checks/timing.py's clock: L2 flush, events), in K
 rounds: each round times the baseline and every variant once, in an order that rotates and reverses
 from round to round (checks.timing.alternate), so drift over the run and what ran just before spread
 evenly over the candidates; the table shows each candidate's median. Use K >= 2 x candidates for
 cases under a millisecond. This is exploration: a choice it suggests becomes evidence
-only through `popkit bench` / `popkit diff`.
+only through `popkit bench` / `popkit diff`. --json OUT writes the rows, rewritten after each case, so a
+run cut short keeps the cases it timed.
 """
 from __future__ import annotations
 
@@ -25,9 +27,13 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks.problems import load_problem, parse_spec, short_spec  # noqa: E402
+from checks import runner  # noqa: E402
+from checks.problems import load_problem, short_spec  # noqa: E402
 from checks.timing import MIN_REPEATS, Clock, CudaEventClock, PerfCounterClock, alternate  # noqa: E402
 from checks.worker import built_file, import_submission  # noqa: E402
+from popcorn.errors import PopkitError, ProblemError  # noqa: E402
+from popcorn.evidence.logs import strict_json  # noqa: E402
+from popcorn.evidence.files import write_atomic  # noqa: E402
 
 
 def worst_fraction(report) -> float:
@@ -37,6 +43,18 @@ def worst_fraction(report) -> float:
 def as_global(value):
     """A JSON value as the route's tables hold it: lists of rows become tuples of tuples."""
     return tuple(tuple(row) if isinstance(row, list) else row for row in value) if isinstance(value, list) else value
+
+
+def read_variants(path: str) -> dict[str, dict]:
+    """VARIANTS.json: an object of variant names, each an object of the globals it sets; else a PopkitError."""
+    try:
+        variants = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise PopkitError(f"{path}: not a readable JSON file of variants ({exc})") from None
+    if not isinstance(variants, dict) or not variants or not all(isinstance(v, dict) for v in variants.values()):
+        raise PopkitError(f"{path}: not an object of variants, each an object of the globals it sets "
+                          '(e.g. {"default": {}, "nb64": {"BLOCK_NB": [[1073741824, 64]]}})')
+    return variants
 
 
 def unknown_globals(module, variants: dict[str, dict]) -> list[str]:
@@ -86,7 +104,7 @@ def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: in
     return rows
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("submission")
     parser.add_argument("problem")
@@ -94,35 +112,45 @@ def main() -> None:
     parser.add_argument("--case", action="append", default=[])
     parser.add_argument("--reps", type=int, default=5, help="alternating rounds per case (at least 3; default 5)")
     parser.add_argument("--json")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    path = built_file(args.submission)
+    gpu = torch.cuda.is_available()
+    # Everything that can be judged before the import (on a GPU host: a CUDA compile), as peers.py does.
     try:
-        variants = json.loads(Path(args.variants).read_text())
-    except (OSError, ValueError) as exc:
-        print(f"error: {args.variants}: not a readable JSON file of variants ({exc})", file=sys.stderr)
+        variants = read_variants(args.variants)
+        if args.json and Path(args.json).is_dir():
+            raise PopkitError(f"--json {args.json}: a folder; name the file to write")
+        prob = load_problem(args.problem)
+        if prob.native is None:
+            raise PopkitError(f"{prob.name} is a harness problem: sweep_route.py checks each variant against a "
+                              f"native checker's gates (checks/native/PROBLEM.py), which {prob.name} has not")
+        specs, notes = runner.select_specs(prob, "benchmarks", args.case, 0, "cuda" if gpu else "cpu")
+    except (PopkitError, ProblemError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)
-    module = import_submission(built_file(args.submission), "swept")
+    for line in notes:
+        print(line, file=sys.stderr)
+    module = import_submission(path, "swept")
     unknown = unknown_globals(module, variants)
     if unknown:
         print(f"error: {args.variants} sets {', '.join(unknown)}, which {args.submission} does not define: "
               "nothing was timed", file=sys.stderr)
         raise SystemExit(2)
-    prob = load_problem(args.problem)
-    specs = [parse_spec(text, prob) for text in args.case] or prob.benchmarks
-    gpu = torch.cuda.is_available()
+    done: list[dict] = []
 
     def print_row(row: dict) -> None:
         cells = "".join(f"{v['us']:>12.1f} {'ok' if v['passed'] else 'FAIL':>4} {v['worst_fraction']:.3f}"
                         for v in row["variants"].values())
         print(f"{short_spec(row['spec']):<22}{row['baseline_us']:>14.1f}{cells}", flush=True)
+        done.append(row)
+        if args.json:         # after every case, so a run cut short keeps the cases it timed
+            write_atomic(args.json, json.dumps(strict_json(done), indent=1))
         if gpu:
             torch.cuda.empty_cache()
 
     print(f"{'case':<22}{'baseline us':>14}" + "".join(f"{name:>22}" for name in variants), flush=True)
-    rows = sweep(module, prob, variants, specs, args.reps, CudaEventClock() if gpu else PerfCounterClock(),
-                 "cuda" if gpu else "cpu", print_row)
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(rows, out, indent=1)
+    sweep(module, prob, variants, specs, args.reps, CudaEventClock() if gpu else PerfCounterClock(),
+          "cuda" if gpu else "cpu", print_row)
 
 
 if __name__ == "__main__":

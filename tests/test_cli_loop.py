@@ -14,16 +14,19 @@ import re
 import shutil
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import pytest
 from click.testing import CliRunner
 
 import build
+from checks import runner
 from checks.harness import remap_seed
 from checks.problems import load_problem
 from checks.runner import select_specs
-from popcorn.cli import main
+from popcorn.cli import loop, main
 from popcorn.evidence.provenance import changed_parts
+from popcorn.evidence.tables import fmt_speedup
 
 SPEC = "batch: 2; n: 8; cond: 1; seed: 3; case: mixed"
 TINY = "batch: 1; n: 1; cond: 1; seed: 3; case: dense"
@@ -315,6 +318,17 @@ def test_bench_with_baseline_records_times(steady, tmp_path):
     assert rec["baseline_geomean_us"] == pytest.approx(case["baseline_us"])
 
 
+def test_a_speedup_keeps_three_significant_digits(capsys):
+    # A CPU bench of the route beside torch read 'speedup 0.00x' and 'torch.geqrf 10.5 us (0.0x)': no ratio at all.
+    spec = {"batch": 2, "n": 8, "cond": 1, "seed": 3, "case": "dense"}
+    results = [{"spec": spec, "status": "pass", "residuals": {}, "mean_us": 4000.0, "baseline_us": 10.0}]
+    assert runner.results_table(results, "bench").splitlines()[-1].split()[-1] == "0.00250x"
+    record = {"geomean_us": 4000.0, "baseline_geomean_us": 10.0, "baseline": "torch.geqrf"}
+    loop._print_outcome(SimpleNamespace(notes=[], record=record, table="", passed=True), "bench qr_v2")
+    assert "geomean 4,000.0 us; torch.geqrf 10.0 us (0.00250x)" in capsys.readouterr().out
+    assert [fmt_speedup(r) for r in (41.3, 116.6, 1.0234)] == ["41.3x", "117x", "1.02x"]
+
+
 def test_diff_of_two_copies(steady, tmp_path):
     a, b = tmp_path / "a.py", tmp_path / "b.py"
     shutil.copyfile(steady, a)
@@ -361,7 +375,7 @@ def test_diff_names_the_side_that_failed(steady, tmp_path):
     raising.write_text(steady.read_text() + "\n\ndef custom_kernel(data):\n    raise ValueError('boom')\n")
     broken = tmp_path / "broken.py"
     broken.write_text(BROKEN)
-    for incumbent, error in ((raising, "incumbent: ValueError: boom"), (broken, "incumbent: AssertionError: factor")):
+    for incumbent, error in ((raising, "incumbent: ValueError: boom"), (broken, "incumbent: input 1 of 50: factor")):
         result = run("diff", "qr_v2", "--submission", steady, "--incumbent", incumbent, "--case", TINY,
                      "--device", "cpu", "--log", tmp_path / "l")
         assert result.exit_code == 1, result.output
@@ -435,6 +449,22 @@ def test_output_into_a_closed_pipe_ends_quietly():
 
 @pytest.mark.parametrize("args, error", [
     (["check", "qr_v2", "--seeds", "-1"], "--seeds -1: the number of extra seeds must be 0 or more"),
+    # It sat silently, building a list of ten billion cases.
+    (["check", "qr_v2", "--seeds", "1000000000"], "--seeds 1000000000: at most 1000 extra seeds in one run (each "
+                                                  "reruns every case); split a larger sweep over several runs"),
+    # Each failed in the worker, case by case, with 'ValueError: Overflow when unpacking long long'.
+    (["check", "qr_v2", "--case", "batch: 2; n: 8; cond: 1; seed: 99999999999999999999"],
+     "case spec {'batch': 2, 'n': 8, 'cond': 1, 'seed': 99999999999999999999}: seed must fit 64 signed bits "
+     "(-9223372036854775808 .. 9223372036854775807)"),
+    # Each ran twice, and bench counted it twice in the geomean.
+    (["bench", "qr_v2", "--case", "batch: 2; n: 8; cond: 1; seed: 3", "--case", "batch: 2; n: 8; cond: 1; seed: 3"],
+     "--case 'batch: 2; n: 8; cond: 1; seed: 3' is given twice: a run takes each case once"),
+    (["check", "qr_v2", "--case", "batch: 2; n: 8; cond: 1; seed: 3", "--case", "seed: 3; batch: 2; n: 8; cond: 1; "
+      "case: dense"], "--case 'seed: 3; batch: 2; n: 8; cond: 1; case: dense' is the same case as --case 'batch: 2; "
+                      "n: 8; cond: 1; seed: 3': a run takes each case once"),
+    (["check", "qr_v2", "--case", "batch: 2; n: 8; cond: 1; seed: 8589934592", "--seeds", "2"],
+     "--seeds 2: 2x8 dense c1's seed 8589934592 becomes 36893488168893939713 under the grader's remap, a seed "
+     "qr_v2's generator cannot take; use smaller case seeds or fewer --seeds"),
     (["check", "qr_v2", "--case", "batch 1"],
      "bad case spec 'batch 1': expected 'key: value' pairs joined by '; ', got 'batch 1'"),
     (["bench", "qr_v2", "--harness", "both"], "--harness both compares verdicts: use it with check"),

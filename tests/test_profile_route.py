@@ -1,5 +1,5 @@
-"""scripts/profile_route.py's launch timeline: start order, durations and the idle gaps between launches
-(the part that runs without a GPU)."""
+"""scripts/profile_route.py, the parts that run without a GPU: its launch timeline (start order, durations and the
+idle gaps between launches) and the refusals that come before the GPU check and the import."""
 from pathlib import Path
 
 import pytest
@@ -24,3 +24,22 @@ def test_timeline_orders_launches_and_adds_up_the_idle_gaps(profile_script):
 
 def test_timeline_of_nothing_says_so(profile_script):
     assert profile_script.timeline([]) == ["0 launches, idle gaps 0.0 us in all"]
+
+
+@pytest.mark.parametrize("args, line", [
+    (["nope", "batch: 2; n: 8; cond: 1; seed: 1"], "error: unknown problem 'nope' (known: "),
+    (["qr_v2", "batch: 2; n: 8; cond: 1; seed: 1", "batch: 2; n: 8"], "error: case spec {'batch': 2, 'n': 8} lacks"),
+    (["qr_v2", "batch: 2; n: 8; cond: 1; seed: 1; case: nope"], "error: --case 'batch: 2; n: 8; cond: 1; seed: 1; "
+                                                                 "case: nope': unknown qr_v2 family 'nope'"),
+    (["vectoradd", "size: 4; seed: 1"], "error: vectoradd is a harness problem: profile_route.py makes its inputs"),
+])
+def test_a_problem_or_case_it_cannot_run_is_one_line_before_anything_else(profile_script, tmp_path, capsys, args,
+                                                                            line):
+    # Checked only after the GPU check and the import (a CUDA compile), the bad last case after the others were
+    # profiled, each ending in a traceback (a harness problem: AttributeError on its missing checker).
+    built = tmp_path / "built.py"
+    built.write_text("raise SystemExit('imported')\n")
+    with pytest.raises(SystemExit) as stop:
+        profile_script.main([str(built), *args])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(line), err

@@ -59,6 +59,25 @@ def test_a_hanging_case_is_named_and_the_run_stops_there(built, tmp_path, monkey
     assert statuses[2][0] == "fail" and statuses[2][1].startswith("not run")
 
 
+@pytest.mark.parametrize("run_it, limit_s", [
+    (lambda sub: runner.check("qr_v2", sub, [SPEC], device="cpu", log_path=None), 240),
+    (lambda sub: runner.check("qr_v2", sub, [SPEC], seeds=2, device="cpu", log_path=None), 3 * 240),
+    (lambda sub: runner.check("qr_v2", sub, [SPEC], seeds=1, device="cpu", log_path=None, robust=True), 4 * 240),
+    (lambda sub: runner.bench("qr_v2", sub, True, [SPEC], device="cpu", log_path=None), 2 * 480),
+    (lambda sub: runner.diff("qr_v2", sub, sub, 5, [SPEC], device="cpu", log_path=None), 10 * 480),
+], ids=["check", "seeds", "robust", "baseline", "diff"])
+def test_the_tasks_limit_holds_once_per_pass_over_the_cases(tmp_path, monkeypatch, run_it, limit_s):
+    # The grader's limit bounds one pass over the cases; every pass popkit adds (--seeds, --robust, a baseline, a
+    # diff's two sides and rounds) ran in the same worker under that one limit: `diff --rounds 20` timed out.
+    limits = []
+    monkeypatch.setattr(runner, "run_worker", lambda job, progress, timeout_s: limits.append(timeout_s) or (
+        {}, [{"spec": spec, "status": "pass", "error": None, "residuals": {}} for spec in job["specs"]]))
+    sub = tmp_path / "s.py"
+    sub.write_text("def custom_kernel(data):\n    return data\n")
+    run_it(sub)
+    assert limits == [limit_s * runner.CPU_TIMEOUT_FACTOR]
+
+
 def test_a_submission_that_does_not_import_is_one_line_and_no_record(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def custom_kernel(data)\n    return data\n")
@@ -69,6 +88,19 @@ def test_a_submission_that_does_not_import_is_one_line_and_no_record(tmp_path):
     assert len(errors) == 1 and "bad.py" in errors[0] and "SyntaxError" in errors[0]
     assert "Traceback" not in result.output and "on None" not in result.output
     assert not log.exists()
+
+
+@pytest.mark.parametrize("body, why", [("raise RuntimeError('boom')", "RuntimeError: boom"),
+                                       ("import sys\nsys.exit(0)", "SystemExit: 0")])
+def test_an_incumbent_that_raises_or_exits_at_import_is_named_alone(tmp_path, body, why):
+    # The line named both files ('a.py, b.py: RuntimeError: boom'), and one that exited read 'worker died (exit
+    # code 0)'.
+    good, bad = tmp_path / "good.py", tmp_path / "bad.py"
+    good.write_text("def custom_kernel(data):\n    return data\n")
+    bad.write_text(body + "\n\n\ndef custom_kernel(data):\n    return data\n")
+    with pytest.raises(PopkitError) as error:
+        runner.diff("qr_v2", good, bad, 3, [SPEC], device="cpu", log_path=None)
+    assert str(error.value) == f"{bad.resolve()} (the incumbent): {why}"
 
 
 @pytest.mark.parametrize("verb", ["check", "bench", "diff"])

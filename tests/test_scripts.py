@@ -3,8 +3,10 @@ test_sweep_route.py; peers: test_peers.py)."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,44 @@ def test_a_folder_that_holds_another_run_is_refused(tmp_path, left):
     assert done.stderr.splitlines()[-1] == (f"error: {out} already holds a run (performance.jsonl or builds/): "
                                             "give -o a new folder")
     assert sorted(p.name for p in out.iterdir()) == [left]
+
+
+STAND_IN = """#!{python}
+# Stands in for the interpreter: `-m popcorn build ...` succeeds at once; a verb says it started, then
+# waits for Ctrl-C and ends as popkit does (its one line, exit 130).
+import sys, time
+if sys.argv[3] == "build":
+    raise SystemExit(0)
+print("started", *sys.argv[3:5], flush=True)
+try:
+    time.sleep(10)
+except KeyboardInterrupt:
+    print("interrupted:", *sys.argv[3:5], file=sys.stderr, flush=True)
+    raise SystemExit(130)
+"""
+
+
+def test_ctrl_c_stops_the_batch_and_keeps_the_verbs_line_in_its_table(tmp_path):
+    # Ctrl-C stopped the verb running (exit 130) and the batch went on with the next verb; the pipe's grep
+    # and tee died of the same Ctrl-C, so the verb's 'interrupted' line reached neither screen nor table.
+    python = tmp_path / "python"
+    python.write_text(STAND_IN.format(python=sys.executable))
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    proc = subprocess.Popen(["bash", str(SCRIPT), "-o", str(out), "check qr_v2", "bench qr_v2"], cwd=ROOT,
+                            env={**os.environ, "PYTHON": str(python)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    table = out / "01-check-qr_v2.txt"
+    deadline = time.monotonic() + 30
+    while "started" not in (table.read_text() if table.exists() else "") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGINT)          # what a terminal's Ctrl-C does: the whole foreground group
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130
+    assert "interrupted: check qr_v2" in table.read_text()
+    assert not (out / "02-bench-qr_v2.txt").exists() and "started bench" not in stdout
+    assert stderr.splitlines()[-1] == (f'interrupted during "check qr_v2": 0 of 2 commands finished; the records '
+                                       f"and tables so far are in {out}")
 
 
 def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
@@ -110,6 +150,7 @@ def test_without_arguments_the_usage_is_the_error(tmp_path, name):
     (["nope"], "error: unknown problem 'nope' (known: "),
     (["cholesky", "--case", "batch: 2; n: 8"], "error: case spec {'batch': 2, 'n': 8} lacks 'cond', 'seed' "),
     (["cholesky", "--reps", "2"], "error: --reps 2 --budget 10: at least 3 samples and a positive budget"),
+    (["cholesky", "--budget", "nan"], "error: --reps 20 --budget nan: at least 3 samples and a positive budget"),
     (["cholesky", "--json", "."], "error: --json .: a folder; name the file to write"),
 ])
 def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, args, line):

@@ -1,5 +1,6 @@
 """scripts/sweep_route.py: every variant is checked and timed on the same input, in alternating rounds,
 and the route's tables are put back afterwards, also when a variant fails (CPU, the cholesky route)."""
+import json
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,36 @@ def test_a_variant_that_sets_a_name_the_route_lacks_is_named(sweep_script):
     variants = {"default": {}, "typo": {"BLOCK_NB": [[1 << 30, 64]], "BLOKC_NB": 1, "ALSO_MISSING": 2}}
     assert sweep_script.unknown_globals(route, variants) == ["ALSO_MISSING", "BLOKC_NB"]
     assert sweep_script.unknown_globals(route, {"default": {}}) == []
+
+
+@pytest.mark.parametrize("args, line", [
+    (["nope", "variants.json"], "error: unknown problem 'nope' (known: "),
+    (["cholesky", "variants.json", "--case", "batch: 2; n: 8"], "error: case spec {'batch': 2, 'n': 8} lacks 'cond', "),
+    (["vectoradd", "variants.json"], "error: vectoradd is a harness problem: sweep_route.py checks each variant"),
+    (["cholesky", "list.json"], "error: list.json: not an object of variants, each an object of the globals it sets"),
+    (["cholesky", "variants.json", "--json", "."], "error: --json .: a folder; name the file to write"),
+])
+def test_a_problem_case_or_variants_it_cannot_run_is_one_line_before_the_import(sweep_script, tmp_path, monkeypatch,
+                                                                                 capsys, args, line):
+    # Each was a traceback (ProblemError, AttributeError, TypeError), after the built file's import: on a GPU
+    # host a CUDA compile.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "built.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "variants.json").write_text('{"default": {}}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    with pytest.raises(SystemExit) as stop:
+        sweep_script.main(["built.py", *args])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(line), err
+
+
+def test_its_json_goes_into_a_folder_that_does_not_exist_yet(sweep_script, tmp_path, monkeypatch):
+    # open() failed with a FileNotFoundError traceback once every case had been timed, and the rows were lost.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "built.py").write_text("import torch\n\ndef custom_kernel(A):\n    return torch.linalg.cholesky(A)\n")
+    (tmp_path / "variants.json").write_text('{"default": {}}')
+    out = tmp_path / "new" / "sweep.json"
+    sweep_script.main(["built.py", "cholesky", "variants.json", "--reps", "3",
+                       "--case", "batch: 1; n: 4; cond: 1; seed: 1", "--json", str(out)])
+    rows = json.loads(out.read_text())
+    assert [row["spec"]["n"] for row in rows] == [4] and rows[0]["variants"]["default"]["passed"]

@@ -351,8 +351,25 @@ def test_warm_up_runs_every_input_before_checking_any():
         buffer["tau"].copy_(tau)
         return buffer["H"], buffer["tau"]
 
-    with pytest.raises(AssertionError, match="^(factor|orthogonality):"):
+    with pytest.raises(AssertionError, match="^input 1 of 2: (factor|orthogonality):"):
         worker.time_kernel("qr_v2", shared, tiny_inputs(), "cpu", FAST, lambda m: None, "t")
+
+
+@pytest.mark.parametrize("bad_call, where", [(2, "input 2 of 2: "), (5, "re-check failed: input 1 of 2: ")])
+def test_a_failing_input_is_named_among_the_cases_inputs(bad_call, where):
+    # A bench row read 'AssertionError: factor: matrix 0 residual ...': matrix 0 of which of the case's inputs
+    # (each of its own seed) did not show.
+    calls = []
+
+    def wrong_once(A):
+        calls.append(1)
+        H, tau = torch.geqrf(A)
+        return (H * 1.001, tau) if len(calls) == bad_call else (H, tau)
+
+    with pytest.raises(worker.GateFailed) as failed:
+        worker.time_kernel("qr_v2", wrong_once, tiny_inputs(), "cpu", FAST, lambda m: None, "t")
+    assert str(failed.value).startswith(where + "factor: matrix ")
+    assert worker.error_line(failed.value) == str(failed.value)
 
 
 def test_time_kernel_passes_an_honest_kernel():

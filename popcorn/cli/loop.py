@@ -9,6 +9,7 @@ import click
 from popcorn.cli.failures import fail_cleanly, loads_torch
 from popcorn.errors import PopkitError
 from popcorn.evidence import logs
+from popcorn.evidence.tables import fmt_speedup
 
 ROOT = logs.ROOT
 DEFAULT_SUBMISSION = ROOT / "submission.py"
@@ -29,7 +30,7 @@ def _print_outcome(outcome, label: str) -> None:
         line = f"geomean {rec['geomean_us']:,.1f} us"
         if rec.get("baseline_geomean_us"):
             line += (f"; {rec['baseline']} {rec['baseline_geomean_us']:,.1f} us"
-                     f" ({rec['baseline_geomean_us'] / rec['geomean_us']:.1f}x)")
+                     f" ({fmt_speedup(rec['baseline_geomean_us'] / rec['geomean_us'])})")
         if rec.get("incumbent_geomean_us"):
             line += f"; incumbent {rec['incumbent_geomean_us']:,.1f} us"
         click.echo(line)
