@@ -15,9 +15,10 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks.problems import ProblemError, load_problem, parse_spec, short_spec  # noqa: E402
+from checks.problems import load_problem, short_spec  # noqa: E402
+from checks.runner import checked_specs  # noqa: E402
 from checks.worker import built_file, import_submission  # noqa: E402
-from popcorn.errors import PopkitError  # noqa: E402
+from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 
 
 def as_tensors(output) -> list:
@@ -76,9 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         prob = load_problem(args.problem)
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: this script compares native problems' outputs")
-        specs = [parse_spec(text, prob) for text in args.case] or prob.benchmarks
+        specs = checked_specs(prob, args.case) or prob.benchmarks
         inputs = [(short_spec(spec), prob.native.generate(spec, args.device)) for spec in specs]
-    except (PopkitError, ProblemError, ValueError) as exc:
+    except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     kernel_a = import_submission(args.a, "same_outputs_a").custom_kernel
