@@ -14,6 +14,7 @@ import ast
 import contextlib
 import functools
 import inspect
+import math
 import multiprocessing
 import re
 import signal
@@ -149,12 +150,13 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
 
 def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int = 0, harness: str | None = None,
                     rounds: int | None = None, baseline: bool = False, incumbent: str | None = None,
-                    robust: bool = False) -> None:
+                    robust: bool = False, budget_s: float | None = None) -> None:
     """What can be judged of a run's options before anything is built or run (the CLI asks first): --harness,
-    --seeds, --rounds, --robust, every --case, and a folder's ref_kernel that --baseline or --incumbent (as typed)
-    would time. A wrong one ended the verb only after a build of the parts."""
+    --seeds, --rounds, --robust, --budget, every --case, and a folder's ref_kernel that --baseline or --incumbent
+    (as typed) would time. A wrong one ended the verb only after a build of the parts."""
     prob = load_problem(problem)
     backend = resolve_backend(prob, harness, mode)
+    _require_budget(budget_s, backend)
     _require_seeds(seeds)
     _require_robust(prob, robust)
     if rounds is not None:
@@ -166,6 +168,17 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
         require_reference_kernel(prob, "baseline")
     if incumbent is not None and incumbent_of(incumbent) == REFERENCE_INCUMBENT:
         require_reference_kernel(prob, "reference incumbent")
+
+
+def _require_budget(budget_s: float | None, backend: str) -> None:
+    """--budget: a positive number of seconds, for popkit's own worker (eval.py keeps the task's limits)."""
+    if budget_s is None:
+        return
+    if not math.isfinite(budget_s) or budget_s <= 0:
+        raise PopkitError(f"--budget {budget_s:g}: a positive number of seconds")
+    if backend != "native":
+        raise PopkitError(f"--budget stops popkit's own checker; with --harness {backend} eval.py runs under the "
+                          "task's limits, which --budget does not change")
 
 
 def _require_robust(prob: Problem, robust: bool) -> None:
@@ -316,7 +329,7 @@ def case_line(result: dict) -> str:
 
 
 def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
-               timeout_s: float | None = None) -> tuple[dict, list[dict]]:
+               timeout_s: float | None = None, limit_name: str = "the task's limit") -> tuple[dict, list[dict]]:
     """Run a job in a spawned worker; returns (environment info, one result per spec).
 
     timeout_s bounds the whole run, as the runner's limit bounds eval.py: past it the worker is
@@ -336,7 +349,7 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             if not parent.poll(wait):
                 index = len(results)
                 where = short_spec(job["specs"][index]) if index < len(job["specs"]) else "the run"
-                failure = f"timed out after {timeout_s:g} s (the task's limit) during {where}"
+                failure = f"timed out after {timeout_s:g} s ({limit_name}) during {where}"
                 proc.kill()
                 break
             try:
@@ -549,15 +562,18 @@ def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results
 
 
 def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: list[dict], device: str,
-                progress, passes: int = 1, **options) -> tuple[dict, list[dict]]:
+                progress, passes: int = 1, budget_s: float | None = None, **options) -> tuple[dict, list[dict]]:
     """Run the job in a worker under the task's limit once per PASS: the grader's limit is for one pass over
     the cases, and --seeds, --robust, a baseline or a diff's rounds make several in the one worker (a diff of 20
-    rounds, 40 timing loops per case, timed out at the limit of one)."""
+    rounds, 40 timing loops per case, timed out at the limit of one). BUDGET_S (--budget), when shorter, stops
+    the run at that time instead: the cases finished by then keep their results, the rest fail as not run."""
     job = {"mode": mode, "problem": prob.name, "device": device, "specs": specs,
            "submissions": {k: str(Path(v).resolve()) for k, v in submissions.items()}, **options}
     limit = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) * passes or None
     if limit and device == "cpu":
         limit *= CPU_TIMEOUT_FACTOR
+    if budget_s is not None and (limit is None or budget_s < limit):
+        return run_worker(job, progress, budget_s, "--budget")
     return run_worker(job, progress, limit)
 
 
@@ -653,10 +669,11 @@ def _interruptible_run(mode: str):
 @_interruptible_run("check")
 def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0, device: str | None = None,
           progress=lambda text: None, log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None,
-          robust: bool = False) -> RunOutcome:
+          robust: bool = False, budget_s: float | None = None) -> RunOutcome:
     """Every official test case (or the given ones), plus the robustness suite when asked, K extra seeds
-    each; native gates, the folder's eval.py, or both (which must agree)."""
+    each; native gates, the folder's eval.py, or both (which must agree). budget_s: see _run_native."""
     prob, device, backend = _start(problem, {"candidate": submission}, device, harness, "check", log_path)
+    _require_budget(budget_s, backend)
     specs, notes = select_specs(prob, "tests", custom, seeds if backend != "official" else 0, device, robust, backend)
     notes = notes + _require_seeded(prob, specs, seeds, backend)
     if backend == "official":
@@ -667,13 +684,13 @@ def check(problem: str, submission: Path, custom: list[str] = (), seeds: int = 0
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
     info, results = _run_native("check", prob, {"candidate": submission}, specs, device, progress,
-                                passes=(1 + seeds) * (2 if robust else 1))     # the robustness suite: one list more
+                                passes=(1 + seeds) * (2 if robust else 1), budget_s=budget_s)   # robust: a list more
     if backend == "both":
         run = official.run_eval(prob, submission, "test", specs, device, None, progress)
         results, disagreements = _agreement(results, run.results())
         notes = notes + official.run_notes([run]) + disagreements
-    return _finish(make_outcome("check", prob, {"candidate": submission}, results, info, device, backend, notes,
-                                None), log_path)
+    return _finish(_with_budget(make_outcome("check", prob, {"candidate": submission}, results, info, device,
+                                             backend, notes, None), budget_s), log_path)
 
 
 def _agreement(ours: list[dict], theirs: list[dict]) -> tuple[list[dict], list[str]]:
@@ -695,7 +712,7 @@ def _agreement(ours: list[dict], theirs: list[dict]) -> tuple[list[dict], list[s
 def bench(problem: str, submission: Path, baseline: bool = False, custom: list[str] = (),
           device: str | None = None, progress=lambda text: None,
           log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None,
-          fresh_baseline: bool = False) -> RunOutcome:
+          fresh_baseline: bool = False, budget_s: float | None = None) -> RunOutcome:
     """Grader-style timing of every benchmark case (or the given ones), optionally with the baseline
     (a native problem's torch reference, or the folder's reference.ref_kernel) in the same run.
 
@@ -719,10 +736,11 @@ def bench(problem: str, submission: Path, baseline: bool = False, custom: list[s
                                notes + more + official.run_notes(runs), name)
         return _finish(outcome, log_path)
     info, results = _run_native("bench", prob, {"candidate": submission}, specs, device, progress,
-                                passes=2 if baseline else 1, baseline=baseline,
+                                passes=2 if baseline else 1, budget_s=budget_s, baseline=baseline,
                                 logged_baselines=logged)
-    return _finish(_bounded_on_cpu(make_outcome("bench", prob, {"candidate": submission}, results, info, device,
-                                                backend, more, name), device), log_path)
+    return _finish(_with_budget(_bounded_on_cpu(make_outcome("bench", prob, {"candidate": submission}, results, info,
+                                                             device, backend, more, name), device), budget_s),
+                   log_path)
 
 
 def _baseline_logs(log_path: Path | None) -> list[Path]:
@@ -772,7 +790,8 @@ def incumbent_of(text: str) -> Path | str:
 @_interruptible_run("diff")
 def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3, custom: list[str] = (),
          device: str | None = None, progress=lambda text: None,
-         log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None) -> RunOutcome:
+         log_path: Path | None = logs.DEFAULT_LOG, harness: str | None = None,
+         budget_s: float | None = None) -> RunOutcome:
     """Candidate against incumbent in alternating rounds; fails on a regression or a worse margin.
     An incumbent given as text is read by incumbent_of ("reference": the competition folder's own ref_kernel,
     through its eval.py); a Path is always a file."""
@@ -783,9 +802,10 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
         require_reference_kernel(load_problem(problem), "reference incumbent")
         with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
-                        log_path, "official" if harness is None else harness)
+                        log_path, "official" if harness is None else harness, budget_s)
     submissions = {"candidate": submission, "incumbent": incumbent}
     prob, device, backend = _start(problem, submissions, device, harness, "diff", log_path)
+    _require_budget(budget_s, backend)
     _refuse_cpu_timing(backend, device, custom, "diff")
     specs, notes = select_specs(prob, "ranked_benchmarks", custom, 0, device, False, backend)
     if backend == "official":
@@ -794,9 +814,23 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
                                notes + official.run_notes(runs), None)
         return _finish(outcome, log_path)
     info, results = _run_native("diff", prob, submissions, specs, device, progress, passes=2 * rounds,
-                                rounds=rounds)
-    return _finish(_bounded_on_cpu(make_outcome("diff", prob, submissions, results, info, device, backend, notes, None),
-                                   device), log_path)
+                                budget_s=budget_s, rounds=rounds)
+    return _finish(_with_budget(_bounded_on_cpu(make_outcome("diff", prob, submissions, results, info, device, backend,
+                                                             notes, None), device), budget_s), log_path)
+
+
+def _with_budget(outcome: RunOutcome, budget_s: float | None) -> RunOutcome:
+    """A run under --budget says so in its record (budget_s) and, where the budget cut it short, in a note."""
+    if budget_s is None:
+        return outcome
+    outcome.record["budget_s"] = budget_s
+    cases = outcome.record["cases"]
+    unfinished = sum("(--budget)" in (c.get("error") or "") for c in cases)
+    if unfinished:
+        done = len(cases) - unfinished
+        outcome.notes.append(f"--budget {budget_s:g} s ran out: {done} of {len(cases)} cases finished and keep "
+                             "their results; the others are not run, so the run fails")
+    return outcome
 
 
 CPU_BOUNDED = "cpu_bounded_timing"      # a native bench or diff on the CPU: its timing loops' bound (timing.cpu_rule)

@@ -509,3 +509,51 @@ def test_an_os_error_that_names_no_file_is_one_line_without_an_empty_name(monkey
     monkeypatch.setattr(builder, "build", full_disk)
     result = run("build", "qr_v2", "-o", "x.py")
     assert result.exit_code == 1 and result.output.splitlines() == ["error: No space left on device"]
+
+
+@pytest.mark.parametrize("budget_s, expected", [(100.0, (100.0, "--budget")), (1e9, (240 * 10, None))],
+                         ids=["budget-binds", "task-limit-binds"])
+def test_budget_stops_the_worker_when_it_is_shorter_than_the_tasks_limit(tmp_path, monkeypatch, budget_s, expected):
+    # A device call's own limit cut a diff at case 11 of 12 and nothing was logged; --budget stops the worker
+    # in time, and the cases it finished keep their results (run_worker's timeout, tested above).
+    calls = []
+    monkeypatch.setattr(runner, "run_worker", lambda job, progress, timeout_s, name=None: calls.append(
+        (timeout_s, name)) or ({}, [{"spec": spec, "status": "pass", "error": None, "residuals": {}}
+                                    for spec in job["specs"]]))
+    sub = tmp_path / "s.py"
+    sub.write_text("def custom_kernel(data):\n    return data\n")
+    outcome = runner.check("qr_v2", sub, [SPEC], device="cpu", log_path=None, budget_s=budget_s)
+    assert calls == [expected] and outcome.record["budget_s"] == budget_s
+    assert not any("--budget" in note for note in outcome.notes)        # nothing was cut
+
+
+def test_a_run_cut_by_its_budget_fails_and_says_how_many_cases_finished(tmp_path, monkeypatch):
+    def cut(job, progress, timeout_s, name=None):
+        first, *rest = job["specs"]
+        failure = f"timed out after {timeout_s:g} s ({name}) during the second"
+        return {}, [{"spec": first, "status": "pass", "error": None, "residuals": {}},
+                    {"spec": rest[0], "status": "fail", "error": failure, "residuals": {}},
+                    {"spec": rest[1], "status": "fail", "error": f"not run ({failure})", "residuals": {}}]
+    monkeypatch.setattr(runner, "run_worker", cut)
+    sub = tmp_path / "s.py"
+    sub.write_text("def custom_kernel(data):\n    return data\n")
+    specs = [SPEC, "batch: 1; n: 13; cond: 1; seed: 4; case: dense", "batch: 1; n: 5; cond: 1; seed: 5; case: dense"]
+    outcome = runner.check("qr_v2", sub, specs, device="cpu", log_path=None, budget_s=30)
+    assert not outcome.passed and outcome.record["budget_s"] == 30
+    assert [c["status"] for c in outcome.record["cases"]] == ["pass", "fail", "fail"]
+    assert "--budget 30 s ran out: 1 of 3 cases finished" in " ".join(outcome.notes)
+
+
+@pytest.mark.parametrize("args, says", [
+    (["check", "qr_v2", "--budget", "0"], "--budget 0: a positive number of seconds"),
+    (["diff", "qr_v2", "--budget", "inf"], "--budget inf: a positive number of seconds"),
+])
+def test_a_bad_budget_is_refused_before_any_build(args, says, tmp_path):
+    result = run(*args, "--device", "cpu", "--log", tmp_path / "perf.jsonl")
+    assert result.exit_code != 0 and says in result.output and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("harness", ["official", "both"])
+def test_budget_is_for_the_native_checker_only(harness):
+    with pytest.raises(PopkitError, match=f"with --harness {harness} eval.py runs under the task's limits"):
+        runner.require_options("qr_v2", "check", budget_s=60.0, harness=harness)

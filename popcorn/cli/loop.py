@@ -89,9 +89,9 @@ def _warn_if_older_than_parts(problem: str) -> None:
 def _run_logged(mode: str, problem: str, submission: Path | None, cases, device: str | None, log_path: Path,
                 run, show=lambda outcome: None, seeds: int = 0, harness: str | None = None,
                 rounds: int | None = None, baseline: bool = False, incumbent: str | None = None,
-                robust: bool = False) -> None:
-    """check, bench and diff: judge --log, --device, --case, --seeds, --rounds, --robust, --harness, --baseline and
-    --incumbent before any build (a wrong one ends the verb at once: a GPU that is not there, the CPU for a harness
+                robust: bool = False, budget: float | None = None) -> None:
+    """check, bench and diff: judge --log, --device, --case, --seeds, --rounds, --robust, --harness, --baseline,
+    --incumbent and --budget before any build (a wrong one ends the verb at once: a GPU that is not there, the CPU for a harness
     problem, a reference without ref_kernel), then RUN(the file to run) under Ctrl-C's guard, show its outcome (and
     SHOW's lines) and exit with its code."""
     from checks import runner
@@ -99,7 +99,7 @@ def _run_logged(mode: str, problem: str, submission: Path | None, cases, device:
     logs.require_appendable(log_path)
     prob = load_problem(problem)
     runner.require_device_for(prob, runner.resolve_device(device), runner.resolve_backend(prob, harness, mode))
-    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent, robust)
+    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent, robust, budget)
     done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
     with runner.interruptible(mode, problem, log_path, done):
         done.append(run(_submission_for(problem, submission)))
@@ -170,10 +170,14 @@ def register(main):
                                     "both: run the two and compare (check only)")
     log_opt = click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path),
                            default=logs.DEFAULT_LOG, show_default=True)
+    budget_opt = click.option("--budget", type=float, metavar="SECONDS",
+                              help="stop at this many seconds (native checker): the cases finished by then are "
+                                   "logged with their results, the rest as not run (the run fails); for a device "
+                                   "call's time limit")
 
     def run_options(func):
-        """--case, --device, --harness and --log, in this order: the options check, bench and diff share."""
-        for option in (log_opt, harness_opt, device_opt, case_opt):
+        """--case, --device, --harness, --log and --budget, in this order: the options check, bench and diff share."""
+        for option in (budget_opt, log_opt, harness_opt, device_opt, case_opt):
             func = option(func)
         return func
 
@@ -186,13 +190,13 @@ def register(main):
     @run_options
     @fail_cleanly
     @loads_torch
-    def check_cmd(problem, submission, seeds, robust, cases, device, harness, log_path):
+    def check_cmd(problem, submission, seeds, robust, cases, device, harness, log_path, budget):
         """Run every official test case through the gates, the way the grader does."""
         from checks import runner
         _run_logged("check", problem, submission, cases, device, log_path,
                     lambda file: runner.check(problem, file, list(cases), seeds, device, _progress, log_path,
-                                              harness, robust),
-                    seeds=seeds, harness=harness, robust=robust)
+                                              harness, robust, budget_s=budget),
+                    seeds=seeds, harness=harness, robust=robust, budget=budget)
 
     @main.command("bench")
     @click.argument("problem")
@@ -204,13 +208,14 @@ def register(main):
     @run_options
     @fail_cleanly
     @loads_torch
-    def bench_cmd(problem, submission, baseline, fresh_baseline, cases, device, harness, log_path):
+    def bench_cmd(problem, submission, baseline, fresh_baseline, cases, device, harness, log_path, budget):
         """Grader-style timing of every benchmark case; prints the geomean."""
         from checks import runner
         _run_logged("bench", problem, submission, cases, device, log_path,
                     lambda file: runner.bench(problem, file, baseline or fresh_baseline, list(cases), device,
-                                              _progress, log_path, harness, fresh_baseline=fresh_baseline),
-                    harness=harness, baseline=baseline or fresh_baseline)
+                                              _progress, log_path, harness, fresh_baseline=fresh_baseline,
+                                              budget_s=budget),
+                    harness=harness, baseline=baseline or fresh_baseline, budget=budget)
 
     @main.command("diff")
     @click.argument("problem")
@@ -223,14 +228,14 @@ def register(main):
     @run_options
     @fail_cleanly
     @loads_torch
-    def diff_cmd(problem, submission, incumbent, rounds, cases, device, harness, log_path):
+    def diff_cmd(problem, submission, incumbent, rounds, cases, device, harness, log_path, budget):
         """Candidate against incumbent, case by case; fails on any regression."""
         from checks import runner
         from popcorn.promote import incumbent_path
         _run_logged("diff", problem, submission, cases, device, log_path,
                     lambda file: runner.diff(problem, file, incumbent or incumbent_path(problem), rounds,
-                                             list(cases), device, _progress, log_path, harness),
-                    show=_print_changed_parts, harness=harness, rounds=rounds, incumbent=incumbent)
+                                             list(cases), device, _progress, log_path, harness, budget_s=budget),
+                    show=_print_changed_parts, harness=harness, rounds=rounds, incumbent=incumbent, budget=budget)
 
     @main.command("promote")
     @click.argument("problem")
