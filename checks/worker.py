@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
-import os
 import sys
 import time
 import traceback
@@ -29,35 +28,6 @@ def checker(problem: str):
     if module is None:
         raise ProblemError(f"{problem} has no native checker (checks/native/{problem}.py)")
     return module
-
-
-def built_file(path: str) -> str:
-    """PATH when it is a file; else one line and exit 2, for the scripts that import a built submission
-    (importlib's traceback said less)."""
-    if not os.path.isfile(path):
-        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
-        raise SystemExit(2)
-    return path
-
-
-def bench_each_built_file(argv: list[str], doc: str, bench) -> None:
-    """The command line of a kernel bench script: --help prints DOC; else every argument must be a built
-    file (checked before the first run, so a typo in the last costs nothing) and the machine must have a
-    CUDA GPU, then bench(path, tag) for each, tagged v0:NAME, v1:NAME, ... in argument order."""
-    if argv[:1] in (["-h"], ["--help"]):
-        print(doc)
-        raise SystemExit(0)
-    if not argv:
-        print(f"usage: {doc.splitlines()[2].split(': ', 1)[-1]} (--help says more)", file=sys.stderr)
-        raise SystemExit(2)
-    for path in argv:
-        built_file(path)
-    if not torch.cuda.is_available():
-        print("error: a kernel bench times CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)",
-              file=sys.stderr)
-        raise SystemExit(2)
-    for i, path in enumerate(argv):
-        bench(path, f"v{i}:{os.path.basename(path)}")
 
 
 def import_submission(path: str, module_name: str):

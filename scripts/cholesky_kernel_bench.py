@@ -16,7 +16,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.timing import per_launch_us  # noqa: E402
-from checks.worker import bench_each_built_file, import_submission  # noqa: E402
+from scripts.command_line import bench_each_built_file, import_built, run_main  # noqa: E402
 
 
 def spd(batch: int, n: int) -> torch.Tensor:
@@ -31,7 +31,7 @@ def residual(A: torch.Tensor, L: torch.Tensor) -> float:
 
 
 def bench(path: str, tag: str) -> None:
-    module = import_submission(path, tag)
+    module = import_built(path, tag)
     cuda = module.CUDA
     for batch, n, entry, args in ((4096, 32, "cholesky_small", (8,)), (1024, 64, "cholesky_tiled", (None, None)),
                                   (256, 128, "cholesky_tiled", (None, None))):
@@ -71,4 +71,4 @@ def bench(path: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
-    bench_each_built_file(sys.argv[1:], __doc__, bench)
+    run_main(lambda: bench_each_built_file(sys.argv[1:], __doc__, bench), "cholesky_kernel_bench.py")

@@ -38,11 +38,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout
 from checks import harness, runner  # noqa: E402
 from checks.problems import Problem, load_problem, short_spec  # noqa: E402
 from checks.timing import MIN_REPEATS, alternate  # noqa: E402
-from checks.worker import built_file, environment, import_submission, sync  # noqa: E402
+from checks.worker import environment, sync  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence import logs  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
 from popcorn.evidence.tables import fmt_us, render_table  # noqa: E402
+from scripts.command_line import built_file, import_built, run_main  # noqa: E402
 
 FLUSH_BYTES = 64 << 20          # over the L2 of the GPUs we time on (H200: 50 MiB)
 COPY_BYTES = 1 << 30            # the copy whose rate prices the floor column
@@ -199,14 +200,14 @@ def subject_of(prob: Problem, built: str, device: str) -> Iterator[Subject]:
     problem, the folder's generate_input and ref_kernel, imported from a run folder beside the built file."""
     native = prob.native
     if native is not None:
-        kernel = import_submission(built, "peers_ours").custom_kernel
+        kernel = import_built(built, "peers_ours").custom_kernel
         yield Subject(kernel, native.baseline, native.BASELINE_NAME, lambda spec: native.benchmark_inputs(spec, device),
                       getattr(native, "PEERS", {}), getattr(native, "floor_bytes", None))
         return
     with harness.run_folder(prob, Path(built)) as folder:
         sys.path.insert(0, str(folder))      # the submission and reference import the run folder's modules
         try:
-            kernel = import_submission(str(folder / "submission.py"), "peers_ours").custom_kernel
+            kernel = import_built(str(folder / "submission.py"), "peers_ours").custom_kernel
             reference = importlib.import_module("reference")
             # eval.py's benchmark mode times one generate_input(**spec) per case
             yield Subject(kernel, reference.ref_kernel, harness.BASELINE_NAME,
@@ -280,4 +281,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main, "peers.py")

@@ -20,8 +20,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import format_spec, load_problem  # noqa: E402
 from checks.runner import checked_specs  # noqa: E402
-from checks.worker import built_file, import_submission  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
+from scripts.command_line import built_file, import_built, run_main  # noqa: E402
 
 
 def wall_ms(kernel, A, repeats: int = 5) -> float:
@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> None:
         print("error: profile_route.py profiles CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)",
               file=sys.stderr)
         raise SystemExit(2)
-    kernel = import_submission(path, "profiled").custom_kernel
+    kernel = import_built(path, "profiled").custom_kernel
     for spec in specs:
         profile_case(kernel, prob, spec, args.timeline)
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "profile_route.py")

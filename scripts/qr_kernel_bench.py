@@ -15,7 +15,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.timing import per_launch_us  # noqa: E402
-from checks.worker import bench_each_built_file, checker, import_submission  # noqa: E402
+from checks.worker import checker  # noqa: E402
+from scripts.command_line import bench_each_built_file, import_built, run_main  # noqa: E402
 
 SHAPES = ((40, 176), (40, 352), (640, 512), (60, 1024), (8, 2048))
 
@@ -29,7 +30,7 @@ def update_error(update, Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> 
 
 
 def bench(path: str, tag: str) -> None:
-    module = import_submission(path, tag)
+    module = import_built(path, tag)
     updates = {"fp32": module.apply_block_reflector}
     if hasattr(module, "update_tf32x3_cuda"):
         updates["tf32x3"] = module.update_tf32x3_cuda
@@ -52,4 +53,4 @@ def bench(path: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
-    bench_each_built_file(sys.argv[1:], __doc__, bench)
+    run_main(lambda: bench_each_built_file(sys.argv[1:], __doc__, bench), "qr_kernel_bench.py")

@@ -17,8 +17,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import load_problem, short_spec  # noqa: E402
 from checks.runner import checked_specs  # noqa: E402
-from checks.worker import built_file, import_submission  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
+from scripts.command_line import built_file, import_built, run_main  # noqa: E402
 
 
 def as_tensors(output) -> list:
@@ -82,10 +82,14 @@ def main(argv: list[str] | None = None) -> int:
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    kernel_a = import_submission(args.a, "same_outputs_a").custom_kernel
-    kernel_b = import_submission(args.b, "same_outputs_b").custom_kernel
+    try:
+        kernel_a = import_built(args.a, "same_outputs_a").custom_kernel
+        kernel_b = import_built(args.b, "same_outputs_b").custom_kernel
+    except PopkitError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     return 0 if compare(kernel_a, kernel_b, inputs, lambda line: print(line, flush=True)) else 1
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    run_main(main, "same_outputs.py")

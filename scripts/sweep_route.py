@@ -30,10 +30,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout
 from checks import runner  # noqa: E402
 from checks.problems import load_problem, short_spec  # noqa: E402
 from checks.timing import MIN_REPEATS, Clock, CudaEventClock, PerfCounterClock, alternate  # noqa: E402
-from checks.worker import built_file, import_submission  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.logs import strict_json  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
+from scripts.command_line import built_file, import_built, run_main  # noqa: E402
 
 
 def worst_fraction(report) -> float:
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     for line in notes:
         print(line, file=sys.stderr)
-    module = import_submission(path, "swept")
+    module = import_built(path, "swept")
     unknown = unknown_globals(module, variants)
     if unknown:
         print(f"error: {args.variants} sets {', '.join(unknown)}, which {args.submission} does not define: "
@@ -154,4 +154,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_main(main, "sweep_route.py")

@@ -1,0 +1,70 @@
+"""What the scripts in scripts/ share at their command line: the built file they import, the kernel benches'
+argument handling, and how a run ends (one line for an error, exit 130 and one line for Ctrl-C)."""
+from __future__ import annotations
+
+import os
+import sys
+from typing import Callable
+
+import torch
+
+from checks.worker import import_submission
+from popcorn.errors import PopkitError, ProblemError
+
+
+def built_file(path: str) -> str:
+    """PATH when it is a file; else one line and exit 2, for the scripts that import a built submission
+    (importlib's traceback said less)."""
+    if not os.path.isfile(path):
+        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
+        raise SystemExit(2)
+    return path
+
+
+def import_built(path: str, module_name: str):
+    """The built file at PATH imported as MODULE_NAME; a file that fails at import (a syntax error, a raise, a
+    CUDA compile error) is one PopkitError naming it, not the import's traceback."""
+    try:
+        return import_submission(path, module_name)
+    except Exception as exc:  # noqa: BLE001 - whatever the submission raises is reported, in one line
+        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
+        raise PopkitError(f"{path}: it fails at import: {type(exc).__name__}" + (f": {last}" if last else "")) \
+            from None
+
+
+def bench_each_built_file(argv: list[str], doc: str, bench) -> None:
+    """The command line of a kernel bench script: --help prints DOC; else every argument must be a built
+    file (checked before the first run, so a typo in the last costs nothing) and the machine must have a
+    CUDA GPU, then bench(path, tag) for each, tagged v0:NAME, v1:NAME, ... in argument order."""
+    if argv[:1] in (["-h"], ["--help"]):
+        print(doc)
+        raise SystemExit(0)
+    if not argv:
+        print(f"usage: {doc.splitlines()[2].split(': ', 1)[-1]} (--help says more)", file=sys.stderr)
+        raise SystemExit(2)
+    for path in argv:
+        built_file(path)
+    if not torch.cuda.is_available():
+        print("error: a kernel bench times CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)",
+              file=sys.stderr)
+        raise SystemExit(2)
+    for i, path in enumerate(argv):
+        bench(path, f"v{i}:{os.path.basename(path)}")
+
+
+def run_main(main: Callable[[], int | None], name: str) -> None:
+    """Run a script's MAIN and exit with its code: a PopkitError or ProblemError is 'error: ...' and exit 2,
+    Ctrl-C is one line and exit 130 (what a script wrote as it went, --json tables included, stays), and a
+    reader that went away (`| head`) ends it quietly."""
+    try:
+        code = main()
+    except (PopkitError, ProblemError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        code = 2
+    except KeyboardInterrupt:
+        print(f"interrupted: {name} stopped (Ctrl-C); what it printed or wrote so far stands", file=sys.stderr)
+        code = 130
+    except BrokenPipeError:           # nothing to say, and nowhere to say it; the exit's flush must not fail
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 0
+    raise SystemExit(code or 0)

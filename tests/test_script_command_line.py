@@ -1,0 +1,64 @@
+"""scripts/command_line.py: how every script ends (one line for an error, 130 for Ctrl-C) and how it imports a
+built file that fails."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from popcorn.errors import PopkitError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def cli(import_module):
+    return import_module(ROOT / "scripts" / "command_line.py", "script_command_line")
+
+
+def _end(cli, main):
+    with pytest.raises(SystemExit) as stop:
+        cli.run_main(main, "some_script.py")
+    return stop.value.code
+
+
+def test_an_error_is_one_line_and_exit_2(cli, capsys):
+    def main():
+        raise PopkitError("--reps 1: at least 3")
+    assert _end(cli, main) == 2
+    assert capsys.readouterr().err == "error: --reps 1: at least 3\n"
+
+
+def test_ctrl_c_is_one_line_and_exit_130(cli, capsys):
+    def main():
+        print("case 1 done")
+        raise KeyboardInterrupt
+    assert _end(cli, main) == 130
+    out = capsys.readouterr()
+    assert out.out == "case 1 done\n" and out.err.startswith("interrupted: some_script.py stopped (Ctrl-C)")
+
+
+@pytest.mark.parametrize("returned, code", [(None, 0), (0, 0), (1, 1), (2, 2)])
+def test_main_s_own_code_is_the_exit_code(cli, returned, code):
+    assert _end(cli, lambda: returned) == code
+
+
+@pytest.mark.parametrize("body, says", [
+    ("def custom_kernel(data)\n    return data\n", "SyntaxError"),
+    ("raise RuntimeError('nvcc failed\\nerror: expected a ;')\n", "RuntimeError: error: expected a ;"),
+])
+def test_a_built_file_that_fails_at_import_is_named_in_one_error(cli, tmp_path, body, says):
+    bad = tmp_path / "bad.py"
+    bad.write_text(body)
+    with pytest.raises(PopkitError, match=f"bad.py: it fails at import: {says}"):
+        cli.import_built(str(bad), "bad_built")
+
+
+def test_a_script_given_a_failing_built_file_ends_in_one_line_without_a_traceback(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("raise RuntimeError('boom')\n")
+    result = subprocess.run([sys.executable, str(ROOT / "scripts" / "same_outputs.py"), str(bad), str(bad), "qr_v2",
+                             "--case", "batch: 1; n: 8; cond: 1; seed: 2", "--device", "cpu"],
+                            capture_output=True, text=True, cwd=tmp_path, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "bad.py: it fails at import: RuntimeError: boom" in result.stderr and "Traceback" not in result.stderr
