@@ -192,9 +192,9 @@ def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
 
     def measure(name):
         def run():
+            label = f"{short_spec(spec)} {name} round {len(samples[name]) + 1}/{rounds}"
             try:
-                reports[name], stats = time_kernel(problem, kernels[name], inputs, device, rule, send,
-                                                   f"{short_spec(spec)} {name}")
+                reports[name], stats = time_kernel(problem, kernels[name], inputs, device, rule, send, label)
             except Exception as exc:
                 raise SideFailed(f"{name}: {error_line(exc)}") from exc
             samples[name].append(stats.mean)

@@ -557,3 +557,14 @@ def test_a_bad_budget_is_refused_before_any_build(args, says, tmp_path):
 def test_budget_is_for_the_native_checker_only(harness):
     with pytest.raises(PopkitError, match=f"with --harness {harness} eval.py runs under the task's limits"):
         runner.require_options("qr_v2", "check", budget_s=60.0, harness=harness)
+
+
+def test_a_diff_s_progress_names_the_round(built):
+    # A long diff --rounds N said which case it was on, never how far through its rounds.
+    lines = []
+    runner.diff("qr_v2", built["qr_v2"], built["qr_v2"], 3, [SPEC], device="cpu", progress=lines.append,
+                log_path=None)
+    timed = [line for line in lines if "repeat" in line]
+    for side in ("candidate", "incumbent"):
+        assert {f"{side} round {r}/3" for r in (1, 2, 3)} <= {line.split(": repeat")[0][-len(f"{side} round 1/3"):]
+                                                              for line in timed}
