@@ -569,12 +569,16 @@ def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: l
     the run at that time instead: the cases finished by then keep their results, the rest fail as not run."""
     job = {"mode": mode, "problem": prob.name, "device": device, "specs": specs,
            "submissions": {k: str(Path(v).resolve()) for k, v in submissions.items()}, **options}
-    limit = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0)) * passes or None
+    task_s = float(prob.timeouts_s.get(TIMEOUT_KEYS[mode], 0))
+    limit, name = task_s * passes or None, f"the task's {task_s:g} s limit"
+    if passes > 1:
+        name += f" x {passes} passes"
     if limit and device == "cpu":
         limit *= CPU_TIMEOUT_FACTOR
+        name += f" x {CPU_TIMEOUT_FACTOR:g} on the CPU"
     if budget_s is not None and (limit is None or budget_s < limit):
         return run_worker(job, progress, budget_s, "--budget")
-    return run_worker(job, progress, limit)
+    return run_worker(job, progress, limit, name)
 
 
 def _start(problem: str, submissions: dict[str, Path], device: str | None, harness: str | None,

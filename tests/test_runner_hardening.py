@@ -55,7 +55,8 @@ def test_a_hanging_case_is_named_and_the_run_stops_there(built, tmp_path, monkey
     outcome = runner.check("qr_v2", sleepy, specs, device="cpu", log_path=None)
     statuses = [(c["status"], c["error"] or "") for c in outcome.record["cases"]]
     assert statuses[0] == ("pass", "")
-    assert statuses[1][0] == "fail" and "timed out after 10 s" in statuses[1][1] and "1x13 dense" in statuses[1][1]
+    assert statuses[1][0] == "fail" and "1x13 dense" in statuses[1][1]
+    assert "timed out after 10 s (the task's 1 s limit x 10 on the CPU)" in statuses[1][1]
     assert statuses[2][0] == "fail" and statuses[2][1].startswith("not run")
 
 
@@ -70,7 +71,7 @@ def test_the_tasks_limit_holds_once_per_pass_over_the_cases(tmp_path, monkeypatc
     # The grader's limit bounds one pass over the cases; every pass popkit adds (--seeds, --robust, a baseline, a
     # diff's two sides and rounds) ran in the same worker under that one limit: `diff --rounds 20` timed out.
     limits = []
-    monkeypatch.setattr(runner, "run_worker", lambda job, progress, timeout_s: limits.append(timeout_s) or (
+    monkeypatch.setattr(runner, "run_worker", lambda job, progress, timeout_s, name: limits.append(timeout_s) or (
         {}, [{"spec": spec, "status": "pass", "error": None, "residuals": {}} for spec in job["specs"]]))
     sub = tmp_path / "s.py"
     sub.write_text("def custom_kernel(data):\n    return data\n")
@@ -511,7 +512,8 @@ def test_an_os_error_that_names_no_file_is_one_line_without_an_empty_name(monkey
     assert result.exit_code == 1 and result.output.splitlines() == ["error: No space left on device"]
 
 
-@pytest.mark.parametrize("budget_s, expected", [(100.0, (100.0, "--budget")), (1e9, (240 * 10, None))],
+@pytest.mark.parametrize("budget_s, expected", [(100.0, (100.0, "--budget")),
+                                                (1e9, (240 * 10, "the task's 240 s limit x 10 on the CPU"))],
                          ids=["budget-binds", "task-limit-binds"])
 def test_budget_stops_the_worker_when_it_is_shorter_than_the_tasks_limit(tmp_path, monkeypatch, budget_s, expected):
     # A device call's own limit cut a diff at case 11 of 12 and nothing was logged; --budget stops the worker
