@@ -104,6 +104,9 @@ def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: in
     return rows
 
 
+CELL = 23     # '     6537.7   ok 0.004': time, status, the worst gate fraction
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("submission")
@@ -117,6 +120,8 @@ def main(argv: list[str] | None = None) -> None:
     gpu = torch.cuda.is_available()
     # Everything that can be judged before the import (on a GPU host: a CUDA compile), as peers.py does.
     try:
+        if args.reps < MIN_REPEATS:       # it was raised to the minimum without a word
+            raise PopkitError(f"--reps {args.reps}: at least {MIN_REPEATS} alternating rounds a case")
         variants = read_variants(args.variants)
         if args.json and Path(args.json).is_dir():
             raise PopkitError(f"--json {args.json}: a folder; name the file to write")
@@ -138,7 +143,7 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2)
     done: list[dict] = []
 
-    def print_row(row: dict) -> None:
+    def print_row(row: dict) -> None:        # a variant's cell: CELL characters, under its name
         cells = "".join(f"{v['us']:>12.1f} {'ok' if v['passed'] else 'FAIL':>4} {v['worst_fraction']:.3f}"
                         for v in row["variants"].values())
         print(f"{short_spec(row['spec']):<22}{row['baseline_us']:>14.1f}{cells}", flush=True)
@@ -148,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         if gpu:
             torch.cuda.empty_cache()
 
-    print(f"{'case':<22}{'baseline us':>14}" + "".join(f"{name:>22}" for name in variants), flush=True)
+    print(f"{'case':<22}{'baseline us':>14}" + "".join(f"{name:>{CELL}}" for name in variants), flush=True)
     sweep(module, prob, variants, specs, args.reps, CudaEventClock() if gpu else PerfCounterClock(),
           "cuda" if gpu else "cpu", print_row)
 

@@ -60,6 +60,7 @@ def test_a_variant_that_sets_a_name_the_route_lacks_is_named(sweep_script):
     (["vectoradd", "variants.json"], "error: vectoradd is a harness problem: sweep_route.py checks each variant"),
     (["cholesky", "list.json"], "error: list.json: not an object of variants, each an object of the globals it sets"),
     (["cholesky", "variants.json", "--json", "."], "error: --json .: a folder; name the file to write"),
+    (["cholesky", "variants.json", "--reps", "2"], "error: --reps 2: at least 3 alternating rounds a case"),
 ])
 def test_a_problem_case_or_variants_it_cannot_run_is_one_line_before_the_import(sweep_script, tmp_path, monkeypatch,
                                                                                  capsys, args, line):
@@ -85,3 +86,18 @@ def test_its_json_goes_into_a_folder_that_does_not_exist_yet(sweep_script, tmp_p
                        "--case", "batch: 1; n: 4; cond: 1; seed: 1", "--json", str(out)])
     rows = json.loads(out.read_text())
     assert [row["spec"]["n"] for row in rows] == [4] and rows[0]["variants"]["default"]["passed"]
+
+
+def test_each_variant_s_cell_sits_under_its_name(sweep_script, tmp_path, monkeypatch, capsys):
+    # The names were right-aligned in 22 characters over cells of 23: every column drifted one to the left.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "built.py").write_text("import torch\n\ndef custom_kernel(A):\n    return torch.linalg.cholesky(A)\n")
+    (tmp_path / "variants.json").write_text('{"first": {}, "second": {}}')
+    sweep_script.main(["built.py", "cholesky", "variants.json", "--reps", "3",
+                       "--case", "batch: 1; n: 4; cond: 1; seed: 1"])
+    header, row = capsys.readouterr().out.splitlines()[-2:]
+    assert len(header) == len(row)
+    for k, name in enumerate(("first", "second")):
+        end = 36 + sweep_script.CELL * (k + 1)          # case (22) and baseline (14) columns, then the cells
+        assert header[:end].endswith(" " + name)
+        assert row[:end].split()[-2:][0] == "ok" and row[end - 1].isdigit()   # '... ok 0.004' ends right there
