@@ -89,7 +89,11 @@ def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: in
             candidates = {"baseline": timed(prob.native.baseline, A)}
             for name, overrides in variants.items():
                 use(overrides)
-                gates = prob.native.check_output(A, module.custom_kernel(A.clone()))   # also the warm-up
+                try:                  # a variant that raises is reported in its cell; the others still run
+                    gates = prob.native.check_output(A, module.custom_kernel(A.clone()))   # also the warm-up
+                except Exception as exc:  # noqa: BLE001 - whatever the route raises under these globals
+                    row["variants"][name] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
+                    continue
                 row["variants"][name] = {"passed": gates.passed, "worst_fraction": worst_fraction(gates)}
                 candidates[name] = timed(module.custom_kernel, A, overrides)
             samples = alternate(candidates, max(rounds, MIN_REPEATS))
@@ -144,9 +148,13 @@ def main(argv: list[str] | None = None) -> None:
     done: list[dict] = []
 
     def print_row(row: dict) -> None:        # a variant's cell: CELL characters, under its name
-        cells = "".join(f"{v['us']:>12.1f} {'ok' if v['passed'] else 'FAIL':>4} {v['worst_fraction']:.3f}"
+        cells = "".join(f"{'raised':>{CELL}}" if "error" in v else
+                        f"{v['us']:>12.1f} {'ok' if v['passed'] else 'FAIL':>4} {v['worst_fraction']:.3f}"
                         for v in row["variants"].values())
         print(f"{short_spec(row['spec']):<22}{row['baseline_us']:>14.1f}{cells}", flush=True)
+        for name, v in row["variants"].items():
+            if "error" in v:
+                print(f"  {name} raised: {v['error'].splitlines()[0][:300]}", flush=True)
         done.append(row)
         if args.json:         # after every case, so a run cut short keeps the cases it timed
             write_atomic(args.json, json.dumps(strict_json(done), indent=1))
