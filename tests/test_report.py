@@ -20,7 +20,7 @@ from checks.problems import format_spec, load_problem, short_spec
 from popcorn.cli import main
 from popcorn.evidence.tables import fmt_sig
 from popcorn.report import data as report_data
-from popcorn.report.charts import ratio_limits
+from popcorn.report.charts import chart_cases, check_chart, ratio_limits
 from popcorn.report.dashboard import build_report, summary
 from popcorn.report.data import _labels, case_label
 
@@ -833,3 +833,17 @@ def test_a_coverage_of_one_case_reads_as_one():
     assert str(coverage("benchmarks", 0, 1)) == "0 of 1 benchmark"
     assert str(coverage("benchmarks", 12, 12)) == "all 12 benchmarks"
     assert str(coverage("tests", 3, 22)) == "3 of 22 tests"
+
+
+def test_a_long_check_s_chart_draws_its_failed_and_tightest_cases_in_order(tmp_path):
+    # A robust check of ~750 cases drew a 931 x 28,965-pixel chart (4.7 MB) into the page.
+    CheckCase = report_data.CheckCase
+    cases = [CheckCase(f"case {i}", "pass", None, {"factor": i / 1000, "orthogonality": None}) for i in range(100)]
+    cases[7] = CheckCase("case 7", "fail", "boom", {"factor": None, "orthogonality": None})
+    check = report_data.Check("2026-12-01T00:00:00Z", "abc", "H200", ["factor", "orthogonality"], cases)
+    drawn = chart_cases(check, most=5)
+    assert [c.label for c in drawn] == ["case 7", "case 96", "case 97", "case 98", "case 99"]
+    assert chart_cases(check, most=100) == cases
+    check_chart(check, "qr_v2: newest check", tmp_path / "check.png")
+    height = int.from_bytes((tmp_path / "check.png").read_bytes()[20:24], "big")
+    assert height < 3000                            # 40 rows, not 100
