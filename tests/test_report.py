@@ -785,6 +785,20 @@ def test_an_empty_out_is_one_line(tmp_path, monkeypatch):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["performance.jsonl"]
 
 
+def test_an_out_named_like_a_page_is_one_line_unless_that_folder_exists(tmp_path, monkeypatch):
+    # -o report.html made a folder report.html/ with index.html inside.
+    monkeypatch.chdir(tmp_path)
+    result = _report("--log", _small_log(tmp_path), "-o", "report.html")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        "error: -o report.html: -o names the report's folder (index.html and its charts go inside): say -o report; "
+        "nothing was written"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["performance.jsonl"]
+    (tmp_path / "site.html").mkdir()                # a folder of that name, made on purpose, is used
+    assert _report("--log", tmp_path / "performance.jsonl", "-o", "site.html").exit_code == 0
+    assert (tmp_path / "site.html" / "index.html").is_file()
+
+
 def test_a_new_out_folder_is_made_whole_with_the_usual_permissions(tmp_path):
     out = tmp_path / "report"
     result = _report("--log", _small_log(tmp_path), "-o", out)

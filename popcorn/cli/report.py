@@ -41,6 +41,10 @@ def register(main):
         if out_dir == "":
             raise PopkitError("-o '': an empty folder name; name the report's folder (-o report), or /dev/null for "
                               "the summary alone; nothing was written")
+        if Path(out_dir or ".").suffix.lower() in (".html", ".htm") and not Path(out_dir).is_dir():
+            # -o report.html made a folder of that name with index.html inside: not what the name promised
+            raise PopkitError(f"-o {out_dir}: -o names the report's folder (index.html and its charts go inside): "
+                              f"say -o {Path(out_dir).with_suffix('')}; nothing was written")
         result = build_report(log or DEFAULT_LOG, DEFAULT_OUT if out_dir is None else Path(out_dir), problem,
                               include_cpu, all_cases)
         for line in result.evidence.notes:
