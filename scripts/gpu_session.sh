@@ -80,18 +80,22 @@ for command in "$@"; do
   step=$((step + 1))
   read -r verb problem _ <<< "$command"
   echo "=== $command"
+  started=$SECONDS
   # eval keeps the quoting inside a command (--case 'batch: 4; n: 64; ...')
   # grep and tee ignore Ctrl-C, so the verb's last line (what stopped) still reaches the screen and the table.
   eval "\"\$PYTHON\" -m popcorn $command --submission \"\$out/builds/$problem.py\" --log \"\$log\"" 2>&1 \
     | (trap '' INT; exec grep --line-buffered -v ": repeat ") \
     | (trap '' INT; exec tee "$out/$(printf %02d $step)-$verb-$problem.txt")
-  [ "${PIPESTATUS[0]}" -eq 0 ] || failed=$((failed + 1))
+  status=${PIPESTATUS[0]}
+  [ "$status" -eq 0 ] || failed=$((failed + 1))
+  # each verb's seconds: what the next device call's limit (or a verb's --budget) has to allow for
+  echo "=== $command: $([ "$status" -eq 0 ] && echo ok || echo "failed (exit $status)") in $((SECONDS - started)) s"
   if [ "$interrupted" -eq 1 ]; then
     echo "interrupted during \"$command\": $((step - 1)) of $# commands finished; the records and tables so far" \
          "are in $out" >&2
     exit 130
   fi
 done
-echo "=== $step commands, $failed failed; records and tables in $out"
+echo "=== $step commands, $failed failed, $SECONDS s in all; records and tables in $out"
 echo "merge them where you keep logs/: popkit merge $out/performance.jsonl --tables $out"
 [ "$failed" -eq 0 ]

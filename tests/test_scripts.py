@@ -3,6 +3,7 @@ test_sweep_route.py; peers: test_peers.py)."""
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,13 +99,40 @@ def test_ctrl_c_stops_the_batch_and_keeps_the_verbs_line_in_its_table(tmp_path):
                                        f"and tables so far are in {out}")
 
 
+QUICK = """#!{python}
+# Stands in for the interpreter: `-m popcorn build ...` succeeds; `check` passes, `bench` fails (exit 1).
+import sys
+if sys.argv[3] == "build":
+    raise SystemExit(0)
+print("ran", *sys.argv[3:5], flush=True)
+raise SystemExit(1 if sys.argv[3] == "bench" else 0)
+"""
+
+
+def test_each_verb_ends_with_its_outcome_and_seconds_and_the_batch_with_its_total(tmp_path):
+    # A device call's limit is planned from how long each verb took: the batch said neither.
+    python = tmp_path / "python"
+    python.write_text(QUICK.format(python=sys.executable))
+    python.chmod(0o755)
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), "-o", str(out), "check qr_v2", "bench qr_v2"], cwd=ROOT,
+                          env={**os.environ, "PYTHON": str(python)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    lines = done.stdout.splitlines()
+    assert re.fullmatch(r"=== check qr_v2: ok in \d+ s", lines[lines.index("ran check qr_v2") + 1])
+    assert re.fullmatch(r"=== bench qr_v2: failed \(exit 1\) in \d+ s", lines[lines.index("ran bench qr_v2") + 1])
+    assert re.fullmatch(rf"=== 2 commands, 1 failed, \d+ s in all; records and tables in {re.escape(str(out))}",
+                        lines[-2])
+
+
 def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 
-PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py", "peers.py"]
+PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py", "peers.py",
+              "same_outputs.py"]
 
 
 @pytest.mark.parametrize("name", PY_SCRIPTS)
