@@ -306,7 +306,7 @@ def render(problem: str, kernelguard: bool = True, name: str | None = None) -> B
         text = template.render(
             problem=problem, title=manifest["title"], leaderboard=leaderboard, gpu=gpu,
             commit=inputs_commit(), parts=cuda_parts + python_parts, has_cuda=bool(cuda_parts),
-            packages_line=packages.header_line(allowed_packages),
+            packages_line=packages.header_line(packages.imported(python_texts, allowed_packages)),
             cuda=assemble_cuda(cuda_parts),
             python_parts=[{"path": p.path, "text": t} for p, t in zip(python_parts, python_texts)])
     except jinja2.TemplateError as exc:

@@ -3,8 +3,8 @@ own files import, the built file's header line that names them, and whether they
 
 The leaderboards' runners carry packages beyond torch (triton, helion, cutlass, aiter ...). A problem's
 manifest lists the ones its built file may import (`packages:`; the builder refuses any other), `problem add`
-fills that list from the folder's templates and reference.py, and the built file names them in its header
-(`# packages: ...`), so check, bench and diff can refuse a file whose packages this Python lacks in one line
+fills that list from the folder's templates and reference.py, and the built file names the ones it imports in its
+header (`# packages: ...`), so check, bench and diff can refuse a file whose packages this Python lacks in one line
 instead of a traceback from inside the worker or eval.py.
 """
 from __future__ import annotations
@@ -43,6 +43,14 @@ def folder_packages(paths: Iterable[Path], run_folder: Iterable[str]) -> list[st
             continue
         found |= {name.split(".")[0] for name, _ in imports(tree)}
     return sorted(found - STANDARD - set(run_folder) - {""})
+
+
+def imported(texts: Iterable[str], allowed: list[str]) -> list[str]:
+    """Those of ALLOWED (a manifest's packages, in its order) that the Python TEXTS import: the built file's header
+    names only these, since a package the manifest allows but no part imports is never needed at import (the
+    scaffold allows every package of the folder's files while its route only calls the reference)."""
+    found = {name.split(".")[0] for text in texts for name, _ in imports(ast.parse(text))}
+    return [name for name in allowed if name in found]
 
 
 def header_line(packages: list[str]) -> str:

@@ -101,9 +101,9 @@ def test_the_scaffold_lists_the_packages_the_folders_files_import_and_check_need
     assert "packages: fancylib, refpkg\n" in shown.output
     write(tmp_path / "parts" / "addone" / "route.py", FANCY_TEMPLATE)       # the folder's template, unchanged
     built = build.build("addone", tmp_path / "s.py")
-    assert built.preflight.ok and "# packages: fancylib, refpkg\n" in built.text
-    with pytest.raises(runner.PopkitError, match=r"s\.py imports fancylib, refpkg \(its manifest's packages\), not "
-                                                 r"installed for .*: install them here.*; nothing ran$"):
+    assert built.preflight.ok and "# packages: fancylib\n" in built.text      # refpkg: allowed, not imported
+    with pytest.raises(runner.PopkitError, match=r"s\.py imports fancylib \(its manifest's packages\), not "
+                                                 r"installed for .*: install it here.*; nothing ran$"):
         runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None)
     lib = tmp_path / "site"
     write(lib.joinpath("fancylib").mkdir(parents=True) or lib / "fancylib" / "__init__.py", "")
@@ -111,6 +111,19 @@ def test_the_scaffold_lists_the_packages_the_folders_files_import_and_check_need
     write(lib / "refpkg.py", "")
     monkeypatch.syspath_prepend(str(lib))                                   # installed here, and for eval.py
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(lib), os.environ.get("PYTHONPATH", "")]))
+    assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
+
+
+def test_the_scaffolds_own_route_names_no_package_it_does_not_import(toy, tmp_path, monkeypatch):
+    # The manifest allows the folder's packages (helion's template imports helion), but the scaffolded route only
+    # calls the reference: its header named them all, so check refused it where helion is absent ("imports helion").
+    write(toy / "submission.py", FANCY_TEMPLATE)
+    problem_add.add_problem("addone", toy)
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    built = build.build("addone", tmp_path / "s.py")
+    assert build.load_manifest("addone")["packages"] == ["fancylib"]
+    assert built.preflight.ok and "# packages:" not in built.text
     assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
 
 
