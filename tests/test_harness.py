@@ -673,6 +673,18 @@ def test_a_task_whose_eval_calls_other_functions_is_scaffolded_checked_and_prefl
         runner.diff("addone", mine, "reference", device="cpu", log_path=None)
 
 
+def test_the_built_docstring_names_the_functions_the_grader_calls(toy, tmp_path, monkeypatch):
+    # princeton/cross_entropy_py's built file said "custom_kernel(data) dispatches to the routes below", a function
+    # it does not define.
+    write(toy / "submission.py", PAIR)
+    problem_add.add_problem("addone", toy)
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    docstring = build.build("addone", tmp_path / "s.py").text.split('"""')[1]
+    assert "custom_kernel" not in docstring
+    assert "\nforward, backward: what the grader calls, defined in the last part. Pure Python" in docstring
+
+
 def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_to_write(toy, tmp_path, monkeypatch):
     # eval.py calls custom_kernel but reference.py has no ref_kernel: the scaffold imported it, so the built file
     # failed at import on every case. reference.py is read with ast: importing it would fail here.
