@@ -293,6 +293,17 @@ def test_add_refuses_a_name_that_holds_the_banned_word_and_writes_nothing(toy, t
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
 
 
+def test_add_refuses_a_leaderboard_that_holds_the_banned_word_and_writes_nothing(toy, tmp_path):
+    # --leaderboard upstream_x was added, and every build then failed on the manifest's title ("title holds the
+    # banned word"), a line the user never wrote; the built file's '#!POPCORN leaderboard' line names the board too.
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy, leaderboard="upstream_x")
+    assert str(info.value) == ("problem addone: leaderboard 'upstream_x' holds 'stream', which the leaderboard "
+                               "refuses anywhere in a submission, and the built file's '#!POPCORN leaderboard' line "
+                               "names it: no file could be submitted to it; nothing was added")
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
+
+
 @pytest.mark.parametrize("where", ["my_Stream_copies", "copies: #1"])
 def test_a_folder_anywhere_gets_a_manifest_that_builds(toy, tmp_path, monkeypatch, where):
     # The scaffold's title named the folder's path, unquoted, and it went into the built file: under a folder
