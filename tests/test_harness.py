@@ -891,6 +891,17 @@ def test_a_grouped_task_with_per_group_sizes_is_added_and_its_cases_round_trip(t
     assert problems.parse_spec(line, prob) == prob.benchmarks[0]
 
 
+def test_a_case_given_as_an_official_one_is_read_as_that_one(toy):
+    # trimul's `nomask: True` (a YAML boolean in task.yml) came back from --case as the word 'True': the same line of
+    # eval.py's cases file, but another spec in the record, so a logged baseline of that official case never served it.
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('{"size": 100, "seed": 21}', '{"size": 100, "seed": 21, "nomask": true}'))
+    prob = added(toy)
+    for spec in prob.tests + prob.benchmarks:
+        assert runner.checked_spec(prob, problems.format_spec(spec)) == spec
+    assert runner.checked_spec(prob, "size: 7; seed: 1; nomask: False") == {"size": 7, "seed": 1, "nomask": False}
+
+
 def test_a_native_case_with_a_key_given_twice_is_refused():
     with pytest.raises(ProblemError, match="batch is given twice"):
         problems.parse_spec("batch: 4; batch: 5; n: 64; cond: 1; seed: 7; case: mixed", "qr_v2")
