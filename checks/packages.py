@@ -5,7 +5,8 @@ The leaderboards' runners carry packages beyond torch (triton, helion, cutlass, 
 manifest lists the ones its built file may import (`packages:`; the builder refuses any other), `problem add`
 fills that list from the folder's templates and reference.py, and the built file names the ones it imports in its
 header (`# packages: ...`), so check, bench and diff can refuse a file whose packages this Python lacks in one line
-instead of a traceback from inside the worker or eval.py.
+instead of a traceback from inside the worker or eval.py; so are the packages the run folder's own files (eval.py,
+reference.py ...) import at their top level.
 """
 from __future__ import annotations
 
@@ -66,6 +67,26 @@ def declared(text: str) -> list[str]:
         if line.startswith(LINE_PREFIX):
             return [name.strip() for name in line[len(LINE_PREFIX):].split(",") if name.strip()]
     return []
+
+
+def require_folder_installed(sources: dict[str, Path]) -> None:
+    """The third-party packages the runner's files (SOURCES: name in the run folder -> its file) import at their top
+    level must be importable here: eval.py imports them before any case runs, whatever the submission imports. An
+    import inside a function or a try is optional, and a file that cannot be read or parsed is left to the run."""
+    placed = {Path(name).stem for name in sources}
+    for name, path in sources.items():
+        try:
+            body = ast.parse(path.read_bytes()).body
+        except (OSError, SyntaxError, ValueError):
+            continue
+        found = {module.split(".")[0] for node in body if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for module, _ in imports(node)}
+        absent = sorted(m for m in found - STANDARD - placed - {""} if importlib.util.find_spec(m) is None)
+        if absent:
+            them = "it" if len(absent) == 1 else "them"
+            raise PopkitError(f"the folder's {name} imports {', '.join(absent)}, not installed for {sys.executable}: "
+                              f"install {them} here, or run on a host that has {them} (the leaderboard's runner does); "
+                              "nothing ran")
 
 
 def require_installed(path: Path) -> None:

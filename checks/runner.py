@@ -539,10 +539,12 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
     backend = resolve_backend(prob, harness, mode)
     device = resolve_device(device)
     require_device_for(prob, device, backend)
-    if backend != "native":
-        task_folder.harness_folder(prob)      # where eval.py is, found before anything runs (--harness both: ours)
+    # Where eval.py is, found before anything runs (--harness both: ours too), and what its files import.
+    placed = task_folder.placed_sources(prob.harness.get("files") or [], task_folder.harness_folder(prob)) \
+        if backend != "native" else {}
     for path in submissions.values():
         packages.require_installed(Path(path))
+    packages.require_folder_installed(placed)
     return prob, device, backend
 
 

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -112,6 +113,20 @@ def test_the_scaffold_lists_the_packages_the_folders_files_import_and_check_need
     monkeypatch.syspath_prepend(str(lib))                                   # installed here, and for eval.py
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(lib), os.environ.get("PYTHONPATH", "")]))
     assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
+
+
+def test_a_run_folder_file_that_imports_an_absent_package_is_refused_before_anything_runs(toy, tmp_path, monkeypatch):
+    # nvidia's eval.py imports cutlass and amd_202602's reference.py aiter at their top level: on a host without them
+    # every case crashed in eval.py, after a pre-run, whatever the submission imported.
+    write(toy / "reference.py", "import popkit_absent_pkg.ops\n" + (toy / "reference.py").read_text()
+          + "\n\ndef _fast(data):\n    import popkit_absent_lazy\n")
+    added(toy)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    with pytest.raises(runner.PopkitError) as info:
+        runner.check("addone", write(tmp_path / "s.py", GOOD), device="cpu", log_path=None)
+    assert str(info.value) == (f"the folder's reference.py imports popkit_absent_pkg, not installed for "
+                               f"{sys.executable}: install it here, or run on a host that has it (the leaderboard's "
+                               "runner does); nothing ran")
 
 
 def test_the_scaffolds_own_route_names_no_package_it_does_not_import(toy, tmp_path, monkeypatch):
