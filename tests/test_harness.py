@@ -708,7 +708,7 @@ def test_the_built_docstring_names_the_functions_the_grader_calls(toy, tmp_path,
     monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
     docstring = build.build("addone", tmp_path / "s.py").text.split('"""')[1]
     assert "custom_kernel" not in docstring
-    assert "\nforward, backward: what the grader calls, defined in the last part. Pure Python" in docstring
+    assert "\nforward, backward: what the grader calls,\ndefined in the last part. Pure Python" in docstring
 
 
 def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_to_write(toy, tmp_path, monkeypatch):
