@@ -156,20 +156,19 @@ def part_hashes(problem: str) -> dict[str, str]:
     return hashes
 
 
-def header_facts(problem: str) -> tuple[str, str, set[str] | None]:
-    """(leaderboard, gpu, modules the runner places beside submission.py) from the problem's record;
-    without a record: the problem's name, B200 and None (unknown, so not checked)."""
+def header_facts(problem: str) -> tuple[str, str, set[str] | None, list[str]]:
+    """(leaderboard, gpu, modules the runner places beside submission.py, what the grader calls) from the problem's
+    record; without a record: the problem's name, B200, None (unknown, so not checked) and custom_kernel."""
     if not problems.record_path(problem, CASES_DIR).is_file():
-        return problem, DEFAULT_GPU, None
+        return problem, DEFAULT_GPU, None, [problems.ENTRY_POINT]
     try:
         record = problems.load_problem(problem, CASES_DIR)
     except ProblemError as exc:
         raise PopkitError(str(exc)) from None
     files = record.harness.get("files")
-    if not files:
-        return record.leaderboard, record.gpu, None
-    return record.leaderboard, record.gpu, {Path(str(f["name"])).stem for f in files
-                                            if str(f["name"]).endswith(".py") and f["source"] != SUBMISSION_SOURCE}
+    placed = {Path(str(f["name"])).stem for f in files
+              if str(f["name"]).endswith(".py") and f["source"] != SUBMISSION_SOURCE} if files else None
+    return record.leaderboard, record.gpu, placed, record.entry_points
 
 
 @dataclass(frozen=True)
@@ -285,7 +284,7 @@ def render(problem: str, kernelguard: bool = True, name: str | None = None) -> B
     preflight's lines name the file NAME (the path a build writes; default PROBLEM.py)."""
     manifest = load_manifest(problem)
     manifest_path = PARTS / problem / "manifest.yml"
-    leaderboard, gpu, placed = header_facts(problem)
+    leaderboard, gpu, placed, entry_points = header_facts(problem)
     run_folder, allowed_packages = manifest["run_folder_imports"], manifest["packages"]
     if placed is not None and set(run_folder) - placed:
         missing = ", ".join(sorted(set(run_folder) - placed))
@@ -304,9 +303,9 @@ def render(problem: str, kernelguard: bool = True, name: str | None = None) -> B
     try:
         template = env.get_template(TEMPLATE)
         text = template.render(
-            problem=problem, title=manifest["title"], leaderboard=leaderboard, gpu=gpu,
+            problem=problem, title=manifest["title"], leaderboard=leaderboard, gpu=gpu, entry_points=entry_points,
             commit=inputs_commit(), parts=cuda_parts + python_parts, has_cuda=bool(cuda_parts),
-            packages_line=packages.header_line(allowed_packages),
+            packages_line=packages.header_line(packages.imported(python_texts, allowed_packages)),
             cuda=assemble_cuda(cuda_parts),
             python_parts=[{"path": p.path, "text": t} for p, t in zip(python_parts, python_texts)])
     except jinja2.TemplateError as exc:

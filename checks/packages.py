@@ -3,9 +3,10 @@ own files import, the built file's header line that names them, and whether they
 
 The leaderboards' runners carry packages beyond torch (triton, helion, cutlass, aiter ...). A problem's
 manifest lists the ones its built file may import (`packages:`; the builder refuses any other), `problem add`
-fills that list from the folder's templates and reference.py, and the built file names them in its header
-(`# packages: ...`), so check, bench and diff can refuse a file whose packages this Python lacks in one line
-instead of a traceback from inside the worker or eval.py.
+fills that list from the folder's templates and reference.py, and the built file names the ones it imports in its
+header (`# packages: ...`), so check, bench and diff can refuse a file whose packages this Python lacks in one line
+instead of a traceback from inside the worker or eval.py; so are the packages the run folder's own files (eval.py,
+reference.py ...) import at their top level.
 """
 from __future__ import annotations
 
@@ -45,6 +46,14 @@ def folder_packages(paths: Iterable[Path], run_folder: Iterable[str]) -> list[st
     return sorted(found - STANDARD - set(run_folder) - {""})
 
 
+def imported(texts: Iterable[str], allowed: list[str]) -> list[str]:
+    """Those of ALLOWED (a manifest's packages, in its order) that the Python TEXTS import: the built file's header
+    names only these, since a package the manifest allows but no part imports is never needed at import (the
+    scaffold allows every package of the folder's files while its route only calls the reference)."""
+    found = {name.split(".")[0] for text in texts for name, _ in imports(ast.parse(text))}
+    return [name for name in allowed if name in found]
+
+
 def header_line(packages: list[str]) -> str:
     """The built file's header line naming its packages (read back by declared); empty for none."""
     return LINE_PREFIX + ", ".join(packages) if packages else ""
@@ -58,6 +67,26 @@ def declared(text: str) -> list[str]:
         if line.startswith(LINE_PREFIX):
             return [name.strip() for name in line[len(LINE_PREFIX):].split(",") if name.strip()]
     return []
+
+
+def require_folder_installed(sources: dict[str, Path]) -> None:
+    """The third-party packages the runner's files (SOURCES: name in the run folder -> its file) import at their top
+    level must be importable here: eval.py imports them before any case runs, whatever the submission imports. An
+    import inside a function or a try is optional, and a file that cannot be read or parsed is left to the run."""
+    placed = {Path(name).stem for name in sources}
+    for name, path in sources.items():
+        try:
+            body = ast.parse(path.read_bytes()).body
+        except (OSError, SyntaxError, ValueError):
+            continue
+        found = {module.split(".")[0] for node in body if isinstance(node, (ast.Import, ast.ImportFrom))
+                 for module, _ in imports(node)}
+        absent = sorted(m for m in found - STANDARD - placed - {""} if importlib.util.find_spec(m) is None)
+        if absent:
+            them = "it" if len(absent) == 1 else "them"
+            raise PopkitError(f"the folder's {name} imports {', '.join(absent)}, not installed for {sys.executable}: "
+                              f"install {them} here, or run on a host that has {them} (the leaderboard's runner does); "
+                              "nothing ran")
 
 
 def require_installed(path: Path) -> None:

@@ -260,7 +260,16 @@ def checked_spec(prob: Problem, text: str) -> dict:
     if prob.native is None:
         _require_task_keys(prob, text, spec)
         _require_task_types(prob, text, spec)
+        spec = _official_booleans(prob, spec)
     return spec
+
+
+def _official_booleans(prob: Problem, spec: dict) -> dict:
+    """'True' or 'False' for a key the official cases give as a boolean is that boolean: the cases file line is the
+    same either way, and the spec then equals the official case it repeats (records, baseline reuse)."""
+    flags = {key for case in prob.tests + prob.benchmarks for key, value in case.items() if isinstance(value, bool)}
+    return {key: value == "True" if key in flags and value in ("True", "False") else value
+            for key, value in spec.items()}
 
 
 def _require_task_keys(prob: Problem, text: str, spec: dict) -> None:
@@ -594,10 +603,12 @@ def _start(problem: str, submissions: dict[str, Path], device: str | None, harne
     backend = resolve_backend(prob, harness, mode)
     device = resolve_device(device)
     require_device_for(prob, device, backend)
-    if backend != "native":
-        task_folder.harness_folder(prob)      # where eval.py is, found before anything runs (--harness both: ours)
+    # Where eval.py is, found before anything runs (--harness both: ours too), and what its files import.
+    placed = task_folder.placed_sources(prob.harness.get("files") or [], task_folder.harness_folder(prob)) \
+        if backend != "native" else {}
     for path in submissions.values():
         packages.require_installed(Path(path))
+    packages.require_folder_installed(placed)
     return prob, device, backend
 
 

@@ -256,6 +256,12 @@ def harness_folder(problem: Problem) -> Path:
                        f"{env_key(problem.name)}=DIR or run `popkit problem add {problem.name} --from DIR --force`")
 
 
+def placed_sources(files: list[dict], folder: Path) -> dict[str, Path]:
+    """The Python files the runner places beside the submission (eval.py, reference.py ...): name -> source file."""
+    return {str(f["name"]): folder / str(f["source"]) for f in files
+            if f["source"] != SUBMISSION_SOURCE and str(f["name"]).endswith(".py")}
+
+
 def assemble_run_folder(files: list[dict], folder: Path, submission: Path, dest: Path) -> None:
     """Copy the task's files into dest as the runner does: each source (relative to the folder) under its name."""
     for f in files:

@@ -11,6 +11,7 @@ import os
 import re
 import shutil
 import signal
+import sys
 import threading
 import time
 from pathlib import Path
@@ -101,9 +102,9 @@ def test_the_scaffold_lists_the_packages_the_folders_files_import_and_check_need
     assert "packages: fancylib, refpkg\n" in shown.output
     write(tmp_path / "parts" / "addone" / "route.py", FANCY_TEMPLATE)       # the folder's template, unchanged
     built = build.build("addone", tmp_path / "s.py")
-    assert built.preflight.ok and "# packages: fancylib, refpkg\n" in built.text
-    with pytest.raises(runner.PopkitError, match=r"s\.py imports fancylib, refpkg \(its manifest's packages\), not "
-                                                 r"installed for .*: install them here.*; nothing ran$"):
+    assert built.preflight.ok and "# packages: fancylib\n" in built.text      # refpkg: allowed, not imported
+    with pytest.raises(runner.PopkitError, match=r"s\.py imports fancylib \(its manifest's packages\), not "
+                                                 r"installed for .*: install it here.*; nothing ran$"):
         runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None)
     lib = tmp_path / "site"
     write(lib.joinpath("fancylib").mkdir(parents=True) or lib / "fancylib" / "__init__.py", "")
@@ -111,6 +112,33 @@ def test_the_scaffold_lists_the_packages_the_folders_files_import_and_check_need
     write(lib / "refpkg.py", "")
     monkeypatch.syspath_prepend(str(lib))                                   # installed here, and for eval.py
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(lib), os.environ.get("PYTHONPATH", "")]))
+    assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
+
+
+def test_a_run_folder_file_that_imports_an_absent_package_is_refused_before_anything_runs(toy, tmp_path, monkeypatch):
+    # nvidia's eval.py imports cutlass and amd_202602's reference.py aiter at their top level: on a host without them
+    # every case crashed in eval.py, after a pre-run, whatever the submission imported.
+    write(toy / "reference.py", "import popkit_absent_pkg.ops\n" + (toy / "reference.py").read_text()
+          + "\n\ndef _fast(data):\n    import popkit_absent_lazy\n")
+    added(toy)
+    monkeypatch.setattr(harness, "prerun", lambda *args: pytest.fail("the submission ran"))
+    with pytest.raises(runner.PopkitError) as info:
+        runner.check("addone", write(tmp_path / "s.py", GOOD), device="cpu", log_path=None)
+    assert str(info.value) == (f"the folder's reference.py imports popkit_absent_pkg, not installed for "
+                               f"{sys.executable}: install it here, or run on a host that has it (the leaderboard's "
+                               "runner does); nothing ran")
+
+
+def test_the_scaffolds_own_route_names_no_package_it_does_not_import(toy, tmp_path, monkeypatch):
+    # The manifest allows the folder's packages (helion's template imports helion), but the scaffolded route only
+    # calls the reference: its header named them all, so check refused it where helion is absent ("imports helion").
+    write(toy / "submission.py", FANCY_TEMPLATE)
+    problem_add.add_problem("addone", toy)
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    built = build.build("addone", tmp_path / "s.py")
+    assert build.load_manifest("addone")["packages"] == ["fancylib"]
+    assert built.preflight.ok and "# packages:" not in built.text
     assert runner.check("addone", tmp_path / "s.py", device="cpu", log_path=None).passed
 
 
@@ -277,6 +305,17 @@ def test_add_refuses_a_name_that_holds_the_banned_word_and_writes_nothing(toy, t
     assert str(info.value) == ("problem name 'upstream': it holds 'stream', which the leaderboard refuses anywhere "
                                "in a submission, and the built file names its problem: choose another name; "
                                "nothing was added")
+    assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
+
+
+def test_add_refuses_a_leaderboard_that_holds_the_banned_word_and_writes_nothing(toy, tmp_path):
+    # --leaderboard upstream_x was added, and every build then failed on the manifest's title ("title holds the
+    # banned word"), a line the user never wrote; the built file's '#!POPCORN leaderboard' line names the board too.
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy, leaderboard="upstream_x")
+    assert str(info.value) == ("problem addone: leaderboard 'upstream_x' holds 'stream', which the leaderboard "
+                               "refuses anywhere in a submission, and the built file's '#!POPCORN leaderboard' line "
+                               "names it: no file could be submitted to it; nothing was added")
     assert not (tmp_path / "cases").exists() and not (tmp_path / "parts").exists()
 
 
@@ -660,6 +699,18 @@ def test_a_task_whose_eval_calls_other_functions_is_scaffolded_checked_and_prefl
         runner.diff("addone", mine, "reference", device="cpu", log_path=None)
 
 
+def test_the_built_docstring_names_the_functions_the_grader_calls(toy, tmp_path, monkeypatch):
+    # princeton/cross_entropy_py's built file said "custom_kernel(data) dispatches to the routes below", a function
+    # it does not define.
+    write(toy / "submission.py", PAIR)
+    problem_add.add_problem("addone", toy)
+    monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
+    monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
+    docstring = build.build("addone", tmp_path / "s.py").text.split('"""')[1]
+    assert "custom_kernel" not in docstring
+    assert "\nforward, backward: what the grader calls,\ndefined in the last part. Pure Python" in docstring
+
+
 def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_to_write(toy, tmp_path, monkeypatch):
     # eval.py calls custom_kernel but reference.py has no ref_kernel: the scaffold imported it, so the built file
     # failed at import on every case. reference.py is read with ast: importing it would fail here.
@@ -853,6 +904,17 @@ def test_a_grouped_task_with_per_group_sizes_is_added_and_its_cases_round_trip(t
     line = problems.format_spec(prob.benchmarks[0])
     assert line == "size: [96, 128]; g: 2; seed: 21"                    # what the grouped eval.py reads
     assert problems.parse_spec(line, prob) == prob.benchmarks[0]
+
+
+def test_a_case_given_as_an_official_one_is_read_as_that_one(toy):
+    # trimul's `nomask: True` (a YAML boolean in task.yml) came back from --case as the word 'True': the same line of
+    # eval.py's cases file, but another spec in the record, so a logged baseline of that official case never served it.
+    task = toy / "task.yml"
+    write(task, task.read_text().replace('{"size": 100, "seed": 21}', '{"size": 100, "seed": 21, "nomask": true}'))
+    prob = added(toy)
+    for spec in prob.tests + prob.benchmarks:
+        assert runner.checked_spec(prob, problems.format_spec(spec)) == spec
+    assert runner.checked_spec(prob, "size: 7; seed: 1; nomask: False") == {"size": 7, "seed": 1, "nomask": False}
 
 
 def test_a_native_case_with_a_key_given_twice_is_refused():
