@@ -99,9 +99,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float s_tau[W];
     __shared__ float s_scale[W], s_beta[W];      // s_j and beta_j, applied when the panel is stored
     __shared__ float scratch[32];
-    __shared__ float s_team[2][CL][W];           // CL > 1: every CTA's totals, pushed by its warp 0
-    __shared__ float s_row_team[2][W];           // CL > 1: row c, pushed by rank 0
-    __shared__ unsigned long long s_pushed[2];   // CL > 1: a column's pushes into this CTA have landed
+    __shared__ popkit::ColumnExchange<CL> s_exchange;   // CL > 1: the team's column sums and row c
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
     __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
@@ -112,10 +110,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     const int first = rank * blockDim.x + threadIdx.x, stride = blockDim.x * CL;   // rows first + i stride
     float* Ab = A + (size_t)matrix * n * n + (size_t)k0 * n + k0;
     if constexpr (CL > 1) {                      // before any CTA pushes into another's barriers
-        if (threadIdx.x == 0) {
-            popkit::init_push_barrier(&s_pushed[0]);
-            popkit::init_push_barrier(&s_pushed[1]);
-        }
+        s_exchange.init();
         cooperative_groups::this_cluster().sync();
     }
 
@@ -163,26 +158,16 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         if constexpr (CL == 1) {
             for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
         } else {
-            // Warp 0 pushes this CTA's totals (rank 0: and row c) into every CTA of the cluster; each
-            // CTA waits on its own barrier for (CL + 1) W floats. W = 32 here: every lane holds an entry.
-            // Column c + 2 reuses the buffer: a peer pushes it only after this CTA's column c + 1
-            // push, which follows every thread's reads below.
+            // Warp 0 pushes this CTA's totals (rank 0, which holds row c < 32: and row c) into every
+            // CTA. W = 32 here: every lane holds an entry.
             static_assert(W == 32, "the cluster panel pushes one entry a lane");
             if (warp == 0) {
                 float total = 0.f;
                 for (int src = 0; src < warps; ++src) total += s_red[buf][src][entry];
-                for (int q = 0; q < CL; ++q) {
-                    const unsigned barrier = popkit::cluster_address(&s_pushed[buf], q);
-                    popkit::push_float(popkit::cluster_address(&s_team[buf][rank][entry], q), total, barrier);
-                    if (rank == 0)
-                        popkit::push_float(popkit::cluster_address(&s_row_team[buf][entry], q), s_row[buf][entry],
-                                           barrier);
-                }
+                s_exchange.push(c, rank, 0, entry, total, s_row[buf][entry]);
             }
-            if (threadIdx.x == 0) popkit::expect_bytes(&s_pushed[buf], (CL + 1) * W * sizeof(float));
-            popkit::wait_pushes(&s_pushed[buf], (c >> 1) & 1);
-            for (int q = 0; q < CL; ++q) p_entry += s_team[buf][q][entry];
-            row_c = s_row_team[buf];
+            p_entry = s_exchange.wait_and_sum(c, entry);
+            row_c = s_exchange.row_of(c);
         }
         const float alpha = row_c[c];
         const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);

@@ -68,4 +68,46 @@ __device__ __forceinline__ void wait_pushes(unsigned long long* barrier, unsigne
     }
 }
 
+// A cluster's per-column exchange for the panel kernels (W = 32 column sums a CTA): each CTA's warp 0
+// pushes its totals, and the CTA that holds row c pushes that row, into every CTA; a CTA then waits on
+// its own barrier for (CL + 1) 32 floats and reads its own shared memory. Double-buffered by column
+// parity: a peer pushes column c + 2 only after this CTA's column c + 1 push, which follows every
+// thread's reads of column c. Declare it __shared__; init, then a cluster barrier, before the first push.
+template <int CL>
+struct ColumnExchange {
+    float totals[2][CL][32];
+    float row[2][32];
+    unsigned long long pushed[2];
+
+    __device__ void init() {
+        if (threadIdx.x == 0) {
+            init_push_barrier(&pushed[0]);
+            init_push_barrier(&pushed[1]);
+        }
+    }
+
+    // Warp 0 of every CTA: lane's total, and (on rank row_rank) lane's entry of row c, to every CTA.
+    __device__ void push(int c, int rank, int row_rank, int lane, float total, float row_entry) {
+        const int buf = c & 1;
+        for (int q = 0; q < CL; ++q) {
+            const unsigned barrier = cluster_address(&pushed[buf], q);
+            push_float(cluster_address(&totals[buf][rank][lane], q), total, barrier);
+            if (rank == row_rank) push_float(cluster_address(&row[buf][lane], q), row_entry, barrier);
+        }
+    }
+
+    // Every thread: wait for column c's pushes, then the team's sum of `entry` (the ranks in order, so every
+    // CTA holds the same bits); row c is row_of(c) afterwards.
+    __device__ float wait_and_sum(int c, int entry) {
+        const int buf = c & 1;
+        if (threadIdx.x == 0) expect_bytes(&pushed[buf], (CL + 1) * 32 * sizeof(float));
+        wait_pushes(&pushed[buf], (c >> 1) & 1);
+        float sum = 0.f;
+        for (int q = 0; q < CL; ++q) sum += totals[buf][q][entry];
+        return sum;
+    }
+
+    __device__ const float* row_of(int c) const { return row[c & 1]; }
+};
+
 }  // namespace popkit
