@@ -41,9 +41,11 @@
 // R = 4, 8 for R = 8 (at 512 threads: m <= 1024, 2048, 4096).
 // Cluster mode (CL = 2, 4 or 8 CTAs a matrix, a thread block cluster): the team's
 // threads split the rows the same way (thread t of rank q owns rows q blockDim + t,
-// + CL blockDim, ...); per column each CTA sums its warps' vectors into shared
-// memory, one cluster barrier, then every thread adds the CL CTA totals through
-// distributed shared memory and reads row c from rank 0's. Same arithmetic as one
+// + CL blockDim, ...); per column each CTA's warp 0 sums its warps' vectors and
+// pushes the totals (rank 0: and row c) into every CTA's shared memory (st.async,
+// counted on the receiver's mbarrier), so a CTA waits on its own barrier and reads
+// its own shared memory (a cluster.sync and remote loads per column took 3 us a
+// column at 2x4096, ncu 2026-12-01: barrier and long-scoreboard stalls). Same arithmetic as one
 // CTA (the model is model.factor_panel_model either way); a small batch of tall
 // panels then uses CL times the SMs and keeps 32 columns (at 512 threads and two
 // rows a thread, 8 CTAs hold 8192 rows).
@@ -97,7 +99,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float s_tau[W];
     __shared__ float s_scale[W], s_beta[W];      // s_j and beta_j, applied when the panel is stored
     __shared__ float scratch[32];
-    __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
+    __shared__ popkit::ColumnExchange<CL> s_exchange;   // CL > 1: the team's column sums and row c
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
     __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
@@ -107,6 +109,10 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
     const int first = rank * blockDim.x + threadIdx.x, stride = blockDim.x * CL;   // rows first + i stride
     float* Ab = A + (size_t)matrix * n * n + (size_t)k0 * n + k0;
+    if constexpr (CL > 1) {                      // before any CTA pushes into another's barriers
+        s_exchange.init();
+        cooperative_groups::this_cluster().sync();
+    }
 
     float a[R][W];
 #pragma unroll
@@ -152,15 +158,16 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         if constexpr (CL == 1) {
             for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
         } else {
-            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            // Warp 0 pushes this CTA's totals (rank 0, which holds row c < 32: and row c) into every
+            // CTA. W = 32 here: every lane holds an entry.
+            static_assert(W == 32, "the cluster panel pushes one entry a lane");
             if (warp == 0) {
                 float total = 0.f;
                 for (int src = 0; src < warps; ++src) total += s_red[buf][src][entry];
-                if (entry_lane) s_cta[buf][entry] = total;
+                s_exchange.push(c, rank, 0, entry, total, s_row[buf][entry]);
             }
-            cluster.sync();                                 // every CTA's totals (and row c) visible
-            for (int q = 0; q < CL; ++q) p_entry += cluster.map_shared_rank(s_cta[buf], q)[entry];
-            row_c = cluster.map_shared_rank(s_row[buf], 0);
+            p_entry = s_exchange.wait_and_sum(c, entry);
+            row_c = s_exchange.row_of(c);
         }
         const float alpha = row_c[c];
         const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);

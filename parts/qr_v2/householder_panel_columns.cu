@@ -25,8 +25,8 @@
 // Launch: a team of CL CTAs per matrix (CL = 1, or a thread block cluster of 2, 4 or 8: grid = batch
 // CL), each of ceil(m / (CL RW)) warps (at most 16), RW the least of 8, 16, 32 that fits m <= 16 CL RW;
 // warp q of rank k owns the rows from (k warps + q) RW. With a cluster, each CTA's column sums go to
-// its shared memory and every thread adds the CL of them through distributed shared memory after one
-// cluster barrier; row c comes from the owner CTA's shared memory the same way.
+// every CTA's shared memory (popkit::ColumnExchange: st.async pushes counted on the receiver's
+// mbarrier, no cluster barrier a column), and so does row c from the CTA that holds it.
 // Why it is fast: against householder_panel.cu (thread = row, all W columns in registers), a column
 // costs each warp ~150 instructions instead of ~430: no W-wide butterfly (31 shuffles and their
 // selects), no select chains to pick column c out of registers and write it back, and the update
@@ -56,7 +56,7 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
     __shared__ float scratch[32];
-    __shared__ float s_cta[2][W];                                 // CL > 1: this CTA's column sums
+    __shared__ popkit::ColumnExchange<CL> s_exchange;             // CL > 1: the team's column sums, row c
     __shared__ float s_slot;                                      // CL > 1: team_reduce's exchange
     const int m = n - k0, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
@@ -73,7 +73,12 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
         for (int i = 0; i < RW; ++i, src += n) a[i] = row0 + i < m ? *src : 0.f;
     }
     float my_scale = 1.f;              // this lane's reflector scale once its column is factored
-    __syncthreads();
+    if constexpr (CL > 1) {            // before any CTA pushes into another's barriers
+        s_exchange.init();
+        cooperative_groups::this_cluster().sync();
+    } else {
+        __syncthreads();
+    }
 
 #pragma unroll 1
     for (int c = 0; c < w; ++c) {
@@ -119,13 +124,9 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
         }
         const float* row_c = s_row[buf];
         if constexpr (CL > 1) {                              // ... and over the team's
-            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-            if (warp == 0) s_cta[buf][lane] = p;
-            cluster.sync();
-            p = 0.f;
-#pragma unroll
-            for (int q = 0; q < CL; ++q) p += cluster.map_shared_rank(s_cta[buf], q)[lane];
-            row_c = cluster.map_shared_rank(s_row[buf], owner / warps);
+            if (warp == 0) s_exchange.push(c, rank, owner / warps, lane, p, s_row[buf][lane]);
+            p = s_exchange.wait_and_sum(c, lane);
+            row_c = s_exchange.row_of(c);
         }
         const float ssq = __shfl_sync(0xffffffffu, p, c);
         float xnorm;
