@@ -1,21 +1,21 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 2235cac87be27a2714ec2d476b43e1ee1d1cd7b5
+# toolkit commit: f4368634f6ea6662fb4ede2bf867a51a435a2fad
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
-# part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
+# part qr_v2/compact_wy.cuh sha256 c2e62d67ed853e0c7ec17a0a88307d96dd33719d7a186931fb293ee0835463d5
 # part qr_v2/panel_team.cuh sha256 19581a6848c3e2cbe0e166d39c9139f39f26c559fe6d98f2ab516d9606d6b97b
-# part qr_v2/householder_panel_columns.cu sha256 bef673f77ca5b6b9903cb27224e8438c448628932ad48ee0f822e7aaa7b7cdef
-# part qr_v2/householder_panel.cu sha256 efc3b763a40db0e132491a1c88703e045f22080d3fe233ad19e0daa820438af1
+# part qr_v2/householder_panel_columns.cu sha256 757286ba853b1a88e56908f7a0ada23886490a8076772625ed715db26202f19b
+# part qr_v2/householder_panel.cu sha256 aa1b9a2e41aa5a7faf173ddce77b0942c20618943af098cb3e2a8c52182f9f8c
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
 # part qr_v2/householder_update.cu sha256 3260d10893f0722cb1beb37743cdceb9b7f684eafc01c9da334da860b0f168c7
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
-# part qr_v2/model.py sha256 e90c5763ff8987bdad37c6e2d57180b92f31189973bc56cc341e87c51bc38327
+# part qr_v2/model.py sha256 617280a5e7bc299431d64907a7db089158a1a64ca13d0826691f8f6ec882b27f
 # part qr_v2/route.py sha256 8aae1c36cbf68d5f2457b32baf8b3d34d818114c3de90c0d8471bd3d88d586c6
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
@@ -318,22 +318,57 @@ POPKIT_EXPORT int qr_warp(const float* A, float* H, float* tau, int batch, int n
 //
 // H_0 H_1 ... H_{w-1} = I - V T V^T with T upper triangular (LAPACK slarft, forward, column-wise):
 //   T[c][c] = tau_c,   T[0:c, c] = -tau_c T[0:c, 0:c] G[0:c, c],   G[l][c] = v_l^T v_c (l < c).
-// Row k of T depends only on its own earlier entries, so thread k builds row k alone.
+// Row k of T depends on its own earlier entries only, a chain of w - 1 - k steps: built one thread a row
+// (the first version), the other warps waited for thread 0's 31 steps at the next barrier, 25% of the column
+// panel's stall samples at 40x176 and 16% of the row panel's at 640x512 (ncu, 2026-12-01). So the chain runs
+// only inside diagonal blocks of 8, and blocks merge pairwise: for A = [a, a + s) and D = [a + s, a + 2s),
+//   T[A, D] = -(T[A, A] G[A, D]) T[D, D]
+// (the recurrence started from -T[A, A] G[A, D] instead of zero is that product; no tau is inverted, so a
+// zero tau is fine). A merge is two small products over all of the CTA's threads, two barriers each level:
+// 8 -> 16 -> 32 is a chain of 7 steps and four barriers. X = T[A, A] G[A, D] waits in G's unused lower
+// triangle (X[k][c] at G[c][k], c > k). model.compact_wy_factor computes the same products in this order.
 
 namespace popkit {
 
-// Threads 0 .. w-1 each fill one row of T (w <= W); the caller synchronizes before and after.
+constexpr int kWyBlock = 8;     // the diagonal blocks' size: the longest serial chain is kWyBlock - 1 steps
+
+// T (rows and columns 0 .. w-1; zero below the diagonal) from G's strict upper triangle and tau, w <= W. Every
+// thread of the CTA calls it (it holds barriers); the caller synchronizes before (G and tau written). G's lower
+// triangle is scratch. T is complete, for every thread, on return.
 template <int W>
-__device__ __forceinline__ void build_compact_wy_rows(float (*T)[W + 1], const float (*G)[W + 1], const float* tau,
-                                                      int w) {
-    if (threadIdx.x >= w) return;
+__device__ __forceinline__ void build_compact_wy(float (*T)[W + 1], float (*G)[W + 1], const float* tau, int w) {
     const int k = threadIdx.x;
-    for (int c = 0; c < k; ++c) T[k][c] = 0.f;
-    T[k][k] = tau[k];
-    for (int c = k + 1; c < w; ++c) {
-        float acc = 0.f;
-        for (int l = k; l < c; ++l) acc += T[k][l] * G[l][c];
-        T[k][c] = -tau[c] * acc;
+    if (k < w) {                                        // diagonal blocks, one thread a row
+        const int end = min((k / kWyBlock + 1) * kWyBlock, w);
+        for (int c = 0; c < w; ++c) T[k][c] = 0.f;
+        T[k][k] = tau[k];
+        for (int c = k + 1; c < end; ++c) {
+            float acc = 0.f;
+            for (int l = k; l < c; ++l) acc += T[k][l] * G[l][c];
+            T[k][c] = -tau[c] * acc;
+        }
+    }
+    __syncthreads();
+    for (int size = kWyBlock; size < w; size *= 2) {    // merge blocks [a, a + size) and [a + size, a + 2 size)
+        const int entries = (w + 2 * size - 1) / (2 * size) * size * size;
+        for (int idx = threadIdx.x; idx < entries; idx += blockDim.x) {     // X = T[A, A] G[A, D]
+            const int a = idx / (size * size) * 2 * size, row = a + idx % (size * size) / size;
+            const int col = a + size + idx % size;
+            if (col >= w) continue;
+            float acc = 0.f;
+            for (int l = row; l < a + size; ++l) acc += T[row][l] * G[l][col];
+            G[col][row] = acc;
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < entries; idx += blockDim.x) {     // T[A, D] = -X T[D, D]
+            const int a = idx / (size * size) * 2 * size, row = a + idx % (size * size) / size;
+            const int col = a + size + idx % size;
+            if (col >= w) continue;
+            float acc = 0.f;
+            for (int d = a + size; d <= col; ++d) acc += G[d][row] * T[d][col];
+            T[row][col] = -acc;
+        }
+        __syncthreads();
     }
 }
 
@@ -620,7 +655,7 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
     }
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();      // no CTA leaves while another reads its shared memory
-    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
+    popkit::build_compact_wy<W>(s_T, s_G, s_tau, w);
 
     // Rows w .. m-1 hold only reflector tails (rows below w were written column by column).
     if (lane < w) {
@@ -907,7 +942,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
-    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
+    popkit::build_compact_wy<W>(s_T, s_G, s_tau, w);
 
     const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll
@@ -1858,15 +1893,26 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return V.mT.contiguous(), compact_wy_factor(G, panel_tau)
 
 
+WY_BLOCK = 8   # compact_wy.cuh's kWyBlock
+
+
 def compact_wy_factor(G: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """T (b, w, w) with H_0 ... H_{w-1} = I - V T V^T, from the strict upper part of G = V^T V and tau
-    (LAPACK slarft, forward, column-wise): T[c][c] = tau_c, T[:c, c] = -tau_c T[:c, :c] G[:c, c]."""
+    (LAPACK slarft, forward, column-wise: T[c][c] = tau_c, T[:c, c] = -tau_c T[:c, :c] G[:c, c]), in
+    compact_wy.cuh's order: that recurrence inside diagonal blocks of WY_BLOCK, then blocks merged pairwise,
+    T[A, D] = -(T[A, A] G[A, D]) T[D, D]."""
     b, w = tau.shape
     T = torch.zeros(b, w, w, dtype=tau.dtype, device=tau.device)
-    for c in range(w):
-        T[:, c, c] = tau[:, c]
-        if c:
-            T[:, :c, c] = -tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    for k in range(w):
+        T[:, k, k] = tau[:, k]
+        for c in range(k + 1, min((k // WY_BLOCK + 1) * WY_BLOCK, w)):
+            T[:, k, c] = -tau[:, c] * (T[:, k, k:c] * G[:, k:c, c]).sum(dim=1)
+    size = WY_BLOCK
+    while size < w:
+        for a in range(0, w - size, 2 * size):
+            A, D = slice(a, a + size), slice(a + size, min(a + 2 * size, w))
+            T[:, A, D] = -((T[:, A, A] @ G[:, A, D]) @ T[:, D, D])
+        size *= 2
     return T
 
 

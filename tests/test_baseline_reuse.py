@@ -184,7 +184,7 @@ def test_fresh_baseline_passes_no_logged_baselines_to_the_worker(tmp_path, proje
 def in_process_worker(monkeypatch, few_repeats):
     """The runner's worker run in this process instead of a spawned one, so that few_repeats reaches it (the
     spawned worker's messages and timeouts: test_cli_loop.py, test_runner_hardening.py)."""
-    def run_worker(job, progress=lambda text: None, timeout_s=None):
+    def run_worker(job, progress=lambda text: None, timeout_s=None, limit_name=None):
         sent = []
         worker.main(SimpleNamespace(send=sent.append, close=lambda: None), job)
         assert sent[-1] == ("done", None), sent[-1]

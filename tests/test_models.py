@@ -252,3 +252,26 @@ def test_panel_threads_takes_256_only_where_the_batch_fills_the_gpu_and_panels_k
     assert qr_route.panel_threads(512, 40) == qr_route.PANEL_MAX_THREADS
     assert qr_route.panel_threads(1024, 640) == qr_route.PANEL_MAX_THREADS
     assert qr_route.panel_threads(4096, 2) == qr_route.PANEL_MAX_THREADS
+
+
+def _slarft(G: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """The column-by-column recurrence, as LAPACK writes it."""
+    b, w = tau.shape
+    T = torch.zeros(b, w, w, dtype=tau.dtype)
+    for c in range(w):
+        T[:, c, c] = tau[:, c]
+        T[:, :c, c] = -tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    return T
+
+
+@pytest.mark.parametrize("w", [1, 5, 8, 9, 13, 16, 20, 31, 32])
+def test_the_blocked_compact_wy_factor_is_the_recurrence(w):
+    # compact_wy.cuh builds T from diagonal blocks of 8 merged pairwise (the row-by-row chain was a serial tail).
+    from parts.qr_v2.model import compact_wy_factor
+    V = torch.tril(torch.randn(3, 40, w, dtype=torch.float64), -1) + torch.eye(40, w, dtype=torch.float64)
+    tau = 2 / (V * V).sum(dim=1)
+    tau[1, w // 2] = 0.0                                     # a zero reflector (a zero column) among them
+    G = torch.triu(V.mT @ V, 1) + torch.tril(torch.randn(3, w, w, dtype=torch.float64), -1)   # lower: scratch
+    T = compact_wy_factor(G, tau)
+    torch.testing.assert_close(T, _slarft(G, tau), atol=1e-12, rtol=0)
+    assert torch.equal(torch.tril(T, -1), torch.zeros_like(T))

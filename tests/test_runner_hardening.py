@@ -202,7 +202,15 @@ def test_check_builds_the_problem_when_submission_py_is_another_problems(tmp_pat
                  "--log", tmp_path / "l")
     assert result.exit_code == 0, result.output
     assert "is not built for eigh: built parts/eigh to" in result.output
-    assert (tmp_path / "popkit-builds" / "eigh.py").is_file()
+    assert [p.name for p in (tmp_path / "popkit-builds").glob("*/eigh.py")] == ["eigh.py"]
+
+
+def test_two_checkouts_build_into_folders_of_their_own():
+    # Both wrote /tmp/popkit-builds/NAME.py: a project and its snapshot on one GPU host took each other's build.
+    from popcorn.cli.loop import scratch_build_path
+    one, other = scratch_build_path("qr_v2", Path("/work/a")), scratch_build_path("qr_v2", Path("/work/b"))
+    assert one != other and one.name == other.name == "qr_v2.py"
+    assert scratch_build_path("qr_v2", Path("/work/a")) == one            # the same checkout: the same file
 
 
 def test_check_says_when_submission_py_is_older_than_the_parts(tmp_path, monkeypatch):

@@ -215,7 +215,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
-    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
+    popkit::build_compact_wy<W>(s_T, s_G, s_tau, w);
 
     const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll

@@ -168,7 +168,7 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
     }
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();      // no CTA leaves while another reads its shared memory
-    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
+    popkit::build_compact_wy<W>(s_T, s_G, s_tau, w);
 
     // Rows w .. m-1 hold only reflector tails (rows below w were written column by column).
     if (lane < w) {

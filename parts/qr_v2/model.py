@@ -104,15 +104,26 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     return V.mT.contiguous(), compact_wy_factor(G, panel_tau)
 
 
+WY_BLOCK = 8   # compact_wy.cuh's kWyBlock
+
+
 def compact_wy_factor(G: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """T (b, w, w) with H_0 ... H_{w-1} = I - V T V^T, from the strict upper part of G = V^T V and tau
-    (LAPACK slarft, forward, column-wise): T[c][c] = tau_c, T[:c, c] = -tau_c T[:c, :c] G[:c, c]."""
+    (LAPACK slarft, forward, column-wise: T[c][c] = tau_c, T[:c, c] = -tau_c T[:c, :c] G[:c, c]), in
+    compact_wy.cuh's order: that recurrence inside diagonal blocks of WY_BLOCK, then blocks merged pairwise,
+    T[A, D] = -(T[A, A] G[A, D]) T[D, D]."""
     b, w = tau.shape
     T = torch.zeros(b, w, w, dtype=tau.dtype, device=tau.device)
-    for c in range(w):
-        T[:, c, c] = tau[:, c]
-        if c:
-            T[:, :c, c] = -tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
+    for k in range(w):
+        T[:, k, k] = tau[:, k]
+        for c in range(k + 1, min((k // WY_BLOCK + 1) * WY_BLOCK, w)):
+            T[:, k, c] = -tau[:, c] * (T[:, k, k:c] * G[:, k:c, c]).sum(dim=1)
+    size = WY_BLOCK
+    while size < w:
+        for a in range(0, w - size, 2 * size):
+            A, D = slice(a, a + size), slice(a + size, min(a + 2 * size, w))
+            T[:, A, D] = -((T[:, A, A] @ G[:, A, D]) @ T[:, D, D])
+        size *= 2
     return T
 
 

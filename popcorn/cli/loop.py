@@ -1,6 +1,7 @@
 """The core loop's verbs: build, check, bench, diff, promote."""
 from __future__ import annotations
 
+import hashlib
 import tempfile
 from pathlib import Path
 
@@ -45,6 +46,13 @@ def _exit_with(outcome) -> None:
     raise SystemExit(0 if outcome.passed else 1)
 
 
+def scratch_build_path(problem: str, checkout: Path) -> Path:
+    """Where a verb builds PROBLEM's parts when no file is given: a temporary folder of this checkout's own (two
+    checkouts on one machine, a project and its snapshots on a GPU host, wrote one /tmp/popkit-builds/NAME.py)."""
+    tag = hashlib.sha256(str(checkout).encode()).hexdigest()[:12]
+    return Path(tempfile.gettempdir()) / "popkit-builds" / tag / f"{problem}.py"
+
+
 def _submission_for(problem: str, given: Path | None) -> Path:
     """The given file; else submission.py when it is built for PROBLEM (its leaderboard, and its parts when
     popkit built it: two problems may share a board); else PROBLEM's parts, built now to a file outside the
@@ -62,7 +70,7 @@ def _submission_for(problem: str, given: Path | None) -> Path:
         if leading_directives(text).get("leaderboard") == board and parts_of in (None, problem):
             _warn_if_older_than_parts(problem)
             return DEFAULT_SUBMISSION
-    target = Path(tempfile.gettempdir()) / "popkit-builds" / f"{problem}.py"
+    target = scratch_build_path(problem, Path(builder.__file__).resolve().parent)
     builder.build(problem, target)
     click.echo(f"note: {DEFAULT_SUBMISSION.name} is not built for {problem}: built parts/{problem} to {target}")
     return target
