@@ -365,6 +365,19 @@ def test_check_fails_a_wrong_factor_on_cpu(tmp_path):
     assert outcome.record["cases"][0]["error"].startswith("triangular: matrix ")
 
 
+def test_the_submission_starts_from_the_global_seed_of_the_cholesky_eval(tmp_path):
+    # cholesky's eval.py runs cases in its own process after seeding random, numpy and torch with 42 (no
+    # POPCORN_SEED); qr_v2's and eigh's run them in a spawned pool worker that keeps torch's default seed
+    body = ("assert (torch.initial_seed(), random.random()) == (42, random.Random(42).random()), "
+            "torch.initial_seed(); return torch.linalg.cholesky(A)")
+    sub = submission(tmp_path, body)
+    sub.write_text(sub.read_text().replace("import torch\n", "import random\nimport torch\n", 1))
+    outcome = runner.check("cholesky", sub, ["batch: 2; n: 8; cond: 2; seed: 1"], device="cpu", log_path=None,
+                           harness="native")
+    assert outcome.passed, outcome.record["cases"][0]["error"]
+    assert cholesky.GLOBAL_SEED == 42 and not hasattr(native_checker("qr_v2"), "GLOBAL_SEED")
+
+
 def test_the_problem_record_is_native():
     prob = load_problem("cholesky")
     assert prob.native is native_checker("cholesky") is cholesky
