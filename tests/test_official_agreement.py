@@ -78,7 +78,8 @@ def _perturbations(problem, out, g):
     """Ways to spoil an output gradually: f(s) with s >= 0, the exact output at s = 0."""
     if problem == "qr_v2":
         H, tau = out
-        E, e, V = torch.randn(H.shape, generator=g), torch.randn(tau.shape, generator=g), torch.randn(H.shape, generator=g)
+        E, V = torch.randn(H.shape, generator=g), torch.randn(H.shape, generator=g)
+        e = torch.randn(tau.shape, generator=g)
         return [lambda s: (H + torch.triu(E) * s * H.abs().amax(), tau), lambda s: (H, tau + e * s),
                 lambda s: (H + torch.tril(V, -1) * s, tau)]
     if problem == "eigh":
