@@ -143,16 +143,16 @@ def stop_rule(device: str, **grader) -> timing.StopRule:
 
 def warm_up_rule(problem: str, device: str) -> timing.StopRule:
     """The warm-up's stop rule: the grader's with a 0.1 s budget and the repeats of the problem's eval.py (a
-    native checker's WARMUP_REPEATS: cholesky's eval.py warms up for 20 at most, qr_v2's and eigh's for 200)."""
+    native checker's WARMUP_REPEATS where its eval.py warms up for fewer than the usual 200)."""
     repeats = getattr(checker(problem), "WARMUP_REPEATS", WARMUP_REPEATS)
     return stop_rule(device, budget_s=WARMUP_BUDGET_S, max_repeats=repeats)
 
 
 def seed_like_the_grader(problem: str) -> None:
-    """The global random state a submission starts from. qr_v2's and eigh's eval.py run every case in a spawned
-    pool worker, which keeps the libraries' default seeds (as this spawned worker does: nothing to do);
-    cholesky's runs cases in its own process after seeding random, numpy and torch with POPCORN_SEED or 42, which
-    a native checker states as GLOBAL_SEED (--seeds runs keep 42: the grader would seed each run's salt)."""
+    """The global random state a submission starts from. Most problems' eval.py run every case in a spawned pool
+    worker, which keeps the libraries' default seeds (as this spawned worker does: nothing to do); one that runs
+    cases in its own process after seeding random, numpy and torch (POPCORN_SEED or 42) states that seed as its
+    native checker's GLOBAL_SEED (--seeds runs keep it: the grader would seed each run's salt)."""
     seed = getattr(checker(problem), "GLOBAL_SEED", None)
     if seed is None:
         return
