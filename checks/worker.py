@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.machinery
 import importlib.util
+import random
 import sys
 import time
 import traceback
@@ -129,7 +130,8 @@ def time_kernel(problem, kernel, inputs, device, rule, send, label, recheck=True
     return reports[0], timing.time_case(kernel, inputs, rechecker, clock, rule, progress)
 
 
-WARMUP_BUDGET_S = 0.1   # eval.py's benchmark mode: one untimed run of the first case, 200 repeats / 0.1 s
+WARMUP_BUDGET_S = 0.1   # eval.py's benchmark mode: one untimed run of the first case, 0.1 s budget
+WARMUP_REPEATS = 200    # ... and at most 200 repeats, unless the checker says otherwise (WARMUP_REPEATS)
 DIFF_RULE = {"budget_s": 1.0, "max_repeats": 50}     # each side's timing loop in one round of a diff
 
 
@@ -139,11 +141,36 @@ def stop_rule(device: str, **grader) -> timing.StopRule:
     return timing.StopRule("benchmark", **grader) if device.startswith("cuda") else timing.cpu_rule()
 
 
+def warm_up_rule(problem: str, device: str) -> timing.StopRule:
+    """The warm-up's stop rule: the grader's with a 0.1 s budget and the repeats of the problem's eval.py (a
+    native checker's WARMUP_REPEATS where its eval.py warms up for fewer than the usual 200)."""
+    repeats = getattr(checker(problem), "WARMUP_REPEATS", WARMUP_REPEATS)
+    return stop_rule(device, budget_s=WARMUP_BUDGET_S, max_repeats=repeats)
+
+
+def seed_like_the_grader(problem: str) -> None:
+    """The global random state a submission starts from. Most problems' eval.py run every case in a spawned pool
+    worker, which keeps the libraries' default seeds (as this spawned worker does: nothing to do); one that runs
+    cases in its own process after seeding random, numpy and torch (POPCORN_SEED or 42) states that seed as its
+    native checker's GLOBAL_SEED (--seeds runs keep it: the grader would seed each run's salt)."""
+    seed = getattr(checker(problem), "GLOBAL_SEED", None)
+    if seed is None:
+        return
+    random.seed(seed)
+    try:
+        import numpy
+    except ImportError:       # a submission cannot use numpy's random state without numpy either
+        pass
+    else:
+        numpy.random.seed(seed)
+    torch.manual_seed(seed)   # every device's default generator too
+
+
 def warm_up(problem, kernel, spec, device) -> None:
     """eval.py's benchmark-mode warm-up: the first case once through the timing loop, result ignored."""
     try:
         inputs = checker(problem).benchmark_inputs(spec, device)
-        rule = stop_rule(device, budget_s=WARMUP_BUDGET_S)
+        rule = warm_up_rule(problem, device)
         time_kernel(problem, kernel, inputs, device, rule, lambda message: None, "warm-up", recheck=False)
     except Exception:   # the timed run of the same case reports any failure
         pass
@@ -219,6 +246,7 @@ def main(conn, job: dict) -> None:
     send = conn.send
     try:
         problem, device, mode = job["problem"], job["device"], job["mode"]
+        seed_like_the_grader(problem)    # before the import, as eval.py seeds before importing the submission
         start = time.perf_counter()
         modules = import_each(job["submissions"])
         sync(device)

@@ -242,6 +242,24 @@ def test_tiny_upper_entries_within_the_limit_pass():
     assert report.passed and report.residuals["triangular"][0] == pytest.approx(2, rel=1e-6)
 
 
+def test_the_gates_are_decided_by_the_float32_comparison_alone():
+    # n = 3, ||A||_1 = s = 1 + 2^-23: the triangular allowance 8 n eps s rounds up in float32, so an upper entry
+    # equal to it passes the official comparison though it is over the limit in exact arithmetic
+    s = torch.tensor(1.0 + 2.0 ** -23)
+    allowed = 8 * 3 * EPS * s                                   # float32, as the official check forms it
+    assert float(allowed) > 24 * EPS * float(s)
+    A = torch.diag_embed(s.expand(1, 3)).contiguous()
+    d = float(torch.sqrt(s))
+    L = torch.tensor([[[d, 0.0, float(allowed)], [0.0, d, 0.0], [0.0, 0.0, d]]])
+    report = cholesky.check_output(A, L)
+    assert report.passed, report.message
+    assert report.residuals["triangular"] == [8.0, 8.0]
+    L[0, 0, 2] = float(torch.nextafter(allowed, torch.tensor(1.0)))   # one float32 step more fails
+    report = cholesky.check_output(A, L)
+    assert_fails(report, "triangular")
+    assert 8 < report.residuals["triangular"][0] < 8 * (1 + 1e-6)
+
+
 def test_negative_diagonal_fails_only_the_diagonal_gate():
     A = gen(n=8, batch=3)
     L = torch.linalg.cholesky(A)
@@ -345,6 +363,19 @@ def test_check_fails_a_wrong_factor_on_cpu(tmp_path):
                            harness="native")
     assert not outcome.passed
     assert outcome.record["cases"][0]["error"].startswith("triangular: matrix ")
+
+
+def test_the_submission_starts_from_the_global_seed_of_the_cholesky_eval(tmp_path):
+    # cholesky's eval.py runs cases in its own process after seeding random, numpy and torch with 42 (no
+    # POPCORN_SEED); qr_v2's and eigh's run them in a spawned pool worker that keeps torch's default seed
+    body = ("assert (torch.initial_seed(), random.random()) == (42, random.Random(42).random()), "
+            "torch.initial_seed(); return torch.linalg.cholesky(A)")
+    sub = submission(tmp_path, body)
+    sub.write_text(sub.read_text().replace("import torch\n", "import random\nimport torch\n", 1))
+    outcome = runner.check("cholesky", sub, ["batch: 2; n: 8; cond: 2; seed: 1"], device="cpu", log_path=None,
+                           harness="native")
+    assert outcome.passed, outcome.record["cases"][0]["error"]
+    assert cholesky.GLOBAL_SEED == 42 and not hasattr(native_checker("qr_v2"), "GLOBAL_SEED")
 
 
 def test_the_problem_record_is_native():

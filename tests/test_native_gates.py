@@ -208,6 +208,26 @@ def test_eigh_scaled_values_by_hand():
     assert report.message.startswith("sorted: matrix 0 ")
 
 
+def test_eigh_sorted_is_decided_in_float32_as_the_official_check():
+    # n = 2: the allowance is 100 n eps max(1, max|L|) = 200 eps. The two values descend by a little more
+    # than that exactly (float64), but their float32 step rounds to -200 eps, which the official check
+    # (float32 steps against a float32 allowance) lets pass. Q = I and A = diag(L) pass every other gate.
+    hi, lo = 2.3841905203880742e-05, 4.66254153341783e-11          # float32 values, printed exactly
+    L = torch.tensor([[hi, lo]], dtype=torch.float32)
+    assert float(L[0, 0].double() - L[0, 1].double()) > 200 * EPS   # over the limit in exact arithmetic
+    assert float(L[0, 1] - L[0, 0]) == -200 * EPS                    # on it in float32
+    A = torch.diag_embed(L)
+    report = check_output("eigh", A, (torch.eye(2).expand(1, 2, 2).contiguous(), L))
+    assert report.passed, report.message
+    assert report.residuals["sorted"] == [100.0, 100.0]
+    # a step one float32 ulp longer (2^-39 at this size) fails, at a value just over the limit
+    L2 = torch.tensor([[hi, lo - 2.0 ** -38]], dtype=torch.float32)
+    assert float(L2[0, 1] - L2[0, 0]) < -200 * EPS
+    report = check_output("eigh", torch.diag_embed(L2), (torch.eye(2).expand(1, 2, 2).contiguous(), L2))
+    assert_fails(report, "sorted")
+    assert 100 < report.residuals["sorted"][0] < 100 * (1 + 1e-6)
+
+
 # ---------------------------------------------------------------- chunking
 
 @pytest.mark.parametrize("problem", list(SOLVERS))

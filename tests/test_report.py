@@ -774,28 +774,25 @@ def test_an_out_in_a_missing_folder_is_one_line_naming_it(tmp_path):
     assert not (tmp_path / "typo").exists()
 
 
-def test_an_empty_out_is_one_line(tmp_path, monkeypatch):
+@pytest.mark.parametrize("out, line", [
     # -o '' was the current folder (Path('') is '.'), which got index.html and every chart.
-    monkeypatch.chdir(tmp_path)
-    result = _report("--log", _small_log(tmp_path), "-o", "")
-    assert result.exit_code == 1
-    assert result.output.splitlines() == [
-        "error: -o '': an empty folder name; name the report's folder (-o report), or /dev/null for the summary "
-        "alone; nothing was written"]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["performance.jsonl"]
-
-
-def test_an_out_named_like_a_page_is_one_line_unless_that_folder_exists(tmp_path, monkeypatch):
+    ("", "error: -o '': an empty folder name; name the report's folder (-o report), or /dev/null for the summary "
+         "alone; nothing was written"),
     # -o report.html made a folder report.html/ with index.html inside.
+    ("report.html", "error: -o report.html: -o names the report's folder (index.html and its charts go inside): "
+                    "say -o report; nothing was written"),
+])
+def test_an_out_that_names_no_fit_folder_is_one_line(tmp_path, monkeypatch, out, line):
     monkeypatch.chdir(tmp_path)
-    result = _report("--log", _small_log(tmp_path), "-o", "report.html")
+    result = _report("--log", _small_log(tmp_path), "-o", out)
     assert result.exit_code == 1
-    assert result.output.splitlines() == [
-        "error: -o report.html: -o names the report's folder (index.html and its charts go inside): say -o report; "
-        "nothing was written"]
+    assert result.output.splitlines() == [line]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["performance.jsonl"]
-    (tmp_path / "site.html").mkdir()                # a folder of that name, made on purpose, is used
-    assert _report("--log", tmp_path / "performance.jsonl", "-o", "site.html").exit_code == 0
+
+
+def test_a_folder_named_like_a_page_made_on_purpose_is_used(tmp_path):
+    (tmp_path / "site.html").mkdir()
+    assert _report("--log", _small_log(tmp_path), "-o", tmp_path / "site.html").exit_code == 0
     assert (tmp_path / "site.html" / "index.html").is_file()
 
 

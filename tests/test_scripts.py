@@ -76,12 +76,18 @@ except KeyboardInterrupt:
 """
 
 
+def stand_in_python(tmp_path: Path, source: str) -> Path:
+    """An executable that gpu_session.sh runs as $PYTHON: SOURCE with this interpreter on its #! line."""
+    python = tmp_path / "python"
+    python.write_text(source.format(python=sys.executable))
+    python.chmod(0o755)
+    return python
+
+
 def test_ctrl_c_stops_the_batch_and_keeps_the_verbs_line_in_its_table(tmp_path):
     # Ctrl-C stopped the verb running (exit 130) and the batch went on with the next verb; the pipe's grep
     # and tee died of the same Ctrl-C, so the verb's 'interrupted' line reached neither screen nor table.
-    python = tmp_path / "python"
-    python.write_text(STAND_IN.format(python=sys.executable))
-    python.chmod(0o755)
+    python = stand_in_python(tmp_path, STAND_IN)
     out = tmp_path / "out"
     proc = subprocess.Popen(["bash", str(SCRIPT), "-o", str(out), "check qr_v2", "bench qr_v2"], cwd=ROOT,
                             env={**os.environ, "PYTHON": str(python)}, stdout=subprocess.PIPE,
@@ -111,9 +117,7 @@ raise SystemExit(1 if sys.argv[3] == "bench" else 0)
 
 def test_each_verb_ends_with_its_outcome_and_seconds_and_the_batch_with_its_total(tmp_path):
     # A device call's limit is planned from how long each verb took: the batch said neither.
-    python = tmp_path / "python"
-    python.write_text(QUICK.format(python=sys.executable))
-    python.chmod(0o755)
+    python = stand_in_python(tmp_path, QUICK)
     out = tmp_path / "out"
     done = subprocess.run(["bash", str(SCRIPT), "-o", str(out), "check qr_v2", "bench qr_v2"], cwd=ROOT,
                           env={**os.environ, "PYTHON": str(python)}, capture_output=True, text=True, timeout=60)

@@ -454,6 +454,27 @@ def test_bench_diff_and_warm_up_time_with_the_graders_rules_on_a_gpu_and_bounded
     assert all(rule == StopRule(**{**grader, "budget_s": 1.0, "max_repeats": 50}) for rule in rules[3:])  # diff
 
 
+def test_the_warm_up_stops_at_the_repeats_of_the_problems_eval(monkeypatch):
+    # cholesky's eval.py warms up the first case for 20 repeats at most, qr_v2's and eigh's for 200 (0.1 s each)
+    rules = []
+
+    class Twenty(FakeChecker):
+        WARMUP_REPEATS = 20
+
+    def record(problem, kernel, inputs, dev, rule, send, label, recheck=True):
+        rules.append(rule)
+    monkeypatch.setattr(worker, "time_kernel", record)
+    monkeypatch.setattr(worker, "sync", lambda device: None)
+    for fake in (FakeChecker, Twenty):
+        monkeypatch.setattr(worker, "checker", lambda problem, fake=fake: fake)
+        worker.warm_up("any", None, TINY, "cuda")
+    assert [(r.max_repeats, r.budget_s) for r in rules] == [(200, 0.1), (20, 0.1)]
+    from checks.native import native_checker
+    assert native_checker("cholesky").WARMUP_REPEATS == 20
+    assert not hasattr(native_checker("qr_v2"), "WARMUP_REPEATS") and not hasattr(native_checker("eigh"),
+                                                                                     "WARMUP_REPEATS")
+
+
 def test_a_cpu_bench_of_a_tiny_native_case_is_quick_and_its_record_says_it_is_bounded(built, tmp_path):
     # It took 2 min 17 s (the grader's loop, re-checking 50 inputs every repeat until 0.1% error or 120 s).
     from checks import runner

@@ -4,8 +4,8 @@ Inputs follow the official generator step by step (docs/harness-agreement.md): o
 generator; every family except the lapack_* types first draws A0 = randn(batch, n, n) (the planted
 spectra then discard it) and ends symmetrized, (A + A^T)/2; float32 arithmetic in the official
 order (two-sided scaling is (d_i a_ij) d_j). The lapack_* types draw no A0: the spectrum's signs,
-then Q, then (band) the widths. Gates, in float64: sorted, eigen equation, orthogonality and
-reconstruction, each in units of n eps (||A||_1 or max(1, max|L|)).
+then Q, then (band) the widths. Gates: sorted (in float32, as the official check), then in float64
+the eigen equation, orthogonality and reconstruction, each in units of n eps (||A||_1 or max(1, max|L|)).
 """
 from __future__ import annotations
 
@@ -252,18 +252,30 @@ mixed_profiles = CASES.mixed_profiles
 
 # ---------------------------------------------------------------- gates
 
+def _sorted(L: torch.Tensor) -> torch.Tensor:
+    """The sorted gate per matrix, decided as the official check decides it: in float32, each step
+    L[i+1] - L[i] against -(100 n eps) max(1, max|L|), both rounded to float32 (a float64 copy of
+    the same sums passed or failed some outputs within float32 rounding of the limit otherwise).
+    The value is 100 x the largest descent over its float32 allowance: over 100 exactly when some
+    step fails, as float32 numbers x > y > 0 have x / y > 1 in float64."""
+    b, n = L.shape
+    limit = GATES[0].limit
+    if n < 2:
+        return torch.zeros(b, dtype=torch.float64, device=L.device)
+    steps = L[:, 1:] - L[:, :-1]                                                 # float32, as the official
+    allowed = (limit * n * EPS) * L.abs().amax(dim=-1, keepdim=True).clamp_min(1.0)
+    return (limit * (-steps).double() / allowed.double()).amax(dim=-1).clamp(min=0)
+
+
 def _measures(A: torch.Tensor, Q: torch.Tensor, L: torch.Tensor) -> dict:
-    """Per-matrix scaled residuals of an eigendecomposition (Q, L) of A (widened to float64 here)."""
+    """Per-matrix scaled residuals of an eigendecomposition (Q, L) of A (sorted in float32, the rest in float64)."""
+    ordered = _sorted(L)
     A, Q, L = A.double(), Q.double(), L.double()
     n = A.shape[-1]
-    if n > 1:
-        drop = (L[:, :-1] - L[:, 1:]).amax(dim=-1).clamp(min=0)   # the largest descent
-    else:
-        drop = torch.zeros(L.shape[0], dtype=L.dtype, device=L.device)
     QL = Q * L[:, None, :]
     unit = n * EPS * l1(A)
     return {
-        "sorted": drop / (n * EPS * L.abs().amax(dim=-1).clamp(min=1)),
+        "sorted": ordered,
         "eigen_equation": scaled(l1(A @ Q - QL), unit),
         "orthogonality": orthogonality(Q),
         "reconstruction": scaled(l1(QL @ Q.mT - A), unit),
