@@ -195,9 +195,9 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         fix = "; pass --leaderboard NAME" if leaderboard is None else ""   # the folder named it
         raise ProblemError(f"problem {name}: {board_error}{fix}; nothing was added")
     if BANNED.search(record["leaderboard"].encode()):
-        raise ProblemError(f"problem {name}: leaderboard {record['leaderboard']!r} holds 'stream', which the leaderboard "
-                           "refuses anywhere in a submission, and the built file's '#!POPCORN leaderboard' line names "
-                           "it: no file could be submitted to it; nothing was added")
+        raise ProblemError(f"problem {name}: leaderboard {record['leaderboard']!r} holds 'stream', which the "
+                           "leaderboard refuses anywhere in a submission, and the built file's '#!POPCORN leaderboard' "
+                           "line names it: no file could be submitted to it; nothing was added")
     for key in ("tests", "benchmarks"):
         for case in record[key]:
             problems.generic_spec(case)

@@ -44,7 +44,7 @@ BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 INCUMBENT_TIMING = ("incumbent_us", "incumbent_err_us", "incumbent_best_us", "incumbent_worst_us", "incumbent_runs")
 REFERENCE_INCUMBENT = "reference"   # diff --incumbent reference: the competition folder's ref_kernel
-BUILDER_SOURCES = ("parts", "templates")   # folders of the project root the builder reads: no file there is a submission
+BUILDER_SOURCES = ("parts", "templates")   # the builder's folders of the project root: no file there is a submission
 
 
 @dataclass

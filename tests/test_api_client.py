@@ -87,6 +87,16 @@ def replies(*bodies):
     return handler
 
 
+def served(httpserver, count: int, within_s: float = 5.0) -> None:
+    """Wait until the server has logged COUNT requests: a handler still sleeping past the client's timeout
+    logged its request after the test had ended, into the next test's log (test_join_with_a_bad_code_is_one_line
+    then counted three requests under pytest-xdist)."""
+    deadline = time.monotonic() + within_s
+    while len(httpserver.log) < count and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(httpserver.log) == count
+
+
 def late(seconds, body, status=200, content_type="application/json"):
     """A handler answering BODY after SECONDS (within the client's timeout, or past it)."""
     def handler(request):
@@ -478,6 +488,7 @@ def test_reply_slower_than_the_timeout_fails_after_retries(httpserver, sleeps):
     with pytest.raises(api.NetworkError, match=r"no reply from http://127\.0\.0\.1:\d+ within 0\.1 s"):
         client.leaderboards()
     assert sleeps == [1.0]
+    served(httpserver, 2)
 
 
 def test_unreachable_server(sleeps):
@@ -535,6 +546,7 @@ def test_submit_cut_off_after_sending_says_it_may_have_landed(httpserver, source
                                                 "--leaderboard qr_v2`"):
         api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.1).submit("qr_v2", "B200", "test", source)
     assert sleeps == []
+    served(httpserver, 1)
 
 
 def test_submit_that_never_connected_says_nothing_was_uploaded(source, sleeps):
@@ -560,6 +572,7 @@ def test_profile_cut_off_after_sending_says_the_run_may_go_on(httpserver, source
         api.Client(httpserver.url_for("/"), CLI_ID, timeout_s=0.1).submit_profile("qr_v2", "B200", source)
     assert str(info.value).endswith("; the profile run may still go on at the server, and cannot be followed again "
                                     "(a profile run has no submission id)")
+    served(httpserver, 1)
 
 
 def test_without_an_id_a_401_says_none_is_configured(httpserver):

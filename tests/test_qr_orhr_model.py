@@ -34,7 +34,8 @@ def test_reconstruction_gives_reflectors_whose_first_columns_are_q_times_the_sig
 def test_cholesky_qr2_refuses_zero_collinear_and_non_finite_panels_per_matrix():
     good = torch.randn(1, 64, 8)
     collinear = torch.randn(1, 64, 1).expand(1, 64, 8) + 1e-6 * torch.randn(1, 64, 8)
-    P = torch.cat([good, torch.zeros(1, 64, 8), collinear, good.clone().index_fill_(1, torch.tensor([3]), float("inf"))])
+    infinite = good.clone().index_fill_(1, torch.tensor([3]), float("inf"))
+    P = torch.cat([good, torch.zeros(1, 64, 8), collinear, infinite])
     Q, R, ok = cholesky_qr2(P)
     assert ok.tolist() == [True, False, False, False]
     torch.testing.assert_close(Q[0] @ R[0], P[0], atol=1e-5, rtol=1e-5)

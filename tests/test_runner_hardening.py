@@ -119,8 +119,9 @@ def test_a_part_or_another_file_is_refused_as_a_submission_in_one_line(built, tm
 
 
 def test_a_part_is_refused_as_the_incumbent(built, tmp_path):
-    result = run("diff", "qr_v2", "--submission", built["qr_v2"], "--incumbent", runner.logs.ROOT / "parts/qr_v2/route.py",
-                 "--case", SPEC, "--device", "cpu", "--log", tmp_path / "perf.jsonl")
+    result = run("diff", "qr_v2", "--submission", built["qr_v2"],
+                 "--incumbent", runner.logs.ROOT / "parts/qr_v2/route.py", "--case", SPEC, "--device", "cpu",
+                 "--log", tmp_path / "perf.jsonl")
     assert result.exit_code == 1
     [line] = result.output.splitlines()
     assert "parts/qr_v2/route.py" in line and "not a submission" in line

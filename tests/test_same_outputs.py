@@ -62,7 +62,8 @@ def test_two_copies_of_a_built_file_are_the_same_and_a_changed_one_is_not(same, 
     (["vectoradd"], "vectoradd is a harness problem"),
     (["qr_v2", "--case", "batch: 2"], "lacks 'n'"),
     (["nosuch"], "unknown problem 'nosuch'"),
-    (["qr_v2", "--case", "batch: 1; n: 8; cond: 1; seed: 2", "--case", "batch: 1; n: 8; cond: 1; seed: 2"], "given twice"),
+    (["qr_v2", "--case", "batch: 1; n: 8; cond: 1; seed: 2", "--case", "batch: 1; n: 8; cond: 1; seed: 2"],
+     "given twice"),
 ])
 def test_bad_arguments_are_one_line_and_exit_2(same, built, args, says, capsys):
     assert same.main([str(built["qr_v2"]), str(built["qr_v2"]), *args]) == 2

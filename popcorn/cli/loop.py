@@ -99,9 +99,9 @@ def _run_logged(mode: str, problem: str, submission: Path | None, cases, device:
                 rounds: int | None = None, baseline: bool = False, incumbent: str | None = None,
                 robust: bool = False, budget: float | None = None) -> None:
     """check, bench and diff: judge --log, --device, --case, --seeds, --rounds, --robust, --harness, --baseline,
-    --incumbent and --budget before any build (a wrong one ends the verb at once: a GPU that is not there, the CPU for a harness
-    problem, a reference without ref_kernel), then RUN(the file to run) under Ctrl-C's guard, show its outcome (and
-    SHOW's lines) and exit with its code."""
+    --incumbent and --budget before any build (a wrong one ends the verb at once: a GPU that is not there, the CPU
+    for a harness problem, a reference without ref_kernel), then RUN(the file to run) under Ctrl-C's guard, show its
+    outcome (and SHOW's lines) and exit with its code."""
     from checks import runner
     from checks.problems import load_problem
     logs.require_appendable(log_path)

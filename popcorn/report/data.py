@@ -307,9 +307,10 @@ def frontier(records: list[dict], prob: Problem | None) -> tuple[list[FrontierLi
     Only numbers of one kind share a line: a bench times the GPU that ran it with popkit's harness, a
     leaderboard run the board's GPU with the server's. A run counts when it has a time and a geomean, none
     of its cases failed and its record's verdict (`passed`, where it has one) is not a failure: a leaderboard
-    job that failed, timed out or was hacked after its public cases passed never counts; a leaderboard run without geomean_us counts with its public score (a geomean
-    in seconds). A timed run that ran on no known GPU, or one of other cases than the full benchmark list
-    (a leaderboard run that stopped early, a bench that --all-cases shows elsewhere), is counted as skipped.
+    job that failed, timed out or was hacked after its public cases passed never counts; a leaderboard run
+    without geomean_us counts with its public score (a geomean in seconds). A timed run that ran on no known
+    GPU, or one of other cases than the full benchmark list (a leaderboard run that stopped early, a bench that
+    --all-cases shows elsewhere), is counted as skipped.
     """
     points, skipped = [], Counter()
     for record in records:
