@@ -1,21 +1,21 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: e8245ee
+# toolkit commit: 4daa50b
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
-# part qr_v2/compact_wy.cuh sha256 d03536f4bb0e152afb3206cb46ab058107b7d1916680968f914d933c13c7dfa5
-# part qr_v2/panel_team.cuh sha256 5ddf8307040a17b18fe82ea269176e8e759976a90506cbbf7ba153e227347a28
-# part qr_v2/householder_panel_columns.cu sha256 5ed329e0080de8c7dc5d0c69d852310e84daf9c18d95d44b4aa7cc54dfa59e65
-# part qr_v2/householder_panel.cu sha256 456439cd544106c8fb58cfa801a02e0675bc26c047f57b2141b079cd924803c8
+# part qr_v2/compact_wy.cuh sha256 c2e62d67ed853e0c7ec17a0a88307d96dd33719d7a186931fb293ee0835463d5
+# part qr_v2/panel_team.cuh sha256 19581a6848c3e2cbe0e166d39c9139f39f26c559fe6d98f2ab516d9606d6b97b
+# part qr_v2/householder_panel_columns.cu sha256 757286ba853b1a88e56908f7a0ada23886490a8076772625ed715db26202f19b
+# part qr_v2/householder_panel.cu sha256 aa1b9a2e41aa5a7faf173ddce77b0942c20618943af098cb3e2a8c52182f9f8c
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
 # part qr_v2/householder_update.cu sha256 3260d10893f0722cb1beb37743cdceb9b7f684eafc01c9da334da860b0f168c7
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
-# part qr_v2/model.py sha256 e66bb1035bc11ef1ddf54d832e067d054b6d47c12e7d66180c3e95b6f5552c5e
+# part qr_v2/model.py sha256 617280a5e7bc299431d64907a7db089158a1a64ca13d0826691f8f6ec882b27f
 # part qr_v2/route.py sha256 8aae1c36cbf68d5f2457b32baf8b3d34d818114c3de90c0d8471bd3d88d586c6
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
@@ -318,22 +318,57 @@ POPKIT_EXPORT int qr_warp(const float* A, float* H, float* tau, int batch, int n
 //
 // H_0 H_1 ... H_{w-1} = I - V T V^T with T upper triangular (LAPACK slarft, forward, column-wise):
 //   T[c][c] = tau_c,   T[0:c, c] = -tau_c T[0:c, 0:c] G[0:c, c],   G[l][c] = v_l^T v_c (l < c).
-// Row k of T depends only on its own earlier entries, so thread k builds row k alone.
+// Row k of T depends on its own earlier entries only, a chain of w - 1 - k steps: built one thread a row
+// (the first version), the other warps waited for thread 0's 31 steps at the next barrier, 25% of the column
+// panel's stall samples at 40x176 and 16% of the row panel's at 640x512 (ncu, 2026-12-01). So the chain runs
+// only inside diagonal blocks of 8, and blocks merge pairwise: for A = [a, a + s) and D = [a + s, a + 2s),
+//   T[A, D] = -(T[A, A] G[A, D]) T[D, D]
+// (the recurrence started from -T[A, A] G[A, D] instead of zero is that product; no tau is inverted, so a
+// zero tau is fine). A merge is two small products over all of the CTA's threads, two barriers each level:
+// 8 -> 16 -> 32 is a chain of 7 steps and four barriers. X = T[A, A] G[A, D] waits in G's unused lower
+// triangle (X[k][c] at G[c][k], c > k). model.compact_wy_factor computes the same products in this order.
 
 namespace popkit {
 
-// Threads 0 .. w-1 each fill one row of T (w <= W); the caller synchronizes before and after.
+constexpr int kWyBlock = 8;     // the diagonal blocks' size: the longest serial chain is kWyBlock - 1 steps
+
+// T (rows and columns 0 .. w-1; zero below the diagonal) from G's strict upper triangle and tau, w <= W. Every
+// thread of the CTA calls it (it holds barriers); the caller synchronizes before (G and tau written). G's lower
+// triangle is scratch. T is complete, for every thread, on return.
 template <int W>
-__device__ __forceinline__ void build_compact_wy_rows(float (*T)[W + 1], const float (*G)[W + 1], const float* tau,
-                                                      int w) {
-    if (threadIdx.x >= w) return;
+__device__ __forceinline__ void build_compact_wy(float (*T)[W + 1], float (*G)[W + 1], const float* tau, int w) {
     const int k = threadIdx.x;
-    for (int c = 0; c < k; ++c) T[k][c] = 0.f;
-    T[k][k] = tau[k];
-    for (int c = k + 1; c < w; ++c) {
-        float acc = 0.f;
-        for (int l = k; l < c; ++l) acc += T[k][l] * G[l][c];
-        T[k][c] = -tau[c] * acc;
+    if (k < w) {                                        // diagonal blocks, one thread a row
+        const int end = min((k / kWyBlock + 1) * kWyBlock, w);
+        for (int c = 0; c < w; ++c) T[k][c] = 0.f;
+        T[k][k] = tau[k];
+        for (int c = k + 1; c < end; ++c) {
+            float acc = 0.f;
+            for (int l = k; l < c; ++l) acc += T[k][l] * G[l][c];
+            T[k][c] = -tau[c] * acc;
+        }
+    }
+    __syncthreads();
+    for (int size = kWyBlock; size < w; size *= 2) {    // merge blocks [a, a + size) and [a + size, a + 2 size)
+        const int entries = (w + 2 * size - 1) / (2 * size) * size * size;
+        for (int idx = threadIdx.x; idx < entries; idx += blockDim.x) {     // X = T[A, A] G[A, D]
+            const int a = idx / (size * size) * 2 * size, row = a + idx % (size * size) / size;
+            const int col = a + size + idx % size;
+            if (col >= w) continue;
+            float acc = 0.f;
+            for (int l = row; l < a + size; ++l) acc += T[row][l] * G[l][col];
+            G[col][row] = acc;
+        }
+        __syncthreads();
+        for (int idx = threadIdx.x; idx < entries; idx += blockDim.x) {     // T[A, D] = -X T[D, D]
+            const int a = idx / (size * size) * 2 * size, row = a + idx % (size * size) / size;
+            const int col = a + size + idx % size;
+            if (col >= w) continue;
+            float acc = 0.f;
+            for (int d = a + size; d <= col; ++d) acc += G[d][row] * T[d][col];
+            T[row][col] = -acc;
+        }
+        __syncthreads();
     }
 }
 
@@ -366,6 +401,90 @@ __device__ __forceinline__ float team_reduce(float v, float* scratch, float* slo
     return v;
 }
 
+// Cluster pushes: a CTA stores into a peer's shared memory (st.async) and the store completes bytes on
+// the peer's mbarrier, so the peer waits on its own barrier instead of a cluster-wide barrier and then
+// reads its own shared memory (a pull through map_shared_rank is a remote load after a cluster.sync).
+
+// The shared::cluster address of `p` (this CTA's shared memory) in the CTA of rank `rank`.
+__device__ __forceinline__ unsigned cluster_address(const void* p, int rank) {
+    unsigned remote;
+    asm volatile("mapa.shared::cluster.u32 %0, %1, %2;"
+                 : "=r"(remote) : "r"((unsigned)__cvta_generic_to_shared(p)), "r"(rank));
+    return remote;
+}
+
+// One float into a peer's shared memory (addresses from cluster_address), counted on its mbarrier.
+__device__ __forceinline__ void push_float(unsigned remote, float v, unsigned remote_barrier) {
+    asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];"
+                 :: "r"(remote), "r"(__float_as_uint(v)), "r"(remote_barrier) : "memory");
+}
+
+// Set up an mbarrier for one arrival a phase (the caller's expect_bytes); peers may push once every
+// CTA has passed a cluster barrier after this.
+__device__ __forceinline__ void init_push_barrier(unsigned long long* barrier) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" :: "r"((unsigned)__cvta_generic_to_shared(barrier)));
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+}
+
+// This phase completes once `bytes` have been pushed into this CTA (one thread calls it each phase).
+__device__ __forceinline__ void expect_bytes(unsigned long long* barrier, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;"
+                 :: "r"((unsigned)__cvta_generic_to_shared(barrier)), "r"(bytes) : "memory");
+}
+
+// Wait until the phase of parity `parity` has completed; the pushed data is then visible.
+__device__ __forceinline__ void wait_pushes(unsigned long long* barrier, unsigned parity) {
+    const unsigned addr = (unsigned)__cvta_generic_to_shared(barrier);
+    unsigned done = 0;
+    while (!done) {
+        asm volatile("{\n .reg .pred p;\n mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n"
+                     " selp.u32 %0, 1, 0, p;\n}"
+                     : "=r"(done) : "r"(addr), "r"(parity) : "memory");
+    }
+}
+
+// A cluster's per-column exchange for the panel kernels (W = 32 column sums a CTA): each CTA's warp 0
+// pushes its totals, and the CTA that holds row c pushes that row, into every CTA; a CTA then waits on
+// its own barrier for (CL + 1) 32 floats and reads its own shared memory. Double-buffered by column
+// parity: a peer pushes column c + 2 only after this CTA's column c + 1 push, which follows every
+// thread's reads of column c. Declare it __shared__; init, then a cluster barrier, before the first push.
+template <int CL>
+struct ColumnExchange {
+    float totals[2][CL][32];
+    float row[2][32];
+    unsigned long long pushed[2];
+
+    __device__ void init() {
+        if (threadIdx.x == 0) {
+            init_push_barrier(&pushed[0]);
+            init_push_barrier(&pushed[1]);
+        }
+    }
+
+    // Warp 0 of every CTA: lane's total, and (on rank row_rank) lane's entry of row c, to every CTA.
+    __device__ void push(int c, int rank, int row_rank, int lane, float total, float row_entry) {
+        const int buf = c & 1;
+        for (int q = 0; q < CL; ++q) {
+            const unsigned barrier = cluster_address(&pushed[buf], q);
+            push_float(cluster_address(&totals[buf][rank][lane], q), total, barrier);
+            if (rank == row_rank) push_float(cluster_address(&row[buf][lane], q), row_entry, barrier);
+        }
+    }
+
+    // Every thread: wait for column c's pushes, then the team's sum of `entry` (the ranks in order, so every
+    // CTA holds the same bits); row c is row_of(c) afterwards.
+    __device__ float wait_and_sum(int c, int entry) {
+        const int buf = c & 1;
+        if (threadIdx.x == 0) expect_bytes(&pushed[buf], (CL + 1) * 32 * sizeof(float));
+        wait_pushes(&pushed[buf], (c >> 1) & 1);
+        float sum = 0.f;
+        for (int q = 0; q < CL; ++q) sum += totals[buf][q][entry];
+        return sum;
+    }
+
+    __device__ const float* row_of(int c) const { return row[c & 1]; }
+};
+
 }  // namespace popkit
 ''',
     "qr_v2/householder_panel_columns.cu": r'''
@@ -396,8 +515,8 @@ __device__ __forceinline__ float team_reduce(float v, float* scratch, float* slo
 // Launch: a team of CL CTAs per matrix (CL = 1, or a thread block cluster of 2, 4 or 8: grid = batch
 // CL), each of ceil(m / (CL RW)) warps (at most 16), RW the least of 8, 16, 32 that fits m <= 16 CL RW;
 // warp q of rank k owns the rows from (k warps + q) RW. With a cluster, each CTA's column sums go to
-// its shared memory and every thread adds the CL of them through distributed shared memory after one
-// cluster barrier; row c comes from the owner CTA's shared memory the same way.
+// every CTA's shared memory (popkit::ColumnExchange: st.async pushes counted on the receiver's
+// mbarrier, no cluster barrier a column), and so does row c from the CTA that holds it.
 // Why it is fast: against householder_panel.cu (thread = row, all W columns in registers), a column
 // costs each warp ~150 instructions instead of ~430: no W-wide butterfly (31 shuffles and their
 // selects), no select chains to pick column c out of registers and write it back, and the update
@@ -424,7 +543,7 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
     __shared__ float s_T[W][W + 1];
     __shared__ float s_tau[W];
     __shared__ float scratch[32];
-    __shared__ float s_cta[2][W];                                 // CL > 1: this CTA's column sums
+    __shared__ popkit::ColumnExchange<CL> s_exchange;             // CL > 1: the team's column sums, row c
     __shared__ float s_slot;                                      // CL > 1: team_reduce's exchange
     const int m = n - k0, lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
@@ -441,7 +560,12 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
         for (int i = 0; i < RW; ++i, src += n) a[i] = row0 + i < m ? *src : 0.f;
     }
     float my_scale = 1.f;              // this lane's reflector scale once its column is factored
-    __syncthreads();
+    if constexpr (CL > 1) {            // before any CTA pushes into another's barriers
+        s_exchange.init();
+        cooperative_groups::this_cluster().sync();
+    } else {
+        __syncthreads();
+    }
 
 #pragma unroll 1
     for (int c = 0; c < w; ++c) {
@@ -487,13 +611,9 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
         }
         const float* row_c = s_row[buf];
         if constexpr (CL > 1) {                              // ... and over the team's
-            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
-            if (warp == 0) s_cta[buf][lane] = p;
-            cluster.sync();
-            p = 0.f;
-#pragma unroll
-            for (int q = 0; q < CL; ++q) p += cluster.map_shared_rank(s_cta[buf], q)[lane];
-            row_c = cluster.map_shared_rank(s_row[buf], owner / warps);
+            if (warp == 0) s_exchange.push(c, rank, owner / warps, lane, p, s_row[buf][lane]);
+            p = s_exchange.wait_and_sum(c, lane);
+            row_c = s_exchange.row_of(c);
         }
         const float ssq = __shfl_sync(0xffffffffu, p, c);
         float xnorm;
@@ -535,7 +655,7 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
     }
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();      // no CTA leaves while another reads its shared memory
-    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
+    popkit::build_compact_wy<W>(s_T, s_G, s_tau, w);
 
     // Rows w .. m-1 hold only reflector tails (rows below w were written column by column).
     if (lane < w) {
@@ -651,9 +771,11 @@ POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, in
 // R = 4, 8 for R = 8 (at 512 threads: m <= 1024, 2048, 4096).
 // Cluster mode (CL = 2, 4 or 8 CTAs a matrix, a thread block cluster): the team's
 // threads split the rows the same way (thread t of rank q owns rows q blockDim + t,
-// + CL blockDim, ...); per column each CTA sums its warps' vectors into shared
-// memory, one cluster barrier, then every thread adds the CL CTA totals through
-// distributed shared memory and reads row c from rank 0's. Same arithmetic as one
+// + CL blockDim, ...); per column each CTA's warp 0 sums its warps' vectors and
+// pushes the totals (rank 0: and row c) into every CTA's shared memory (st.async,
+// counted on the receiver's mbarrier), so a CTA waits on its own barrier and reads
+// its own shared memory (a cluster.sync and remote loads per column took 3 us a
+// column at 2x4096, ncu 2026-12-01: barrier and long-scoreboard stalls). Same arithmetic as one
 // CTA (the model is model.factor_panel_model either way); a small batch of tall
 // panels then uses CL times the SMs and keeps 32 columns (at 512 threads and two
 // rows a thread, 8 CTAs hold 8192 rows).
@@ -704,7 +826,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     __shared__ float s_tau[W];
     __shared__ float s_scale[W], s_beta[W];      // s_j and beta_j, applied when the panel is stored
     __shared__ float scratch[32];
-    __shared__ float s_cta[2][W];                // CL > 1: this CTA's totals, read by the whole cluster
+    __shared__ popkit::ColumnExchange<CL> s_exchange;   // CL > 1: the team's column sums and row c
     __shared__ float s_slot;                     // CL > 1: team_reduce's exchange
     __shared__ float s_stage[kStageRows][W + 1];    // H's rows on their way out
     const int m = n - k0;
@@ -714,6 +836,10 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     const int matrix = blockIdx.x / CL, rank = blockIdx.x % CL;  // a cluster's CTAs are consecutive
     const int first = rank * blockDim.x + threadIdx.x, stride = blockDim.x * CL;   // rows first + i stride
     float* Ab = A + (size_t)matrix * n * n + (size_t)k0 * n + k0;
+    if constexpr (CL > 1) {                      // before any CTA pushes into another's barriers
+        s_exchange.init();
+        cooperative_groups::this_cluster().sync();
+    }
 
     float a[R][W];
 #pragma unroll
@@ -759,15 +885,16 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         if constexpr (CL == 1) {
             for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
         } else {
-            cooperative_groups::cluster_group cluster = cooperative_groups::this_cluster();
+            // Warp 0 pushes this CTA's totals (rank 0, which holds row c < 32: and row c) into every
+            // CTA. W = 32 here: every lane holds an entry.
+            static_assert(W == 32, "the cluster panel pushes one entry a lane");
             if (warp == 0) {
                 float total = 0.f;
                 for (int src = 0; src < warps; ++src) total += s_red[buf][src][entry];
-                if (entry_lane) s_cta[buf][entry] = total;
+                s_exchange.push(c, rank, 0, entry, total, s_row[buf][entry]);
             }
-            cluster.sync();                                 // every CTA's totals (and row c) visible
-            for (int q = 0; q < CL; ++q) p_entry += cluster.map_shared_rank(s_cta[buf], q)[entry];
-            row_c = cluster.map_shared_rank(s_row[buf], 0);
+            p_entry = s_exchange.wait_and_sum(c, entry);
+            row_c = s_exchange.row_of(c);
         }
         const float alpha = row_c[c];
         const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
@@ -815,7 +942,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
     if constexpr (CL == 1) __syncthreads();
     else cooperative_groups::this_cluster().sync();   // no CTA leaves while another reads its shared memory
 
-    popkit::build_compact_wy_rows<W>(s_T, s_G, s_tau, w);
+    popkit::build_compact_wy<W>(s_T, s_G, s_tau, w);
 
     const size_t vbase = (size_t)matrix * w * m;
 #pragma unroll
@@ -1761,14 +1888,32 @@ def factor_panel_model(H: torch.Tensor, tau: torch.Tensor, k0: int, w: int):
     panel[:, torch.arange(w), torch.arange(w)] = betas
     P.copy_(panel)
     tau[:, k0:k0 + w] = panel_tau
-    T = torch.zeros(b, w, w, dtype=H.dtype, device=H.device)
-    for c in range(w):
-        T[:, c, c] = panel_tau[:, c]
-        if c:
-            T[:, :c, c] = -panel_tau[:, c, None] * (T[:, :c, :c] @ G[:, :c, c, None])[..., 0]
     V = torch.tril(panel, diagonal=-1)
     V.diagonal(dim1=1, dim2=2).fill_(1.0)
-    return V.mT.contiguous(), T
+    return V.mT.contiguous(), compact_wy_factor(G, panel_tau)
+
+
+WY_BLOCK = 8   # compact_wy.cuh's kWyBlock
+
+
+def compact_wy_factor(G: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """T (b, w, w) with H_0 ... H_{w-1} = I - V T V^T, from the strict upper part of G = V^T V and tau
+    (LAPACK slarft, forward, column-wise: T[c][c] = tau_c, T[:c, c] = -tau_c T[:c, :c] G[:c, c]), in
+    compact_wy.cuh's order: that recurrence inside diagonal blocks of WY_BLOCK, then blocks merged pairwise,
+    T[A, D] = -(T[A, A] G[A, D]) T[D, D]."""
+    b, w = tau.shape
+    T = torch.zeros(b, w, w, dtype=tau.dtype, device=tau.device)
+    for k in range(w):
+        T[:, k, k] = tau[:, k]
+        for c in range(k + 1, min((k // WY_BLOCK + 1) * WY_BLOCK, w)):
+            T[:, k, c] = -tau[:, c] * (T[:, k, k:c] * G[:, k:c, c]).sum(dim=1)
+    size = WY_BLOCK
+    while size < w:
+        for a in range(0, w - size, 2 * size):
+            A, D = slice(a, a + size), slice(a + size, min(a + 2 * size, w))
+            T[:, A, D] = -((T[:, A, A] @ G[:, A, D]) @ T[:, D, D])
+        size *= 2
+    return T
 
 
 def apply_block_reflector(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
