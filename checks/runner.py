@@ -40,6 +40,7 @@ CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of th
 # A run holds its cases in a list and its record in one log line: --seeds 10^9 sat silently building a list of
 # billions of cases. A thousand reruns of the official list is days of GPU time, and a record of 22,000 cases.
 MAX_SEEDS = 1000
+BUDGET_LIMIT = "--budget"   # the limit name a run under --budget gives run_worker (cut_by finds its cases)
 BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 INCUMBENT_TIMING = ("incumbent_us", "incumbent_err_us", "incumbent_best_us", "incumbent_worst_us", "incumbent_runs")
@@ -358,7 +359,7 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
             if not parent.poll(wait):
                 index = len(results)
                 where = short_spec(job["specs"][index]) if index < len(job["specs"]) else "the run"
-                failure = f"timed out after {timeout_s:g} s ({limit_name}) during {where}"
+                failure = f"timed out after {timeout_s:g} s {_limit_tag(limit_name)} during {where}"
                 proc.kill()
                 break
             try:
@@ -393,6 +394,16 @@ def run_worker(job: dict, progress: Callable[[str], None] = lambda text: None,
         reason = failure if index == 0 else f"not run ({failure})" if failure else "not run"
         results.append({"spec": spec, "status": "fail", "error": reason or "not run", "residuals": {}})
     return info, results
+
+
+def _limit_tag(limit_name: str) -> str:
+    """How a case cut by a limit names it in its error; cut_by reads it back."""
+    return f"({limit_name})"
+
+
+def cut_by(result: dict, limit_name: str) -> bool:
+    """Whether run_worker's limit LIMIT_NAME cut this case: the case it stopped, or one it left unrun."""
+    return _limit_tag(limit_name) in (result.get("error") or "")
 
 
 def exit_text(code: int | None) -> str:
@@ -586,7 +597,7 @@ def _run_native(mode: str, prob: Problem, submissions: dict[str, Path], specs: l
         limit *= CPU_TIMEOUT_FACTOR
         name += f" x {CPU_TIMEOUT_FACTOR:g} on the CPU"
     if budget_s is not None and (limit is None or budget_s < limit):
-        return run_worker(job, progress, budget_s, "--budget")
+        return run_worker(job, progress, budget_s, BUDGET_LIMIT)
     return run_worker(job, progress, limit, name)
 
 
@@ -840,7 +851,7 @@ def _with_budget(outcome: RunOutcome, budget_s: float | None) -> RunOutcome:
         return outcome
     outcome.record["budget_s"] = budget_s
     cases = outcome.record["cases"]
-    unfinished = sum("(--budget)" in (c.get("error") or "") for c in cases)
+    unfinished = sum(cut_by(c, BUDGET_LIMIT) for c in cases)
     if unfinished:
         done = len(cases) - unfinished
         outcome.notes.append(f"--budget {budget_s:g} s ran out: {done} of {len(cases)} cases finished and keep "

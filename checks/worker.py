@@ -55,7 +55,7 @@ def import_each(submissions: dict[str, str]) -> dict:
             modules[name] = import_submission(path, f"popkit_{name}")
         except (Exception, SystemExit) as exc:      # sys.exit() at import read 'worker died (exit code 0)'
             role = f" (the {name})" if len(submissions) > 1 else ""
-            raise ImportFailed(f"{path}{role}: {error_line(exc)}") from exc
+            raise ImportFailed(f"{path}{role}: it fails at import: {error_line(exc)}") from exc
     return modules
 
 
@@ -205,10 +205,17 @@ class SideFailed(Exception):
 
 
 def error_line(exc: BaseException) -> str:
-    """A case's error in one line: the exception's type and text (a SideFailed's text already says both; a
-    GateFailed's is the gate's own line, as a check's)."""
+    """An error in one line: the exception's type and its text's first line (a SideFailed's text already says
+    both; a GateFailed's is the gate's own line, as a check's). Where a later line names the cause in the
+    compilers' form "...: error: ..." and the first does not (a CUDA compile failure: torch's "Error building
+    extension 'x': [1/2] nvcc ..." line first, nvcc's "u3.cu(12): error: ..." further down), that line is
+    added, so the cause is not cut off."""
     text = str(exc) if isinstance(exc, (SideFailed, GateFailed)) else f"{type(exc).__name__}: {exc}"
-    return (text.splitlines() or [""])[0][:500]
+    lines = [line.strip() for line in text.splitlines() if line.strip()] or [""]
+    cause = next((line for line in lines[1:] if "error:" in line.lower()), None)
+    if cause is not None and "error:" not in lines[0].split(": ", 1)[-1].lower():
+        return f"{lines[0][:200]} ... {cause[:300]}"
+    return lines[0][:500]
 
 
 def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:

@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from checks.worker import import_submission
+from checks.worker import error_line, import_submission
 from popcorn.errors import PopkitError, ProblemError
 
 
@@ -27,9 +27,7 @@ def import_built(path: str, module_name: str):
     try:
         return import_submission(path, module_name)
     except Exception as exc:  # noqa: BLE001 - whatever the submission raises is reported, in one line
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
-        raise PopkitError(f"{path}: it fails at import: {type(exc).__name__}" + (f": {last}" if last else "")) \
-            from None
+        raise PopkitError(f"{path}: it fails at import: {error_line(exc)}") from None
 
 
 def bench_each_built_file(argv: list[str], doc: str, bench) -> None:

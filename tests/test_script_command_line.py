@@ -45,7 +45,8 @@ def test_main_s_own_code_is_the_exit_code(cli, returned, code):
 
 @pytest.mark.parametrize("body, says", [
     ("def custom_kernel(data)\n    return data\n", "SyntaxError"),
-    ("raise RuntimeError('nvcc failed\\nerror: expected a ;')\n", "RuntimeError: error: expected a ;"),
+    ("raise RuntimeError('nvcc failed\\nu3.cu(12): error: expected a ;')\n",
+     r"RuntimeError: nvcc failed \.\.\. u3\.cu\(12\): error: expected a ;"),
 ])
 def test_a_built_file_that_fails_at_import_is_named_in_one_error(cli, tmp_path, body, says):
     bad = tmp_path / "bad.py"

@@ -490,3 +490,15 @@ def test_a_cpu_bench_of_a_tiny_native_case_is_quick_and_its_record_says_it_is_bo
     assert outcome.notes[0] == ("no GPU: CPU timings say nothing about GPU speed; each timing loop stopped at 3 "
                                 "repeats or 2 s (not the grader's rule, which re-checks every repeat until 0.1% "
                                 "relative error or 120 s)")
+
+
+def test_an_error_line_keeps_a_compile_failure_s_cause():
+    # torch's compile failure starts 'Error building extension ...: [1/2] nvcc ...' and nvcc's error is lines
+    # further down; the scripts showed the last line ('ninja: build stopped'), the verbs the first.
+    failure = RuntimeError("Error building extension 'popkit_qr': [1/2] nvcc -c u3.cu\nFAILED: u3.o\n"
+                           "u3.cu(12): error: expected a \";\"\n1 error detected\nninja: build stopped")
+    line = worker.error_line(failure)
+    assert line.startswith("RuntimeError: Error building extension 'popkit_qr'")
+    assert line.endswith('u3.cu(12): error: expected a ";"') and "\n" not in line
+    assert worker.error_line(RuntimeError("error: bad input\nerror: detail")) == "RuntimeError: error: bad input"
+    assert worker.error_line(ValueError("first\nsecond")) == "ValueError: first"
