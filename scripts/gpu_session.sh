@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run a batch of popkit verbs on a GPU host and write their records and tables to one folder.
 #
-#   scripts/gpu_session.sh [-o DIR] "check qr_v2 --seeds 2" "bench qr_v2 --baseline" "diff eigh --case '...'"
+#   scripts/gpu_session.sh [-o DIR] [-a FILE.tgz] "check qr_v2 --seeds 2" "bench qr_v2 --baseline" "diff eigh ..."
 #
 # Each quoted command is a check, bench or diff verb with its options. The problems the commands name are
 # built first (DIR/builds/PROBLEM.py); each command then runs with --submission DIR/builds/PROBLEM.py and
@@ -9,7 +9,10 @@
 # (from nvidia-smi; on a host without nvidia-smi, a warning and no gpu.txt).
 # The CUDA builds go to a fresh extension cache (outside DIR), so each problem's first record holds its
 # cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is
-# refused. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
+# refused. -a FILE.tgz keeps one archive of DIR, written anew after the builds and after each verb: for a
+# transport that returns a few files a call (a device tool's output folder), where DIR's dozen files would
+# lose some, performance.jsonl among them, and where a call killed at its limit keeps the verbs that
+# finished. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
 # keep their records and tables in DIR. Bring DIR back to your working copy and run
 #   popkit merge DIR/performance.jsonl --tables DIR
 # to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
@@ -26,11 +29,16 @@ root=$(cd "$(dirname "$0")/.." && pwd -P)
 [ "$(pwd -P)" = "$root" ] || { echo "error: run scripts/gpu_session.sh from the repository root: cd $root" >&2; exit 2; }
 
 out="${TMPDIR:-/tmp}/popkit-run-$(date -u +%Y%m%dT%H%M%SZ)"
-if [ "${1:-}" = "-o" ]; then
-  [ $# -ge 2 ] || { echo "error: -o needs a folder" >&2; exit 2; }
-  out=$2
+archive=""
+while [ "${1:-}" = "-o" ] || [ "${1:-}" = "-a" ]; do
+  [ $# -ge 2 ] || { echo "error: $1 needs a $([ "$1" = -o ] && echo folder || echo file)" >&2; exit 2; }
+  if [ "$1" = "-o" ]; then out=$2; else archive=$2; fi
   shift 2
-fi
+done
+case "$archive" in
+  ""|*.tgz|*.tar.gz) ;;
+  *) echo "error: -a $archive: name the archive FILE.tgz (or .tar.gz)" >&2; exit 2 ;;
+esac
 [ $# -ge 1 ] || { echo "error: name at least one verb, e.g. \"check qr_v2\" (scripts/gpu_session.sh --help)" >&2; exit 2; }
 if [ -x .venv/bin/python ]; then PYTHON=${PYTHON:-.venv/bin/python}; else PYTHON=${PYTHON:-python3}; fi
 
@@ -55,6 +63,15 @@ if [ -e "$out/performance.jsonl" ] || [ -e "$out/builds" ]; then
   exit 2
 fi
 mkdir -p "$out/builds" || exit 1
+if [ -n "$archive" ]; then
+  mkdir -p "$(dirname "$archive")" && archive="$(cd "$(dirname "$archive")" && pwd -P)/$(basename "$archive")" || exit 1
+fi
+# DIR as one archive, replaced whole (tar into a temporary name, then mv) so that a kill leaves the last one.
+save_archive() {
+  [ -z "$archive" ] && return 0
+  tar -czf "$archive.partial" -C "$(dirname "$out")" "$(basename "$out")" && mv -f "$archive.partial" "$archive" \
+    || echo "warning: could not write the archive $archive" >&2
+}
 log="$out/performance.jsonl"
 if command -v nvidia-smi >/dev/null; then
   nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader | tee "$out/gpu.txt"
@@ -68,6 +85,7 @@ trap 'interrupted=1' INT
 for problem in "${problems[@]}"; do
   "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py" || exit $((interrupted ? 130 : 1))
 done
+save_archive
 
 # A fresh extension cache: the first command of each problem compiles its CUDA cold, so its record's
 # compile_s is the cold import the grader's pre-run pays (a warm machine would otherwise reuse a build).
@@ -90,12 +108,13 @@ for command in "$@"; do
   [ "$status" -eq 0 ] || failed=$((failed + 1))
   # each verb's seconds: what the next device call's limit (or a verb's --budget) has to allow for
   echo "=== $command: $([ "$status" -eq 0 ] && echo ok || echo "failed (exit $status)") in $((SECONDS - started)) s"
+  save_archive
   if [ "$interrupted" -eq 1 ]; then
     echo "interrupted during \"$command\": $((step - 1)) of $# commands finished; the records and tables so far" \
          "are in $out" >&2
     exit 130
   fi
 done
-echo "=== $step commands, $failed failed, $SECONDS s in all; records and tables in $out"
+echo "=== $step commands, $failed failed, $SECONDS s in all; records and tables in $out${archive:+ (archive: $archive)}"
 echo "merge them where you keep logs/: popkit merge $out/performance.jsonl --tables $out"
 [ "$failed" -eq 0 ]

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -127,6 +128,50 @@ def test_each_verb_ends_with_its_outcome_and_seconds_and_the_batch_with_its_tota
     assert re.fullmatch(r"=== bench qr_v2: failed \(exit 1\) in \d+ s", lines[lines.index("ran bench qr_v2") + 1])
     assert re.fullmatch(rf"=== 2 commands, 1 failed, \d+ s in all; records and tables in {re.escape(str(out))}",
                         lines[-2])
+
+
+WRITES = """#!{python}
+# Stands in for the interpreter: `-m popcorn build` writes the built file; a verb appends a record to its --log
+# and prints a table; `bench` then hangs, as a verb killed at a device call's limit would.
+import sys, time
+args = sys.argv[3:]
+if args[0] == "build":
+    open(args[args.index("-o") + 1], "w").write("# built\\n")
+    raise SystemExit(0)
+open(args[args.index("--log") + 1], "a").write('{{"mode": "%s"}}\\n' % args[0])
+print("table of", args[0], flush=True)
+if args[0] == "bench":
+    time.sleep(60)
+"""
+
+
+def test_an_archive_holds_the_verbs_that_finished_when_the_batch_is_killed(tmp_path):
+    # A device tool that returns 8 files a call dropped performance.jsonl from a 13-file DIR, and a call killed
+    # at its limit returned nothing of DIR: -a keeps one archive, written anew after each verb.
+    python = stand_in_python(tmp_path, WRITES)
+    out, archive = tmp_path / "out", tmp_path / "back" / "s.tgz"
+    proc = subprocess.Popen(["bash", str(SCRIPT), "-o", str(out), "-a", str(archive), "check qr_v2", "bench qr_v2"],
+                            cwd=ROOT, env={**os.environ, "PYTHON": str(python)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while "bench" not in ((out / "performance.jsonl").read_text() if (out / "performance.jsonl").exists() else "") \
+            and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)          # what a device call's limit does
+    proc.communicate(timeout=30)
+    with tarfile.open(archive) as tar:
+        names = sorted(tar.getnames())
+        log = tar.extractfile("out/performance.jsonl").read().decode()
+    assert "out/builds/qr_v2.py" in names and "out/01-check-qr_v2.txt" in names
+    assert log == '{"mode": "check"}\n'          # the archive of the last finished verb, not a partial one
+    assert not (tmp_path / "back" / "s.tgz.partial").exists()
+
+
+def test_an_archive_is_named_tgz(tmp_path):
+    done = session(ROOT, "-o", str(tmp_path / "out"), "-a", str(tmp_path / "s.zip"), "check qr_v2")
+    assert done.returncode == 2 and not (tmp_path / "out").exists()
+    assert done.stderr.splitlines() == [f"error: -a {tmp_path / 's.zip'}: name the archive FILE.tgz (or .tar.gz)"]
 
 
 def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
