@@ -439,6 +439,20 @@ def test_malformed_json_is_a_clear_error(httpserver, client):
         client.leaderboards()
 
 
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_json_nested_too_deeply_is_a_clear_error(httpserver, client):
+    # json's RecursionError used to end in a traceback, for a reply and for an error reply alike.
+    httpserver.expect_request("/leaderboards").respond_with_data(DEEP, content_type="application/json")
+    with pytest.raises(PopkitError, match=r"reply to GET /leaderboards is not JSON: '\[\[\[\["):
+        client.leaderboards()
+    httpserver.expect_request("/gpus/qr_v2").respond_with_data(DEEP, status=400, content_type="application/json")
+    with pytest.raises(PopkitError, match=r"rejected by the server \(400\): \[\[\["):
+        client.gpus("qr_v2")
+    assert api.loads_or_text(DEEP)["status"] == DEEP and not api.is_json(DEEP)
+
+
 def test_wrong_json_shape_is_a_clear_error(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_json({"oops": 1})
     with pytest.raises(PopkitError, match="not a JSON list"):

@@ -769,6 +769,18 @@ def test_profile_result_of_an_unexpected_shape_is_one_line_and_kept(httpserver, 
     assert (folder / "result.json").read_text() == result
 
 
+def test_a_profile_result_nested_too_deeply_is_one_line_and_kept(httpserver, home, tmp_path):
+    # json's RecursionError used to end in a traceback after the raw result was saved.
+    deep = "[" * 100_000 + "]" * 100_000
+    serve_stream(httpserver, f"event: result\ndata: {deep}\n\n")
+    outcome = popkit("submit", "submission.py", "--mode", "profile")
+    assert outcome.exit_code == 1 and isinstance(outcome.exception, SystemExit), outcome.exception
+    [folder] = (tmp_path / "logs" / "leaderboard").iterdir()
+    saved = folder / "result.json"
+    assert outcome.stderr.splitlines()[-1] == f"error: the profile result is not JSON (saved as {saved})"
+    assert saved.read_text() == deep
+
+
 # -- registration ----------------------------------------------------------------------------
 
 NEW_ID = "9d2a4c1e-new-id"

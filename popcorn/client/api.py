@@ -234,7 +234,7 @@ def error_detail(response: requests.Response, cli_id: str | None = None) -> str:
     """The server's explanation: `detail` (a string or a validation list), `message`, or the text; on one line,
     with CLI_ID hidden (an error page may echo the request's headers)."""
     try:
-        body = response.json()
+        body = loads(response.content)
     except ValueError:
         body = None
     detail = body.get("detail", body.get("message")) if isinstance(body, dict) else None
@@ -363,9 +363,18 @@ def reply_text(response: requests.Response) -> str:
     return hide_id(response.text, request.headers.get(ID_HEADER) if request is not None else None)
 
 
+def loads(text: str | bytes) -> Any:
+    """json.loads, where JSON nested deeper than the parser goes is a ValueError like any other text that is not
+    JSON: json raises RecursionError there, which no caller expects (a traceback)."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
 def decode_json(response: requests.Response, what: str, expect: type = object) -> Any:
     try:
-        value = response.json()
+        value = loads(response.content)
     except ValueError:
         snippet = " ".join(reply_text(response).split())[:80]
         raise PopkitError(f"the reply to {what} is not JSON: {snippet!r}") from None
@@ -689,7 +698,7 @@ class Client:
 
 def is_json(text: str) -> bool:
     try:
-        json.loads(text)
+        loads(text)
     except ValueError:
         return False
     return True
@@ -698,7 +707,7 @@ def is_json(text: str) -> bool:
 def loads_or_text(data: str) -> dict:
     """An event's JSON object, or {'status': text} when it is not one."""
     try:
-        value = json.loads(data)
+        value = loads(data)
     except ValueError:
         return {"status": data}
     return value if isinstance(value, dict) else {"status": data}
