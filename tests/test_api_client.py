@@ -320,6 +320,8 @@ def test_rate_limit_wait_can_come_from_retry_after(httpserver, client):
     ({"detail": "slow down"}, {}, "rate limited (429): slow down (the server did not say how long to wait: its "
                                   "limits count the past hour, so wait up to 1 h)"),
     ({"detail": "slow down"}, {"Retry-After": "Fri, 01 Jan 2100 00:00:00 GMT"}, "rate limited (429): slow down (wait "),
+    # '²' is a digit to str.isdigit and not to int(): a ValueError traceback.
+    ({"detail": "slow down"}, {"Retry-After": "\u00b2"}, "rate limited (429): slow down (the server did not say"),
 ])
 def test_rate_limit_always_says_how_long_to_wait(httpserver, client, body, headers, expected):
     # A 429 without "Try again in Ns" and without a Retry-After in seconds used to say nothing about the wait.

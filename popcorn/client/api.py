@@ -301,7 +301,7 @@ def retry_after_s(response: requests.Response, detail: str) -> int | None:
     if found:
         return int(found[1])
     header = response.headers.get("Retry-After", "").strip()
-    if header.isdigit():
+    if header.isascii() and header.isdigit():     # int() refuses some of isdigit's digits, as '²'
         return int(header)
     try:
         when = email.utils.parsedate_to_datetime(header)
