@@ -943,6 +943,24 @@ def test_ranking_without_an_id_shows_the_board_only(httpserver, home):
     assert result.exit_code == 0 and "ada" in result.stdout and "you:" not in result.stdout
 
 
+@pytest.mark.parametrize("listed, shown, why", [
+    (({"detail": "Invalid or unauthorized auth header"}, 401), None,
+     "the server does not accept your cli_id (401: Invalid or unauthorized auth header)"),
+    (([{"id": 7}], 200), ({"detail": "Submission not found"}, 404), "not found (404): Submission not found"),
+])
+def test_ranking_when_my_rank_cannot_be_read_still_shows_the_board(httpserver, home, listed, shown, why):
+    # The public ranking, already fetched, used to be lost: only the error of the user's own lookup was shown.
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json([
+        {"submission_id": 11, "rank": 1, "submission_score": 0.0001, "user_id": "1", "user_name": "ada"}])
+    httpserver.expect_request("/user/submissions").respond_with_json(*listed)
+    if shown:
+        httpserver.expect_request("/user/submissions/7").respond_with_json(*shown)
+    result = popkit("ranking", "qr_v2", "B200")
+    assert result.exit_code == 0, result.output
+    assert "ada" in result.stdout and "you:" not in result.stdout
+    assert result.stderr.startswith(f"note: your own rank is not marked: {why}") and CLI_ID not in result.output
+
+
 @pytest.mark.parametrize("args, path, body", [
     (["leaderboards"], "/leaderboards", ["qr_v2", "eigh"]),
     (["submissions", "list"], "/user/submissions", [7]),

@@ -399,12 +399,17 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
 
 
 def my_user_id(client: api.Client, leaderboard: str) -> str | None:
-    """The user's id, read from their latest submission on the board (None without one)."""
-    latest = client.user_submissions(leaderboard, limit=1)
-    submission_id = latest[0].get("id") if latest else None
-    if not isinstance(submission_id, int) or isinstance(submission_id, bool):
+    """The user's id, read from their latest submission on the board; None without one, or when the server does not
+    tell (said in a note: the ranking itself is public, and is shown all the same)."""
+    try:
+        latest = client.user_submissions(leaderboard, limit=1)
+        submission_id = latest[0].get("id") if latest else None
+        if not isinstance(submission_id, int) or isinstance(submission_id, bool):
+            return None
+        user_id = client.submission(submission_id).get("user_id")
+    except PopkitError as exc:
+        click.echo(f"note: your own rank is not marked: {exc}", err=True)
         return None
-    user_id = client.submission(submission_id).get("user_id")
     return None if user_id is None else str(user_id)
 
 
