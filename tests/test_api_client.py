@@ -455,6 +455,13 @@ def test_json_nested_too_deeply_is_a_clear_error(httpserver, client):
     assert api.loads_or_text(DEEP)["status"] == DEEP and not api.is_json(DEEP)
 
 
+def test_lone_surrogates_in_a_reply_become_replacement_characters(httpserver, client):
+    # JSON lets '\ud800' through; text holding it could be neither printed nor written as UTF-8 (a traceback).
+    body = '[{"name": "qr\\ud800", "gpu_types": ["\\udfff"], "description": "\\ud83d\\ude00"}]'
+    httpserver.expect_request("/leaderboards").respond_with_data(body, content_type="application/json")
+    assert client.leaderboards() == [{"name": "qr\ufffd", "gpu_types": ["\ufffd"], "description": "\U0001f600"}]
+
+
 def test_wrong_json_shape_is_a_clear_error(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_json({"oops": 1})
     with pytest.raises(PopkitError, match="not a JSON list"):

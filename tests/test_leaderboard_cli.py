@@ -1057,6 +1057,19 @@ def test_submissions_list_empty(httpserver, home):
     assert popkit("submissions", "list").stdout == "no submissions found\n"
 
 
+def test_a_lone_surrogate_in_a_result_is_printed_and_logged_as_a_replacement_character(httpserver, home, tmp_path):
+    # JSON lets '\ud800' through: printing the result table used to end in a UnicodeEncodeError traceback.
+    failing = {**FAILING_TESTS, "test.1.error": "bad \ud800 input"}
+    body = json.dumps(submission("succeeded", [run("test", passed=False, result=failing)]))
+    httpserver.expect_request("/user/submissions/7").respond_with_data(body, content_type="application/json")
+    result = popkit("submissions", "wait", 7, "-o", "result.txt")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert "bad \ufffd input" in result.stdout and "FAIL" in result.stdout
+    assert "bad \ufffd input" in (tmp_path / "result.txt").read_text(encoding="utf-8")
+    [record] = logged(tmp_path)
+    assert record["cases"][1]["error"] == "bad \ufffd input"
+
+
 def test_show_of_someone_elses_submission(httpserver, home):
     httpserver.expect_request("/user/submissions/8").respond_with_json({"detail": "Not your submission"},
                                                                         status=403)

@@ -61,6 +61,7 @@ ERROR_LABELS = {
 WRAPPED = re.compile(r"failed to prepare submission request: (\d{3}): (.*)", re.DOTALL)
 RETRY_IN = re.compile(r"try again in (\d+)\s*s", re.IGNORECASE)
 ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+SURROGATE = re.compile("[\ud800-\udfff]")  # in a parsed JSON string, only a lone one: json joins a pair
 
 
 class HTTPError(PopkitError):
@@ -365,11 +366,22 @@ def reply_text(response: requests.Response) -> str:
 
 def loads(text: str | bytes) -> Any:
     """json.loads, where JSON nested deeper than the parser goes is a ValueError like any other text that is not
-    JSON: json raises RecursionError there, which no caller expects (a traceback)."""
+    JSON (json raises RecursionError, which no caller expects), and each lone surrogate JSON lets through ('\\ud800')
+    is U+FFFD: no text holding one can be printed or written as UTF-8."""
     try:
-        return json.loads(text)
+        return without_surrogates(json.loads(text))
     except RecursionError:
         raise ValueError("JSON nested too deeply") from None
+
+
+def without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {without_surrogates(key): without_surrogates(item) for key, item in value.items()}
+    return value
 
 
 def decode_json(response: requests.Response, what: str, expect: type = object) -> Any:
