@@ -25,11 +25,9 @@ def client(httpserver):
 
 
 @pytest.fixture
-def source(tmp_path):
-    """A one-line submission file to upload."""
-    path = tmp_path / "s.py"
-    path.write_text("x = 1\n")
-    return path
+def source():
+    """A one-line submission file to upload: its name and bytes."""
+    return "s.py", b"x = 1\n"
 
 
 @pytest.fixture
@@ -278,7 +276,7 @@ def test_submit_uploads_one_file_part_in_lowercase_path(httpserver, client, tmp_
         return Response(json.dumps({"details": {"id": 7, "job_status_id": 7}, "status": "accepted"}),
                         status=202, content_type="application/json")
     httpserver.expect_request("/submission/qr_v2/B200/benchmark", method="POST").respond_with_handler(accept)
-    assert client.submit("QR_V2", "B200", "Benchmark", source)["details"]["id"] == 7
+    assert client.submit("QR_V2", "B200", "Benchmark", (source.name, source.read_bytes()))["details"]["id"] == 7
     assert seen == {"files": {"file": ("submission.py", source.read_bytes())}, "form": {}}
 
 

@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from werkzeug import Response
 
+from checks import preflight
 from popcorn.cli import main
 from popcorn.client import api
 from popcorn.evidence.logs import read_records, record_passed
@@ -118,6 +119,22 @@ def test_submit_test_mode_follows_the_job_and_logs_the_result(httpserver, home, 
     assert record["raw_result"] == "logs/leaderboard/7.json" and record["submission_id"] == 7
     assert record["passed"] is True and record["failures"] == []
     assert_id_never_shown(result, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["test", "profile"])
+def test_submit_sends_the_bytes_the_preflight_passed(httpserver, home, tmp_path, monkeypatch, mode):
+    # The upload read the file again after the preflight: a file rewritten meanwhile (a build that ended while
+    # KernelGuard scanned) went up unchecked, here with the banned word in it.
+    def rebuilt_meanwhile(report, text, name):
+        (tmp_path / "submission.py").write_text(SOURCE + "# upstream\n")
+    monkeypatch.setattr(preflight, "apply_kernelguard", rebuilt_meanwhile)
+    if mode == "profile":
+        serve_stream(httpserver, f"event: result\ndata: {profile_result()}\n\n")
+    else:
+        serve_submission(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submit", "submission.py", "--mode", mode, "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert httpserver.log[0][0].files["file"].read() == SOURCE.encode()
 
 
 def test_submit_benchmark_prints_means_in_microseconds_and_geomean(httpserver, home, tmp_path):

@@ -619,12 +619,12 @@ class Client:
 
     # uploads
 
-    def submit(self, leaderboard: str, gpu: str, mode: str, path: Path) -> dict:
-        """Upload for a background run (never retried); the 202 reply with details.id."""
+    def submit(self, leaderboard: str, gpu: str, mode: str, file: tuple[str, bytes]) -> dict:
+        """Upload FILE (its name and bytes) for a background run (never retried); the 202 reply with details.id."""
         url_path = f"/submission/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/{mode.lower()}"
         landed = f"the upload may have been accepted: see `popkit submissions list --leaderboard {leaderboard}`"
         try:
-            response = self._send("POST", url_path, timeout=60, files=self._file_part(path))
+            response = self._send("POST", url_path, timeout=60, files={"file": file})
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
@@ -644,13 +644,13 @@ class Client:
             raise PopkitError(f"the reply to POST {url_path} has no submission id; {landed}")
         return accepted
 
-    def submit_profile(self, leaderboard: str, gpu: str, path: Path,
+    def submit_profile(self, leaderboard: str, gpu: str, file: tuple[str, bytes],
                        on_status: Callable[[dict], None] | None = None) -> str:
-        """Profile over the event stream; the raw JSON text of its `result` event."""
+        """Profile FILE (its name and bytes) over the event stream; the raw JSON text of its `result` event."""
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         try:
             response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True,
-                                  files=self._file_part(path))
+                                  files={"file": file})
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
@@ -676,10 +676,6 @@ class Client:
                 why = f"no data for {self.timeout_s or PROFILE_TIMEOUT_S:g} s" if timed_out(exc) else break_reason(exc)
                 raise NetworkError(f"the event stream from {self.base_url} broke off: {why}") from None
         raise PopkitError("the event stream ended without a result")
-
-    @staticmethod
-    def _file_part(path: Path) -> dict:
-        return {"file": (path.name, path.read_bytes())}
 
     # access and registration
 
