@@ -307,6 +307,18 @@ def test_error_replies_become_one_clear_line(httpserver, client, source, status,
     assert len(httpserver.log) == 1  # a submission is never retried
 
 
+PROXY_PAGE = ("<!DOCTYPE html><html><head><style>body { font-family: sans-serif; margin: 0 auto; width: 40em }"
+              "</style>\n<title>502 Bad Gateway &amp; more</title></head><body><h1>Bad gateway</h1></body></html>")
+
+
+def test_an_html_error_page_is_named_by_its_title(httpserver, client):
+    # A proxy's page used to show as its first 300 characters of markup and style.
+    httpserver.expect_request("/leaderboards").respond_with_data(PROXY_PAGE, status=502, content_type="text/html")
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert str(info.value) == "server error (502): 502 Bad Gateway & more"
+
+
 def test_rate_limit_wait_can_come_from_retry_after(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_json({"detail": "slow down"}, status=429,
                                                                   headers={"Retry-After": "90"})

@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import email.utils
+import html
 import http.client
 import itertools
 import json
@@ -61,6 +62,7 @@ ERROR_LABELS = {
 WRAPPED = re.compile(r"failed to prepare submission request: (\d{3}): (.*)", re.DOTALL)
 RETRY_IN = re.compile(r"try again in (\d+)\s*s", re.IGNORECASE)
 ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
 SURROGATE = re.compile("[\ud800-\udfff]")  # in a parsed JSON string, only a lone one: json joins a pair
 
 
@@ -243,8 +245,18 @@ def error_detail(response: requests.Response, cli_id: str | None = None) -> str:
         detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
     elif isinstance(detail, (dict, list)):
         detail = json.dumps(detail)
-    text = response.text if detail is None else str(detail)
+    if detail is None:
+        text = page_title(response.text) if "html" in response.headers.get("Content-Type", "") else response.text
+    else:
+        text = str(detail)
     return one_line(hide_id(text, cli_id)) or response.reason or "no details"
+
+
+def page_title(page: str) -> str:
+    """An HTML error page (a proxy's, say) as its title, where it has one: its first few hundred characters are
+    markup and style."""
+    found = HTML_TITLE.search(page)
+    return html.unescape(found[1]) if found and found[1].strip() else page
 
 
 def one_line(text: str, limit: int = 300) -> str:
