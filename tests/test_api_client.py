@@ -25,11 +25,9 @@ def client(httpserver):
 
 
 @pytest.fixture
-def source(tmp_path):
-    """A one-line submission file to upload."""
-    path = tmp_path / "s.py"
-    path.write_text("x = 1\n")
-    return path
+def source():
+    """A one-line submission file to upload: its name and bytes."""
+    return "s.py", b"x = 1\n"
 
 
 @pytest.fixture
@@ -278,7 +276,7 @@ def test_submit_uploads_one_file_part_in_lowercase_path(httpserver, client, tmp_
         return Response(json.dumps({"details": {"id": 7, "job_status_id": 7}, "status": "accepted"}),
                         status=202, content_type="application/json")
     httpserver.expect_request("/submission/qr_v2/B200/benchmark", method="POST").respond_with_handler(accept)
-    assert client.submit("QR_V2", "B200", "Benchmark", source)["details"]["id"] == 7
+    assert client.submit("QR_V2", "B200", "Benchmark", (source.name, source.read_bytes()))["details"]["id"] == 7
     assert seen == {"files": {"file": ("submission.py", source.read_bytes())}, "form": {}}
 
 
@@ -309,6 +307,18 @@ def test_error_replies_become_one_clear_line(httpserver, client, source, status,
     assert len(httpserver.log) == 1  # a submission is never retried
 
 
+PROXY_PAGE = ("<!DOCTYPE html><html><head><style>body { font-family: sans-serif; margin: 0 auto; width: 40em }"
+              "</style>\n<title>502 Bad Gateway &amp; more</title></head><body><h1>Bad gateway</h1></body></html>")
+
+
+def test_an_html_error_page_is_named_by_its_title(httpserver, client):
+    # A proxy's page used to show as its first 300 characters of markup and style.
+    httpserver.expect_request("/leaderboards").respond_with_data(PROXY_PAGE, status=502, content_type="text/html")
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert str(info.value) == "server error (502): 502 Bad Gateway & more"
+
+
 def test_rate_limit_wait_can_come_from_retry_after(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_json({"detail": "slow down"}, status=429,
                                                                   headers={"Retry-After": "90"})
@@ -320,6 +330,8 @@ def test_rate_limit_wait_can_come_from_retry_after(httpserver, client):
     ({"detail": "slow down"}, {}, "rate limited (429): slow down (the server did not say how long to wait: its "
                                   "limits count the past hour, so wait up to 1 h)"),
     ({"detail": "slow down"}, {"Retry-After": "Fri, 01 Jan 2100 00:00:00 GMT"}, "rate limited (429): slow down (wait "),
+    # '²' is a digit to str.isdigit and not to int(): a ValueError traceback.
+    ({"detail": "slow down"}, {"Retry-After": "\u00b2"}, "rate limited (429): slow down (the server did not say"),
 ])
 def test_rate_limit_always_says_how_long_to_wait(httpserver, client, body, headers, expected):
     # A 429 without "Try again in Ns" and without a Retry-After in seconds used to say nothing about the wait.
@@ -437,6 +449,27 @@ def test_malformed_json_is_a_clear_error(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_data("{not json", content_type="application/json")
     with pytest.raises(PopkitError, match=r"reply to GET /leaderboards is not JSON: '\{not json'"):
         client.leaderboards()
+
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def test_json_nested_too_deeply_is_a_clear_error(httpserver, client):
+    # json's RecursionError used to end in a traceback, for a reply and for an error reply alike.
+    httpserver.expect_request("/leaderboards").respond_with_data(DEEP, content_type="application/json")
+    with pytest.raises(PopkitError, match=r"reply to GET /leaderboards is not JSON: '\[\[\[\["):
+        client.leaderboards()
+    httpserver.expect_request("/gpus/qr_v2").respond_with_data(DEEP, status=400, content_type="application/json")
+    with pytest.raises(PopkitError, match=r"rejected by the server \(400\): \[\[\["):
+        client.gpus("qr_v2")
+    assert api.loads_or_text(DEEP)["status"] == DEEP and not api.is_json(DEEP)
+
+
+def test_lone_surrogates_in_a_reply_become_replacement_characters(httpserver, client):
+    # JSON lets '\ud800' through; text holding it could be neither printed nor written as UTF-8 (a traceback).
+    body = '[{"name": "qr\\ud800", "gpu_types": ["\\udfff"], "description": "\\ud83d\\ude00"}]'
+    httpserver.expect_request("/leaderboards").respond_with_data(body, content_type="application/json")
+    assert client.leaderboards() == [{"name": "qr\ufffd", "gpu_types": ["\ufffd"], "description": "\U0001f600"}]
 
 
 def test_wrong_json_shape_is_a_clear_error(httpserver, client):

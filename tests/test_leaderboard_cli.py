@@ -11,6 +11,7 @@ import pytest
 from click.testing import CliRunner
 from werkzeug import Response
 
+from checks import preflight
 from popcorn.cli import main
 from popcorn.client import api
 from popcorn.evidence.logs import read_records, record_passed
@@ -118,6 +119,22 @@ def test_submit_test_mode_follows_the_job_and_logs_the_result(httpserver, home, 
     assert record["raw_result"] == "logs/leaderboard/7.json" and record["submission_id"] == 7
     assert record["passed"] is True and record["failures"] == []
     assert_id_never_shown(result, tmp_path)
+
+
+@pytest.mark.parametrize("mode", ["test", "profile"])
+def test_submit_sends_the_bytes_the_preflight_passed(httpserver, home, tmp_path, monkeypatch, mode):
+    # The upload read the file again after the preflight: a file rewritten meanwhile (a build that ended while
+    # KernelGuard scanned) went up unchecked, here with the banned word in it.
+    def rebuilt_meanwhile(report, text, name):
+        (tmp_path / "submission.py").write_text(SOURCE + "# upstream\n")
+    monkeypatch.setattr(preflight, "apply_kernelguard", rebuilt_meanwhile)
+    if mode == "profile":
+        serve_stream(httpserver, f"event: result\ndata: {profile_result()}\n\n")
+    else:
+        serve_submission(httpserver, submission("succeeded", [run("test", result=TESTS)]))
+    result = popkit("submit", "submission.py", "--mode", mode, "--poll-interval", 0)
+    assert result.exit_code == 0, result.output
+    assert httpserver.log[0][0].files["file"].read() == SOURCE.encode()
 
 
 def test_submit_benchmark_prints_means_in_microseconds_and_geomean(httpserver, home, tmp_path):
@@ -769,6 +786,18 @@ def test_profile_result_of_an_unexpected_shape_is_one_line_and_kept(httpserver, 
     assert (folder / "result.json").read_text() == result
 
 
+def test_a_profile_result_nested_too_deeply_is_one_line_and_kept(httpserver, home, tmp_path):
+    # json's RecursionError used to end in a traceback after the raw result was saved.
+    deep = "[" * 100_000 + "]" * 100_000
+    serve_stream(httpserver, f"event: result\ndata: {deep}\n\n")
+    outcome = popkit("submit", "submission.py", "--mode", "profile")
+    assert outcome.exit_code == 1 and isinstance(outcome.exception, SystemExit), outcome.exception
+    [folder] = (tmp_path / "logs" / "leaderboard").iterdir()
+    saved = folder / "result.json"
+    assert outcome.stderr.splitlines()[-1] == f"error: the profile result is not JSON (saved as {saved})"
+    assert saved.read_text() == deep
+
+
 # -- registration ----------------------------------------------------------------------------
 
 NEW_ID = "9d2a4c1e-new-id"
@@ -931,6 +960,24 @@ def test_ranking_without_an_id_shows_the_board_only(httpserver, home):
     assert result.exit_code == 0 and "ada" in result.stdout and "you:" not in result.stdout
 
 
+@pytest.mark.parametrize("listed, shown, why", [
+    (({"detail": "Invalid or unauthorized auth header"}, 401), None,
+     "the server does not accept your cli_id (401: Invalid or unauthorized auth header)"),
+    (([{"id": 7}], 200), ({"detail": "Submission not found"}, 404), "not found (404): Submission not found"),
+])
+def test_ranking_when_my_rank_cannot_be_read_still_shows_the_board(httpserver, home, listed, shown, why):
+    # The public ranking, already fetched, used to be lost: only the error of the user's own lookup was shown.
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json([
+        {"submission_id": 11, "rank": 1, "submission_score": 0.0001, "user_id": "1", "user_name": "ada"}])
+    httpserver.expect_request("/user/submissions").respond_with_json(*listed)
+    if shown:
+        httpserver.expect_request("/user/submissions/7").respond_with_json(*shown)
+    result = popkit("ranking", "qr_v2", "B200")
+    assert result.exit_code == 0, result.output
+    assert "ada" in result.stdout and "you:" not in result.stdout
+    assert result.stderr.startswith(f"note: your own rank is not marked: {why}") and CLI_ID not in result.output
+
+
 @pytest.mark.parametrize("args, path, body", [
     (["leaderboards"], "/leaderboards", ["qr_v2", "eigh"]),
     (["submissions", "list"], "/user/submissions", [7]),
@@ -1025,6 +1072,19 @@ def test_a_board_named_in_another_case_is_asked_for_in_lowercase(httpserver, hom
 def test_submissions_list_empty(httpserver, home):
     httpserver.expect_request("/user/submissions").respond_with_json([])
     assert popkit("submissions", "list").stdout == "no submissions found\n"
+
+
+def test_a_lone_surrogate_in_a_result_is_printed_and_logged_as_a_replacement_character(httpserver, home, tmp_path):
+    # JSON lets '\ud800' through: printing the result table used to end in a UnicodeEncodeError traceback.
+    failing = {**FAILING_TESTS, "test.1.error": "bad \ud800 input"}
+    body = json.dumps(submission("succeeded", [run("test", passed=False, result=failing)]))
+    httpserver.expect_request("/user/submissions/7").respond_with_data(body, content_type="application/json")
+    result = popkit("submissions", "wait", 7, "-o", "result.txt")
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exception
+    assert "bad \ufffd input" in result.stdout and "FAIL" in result.stdout
+    assert "bad \ufffd input" in (tmp_path / "result.txt").read_text(encoding="utf-8")
+    [record] = logged(tmp_path)
+    assert record["cases"][1]["error"] == "bad \ufffd input"
 
 
 def test_show_of_someone_elses_submission(httpserver, home):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import click
 
-from checks.preflight import SUFFIXES, leading_directives, preflight_file
+from checks.preflight import SUFFIXES, leading_directives, preflight_bytes
 from popcorn.cli.failures import fail_cleanly
 from popcorn.client import api, results
 from popcorn.errors import Interrupted, PopkitError
@@ -79,12 +79,14 @@ def _add_submit(main, fail_cleanly):
         Exits 0 only when every requested run passed.
         """
         require_result_file(output)
-        leaderboard, gpu = preflight_target(file, leaderboard, gpu)
+        # Read once: the bytes the preflight passes are the bytes sent, whatever becomes of the file meanwhile.
+        sent = (file.name, file.read_bytes())
+        leaderboard, gpu = preflight_target(sent, leaderboard, gpu)
         client = connect()
         if mode == "profile":
-            ok = profile(client, file, leaderboard, gpu, output)
+            ok = profile(client, sent, leaderboard, gpu, output)
         else:
-            ok = follow(client, upload(client, file, leaderboard, gpu, mode), mode, poll_interval, output)
+            ok = follow(client, upload(client, sent, leaderboard, gpu, mode), mode, poll_interval, output)
         if not ok:
             sys.exit(1)
 
@@ -252,47 +254,48 @@ def require_result_file(output: Path | None) -> None:
                           "evidence log that it would replace: name a text file (-o result.txt); nothing was sent")
 
 
-def preflight_target(file: Path, leaderboard: str | None, gpu: str | None) -> tuple[str, str]:
-    """Run the preflight (refusing a file that breaks a rule); the leaderboard and GPU to use.
+def preflight_target(file: tuple[str, bytes], leaderboard: str | None, gpu: str | None) -> tuple[str, str]:
+    """Preflight FILE (its name and bytes), refusing one that breaks a rule; the leaderboard and GPU to use.
 
     The server needs no directives, so --leaderboard and --gpu stand in for missing ones: the file is checked
     under them, so a .py file must define the functions of the board it goes to.
     """
-    refuse_mixed_case_board(file)
+    name, data = file
+    refuse_mixed_case_board(name, data)
     options = {"leaderboard": leaderboard.lower() if leaderboard else None, "gpu": gpu}
-    report = preflight_file(file, expect_leaderboard=options["leaderboard"],
-                            stand_in={key: value for key, value in options.items() if value})
+    report = preflight_bytes(data, name, expect_leaderboard=options["leaderboard"],
+                             stand_in={key: value for key, value in options.items() if value})
     missing = [key for key in options if key not in report.directives]
     # A directive neither the file nor an option gives: said below with the option that would stand in for it.
     errors = [e for e in report.errors if not any(f"'#!POPCORN {key} " in e for key in missing)]
-    errors += [f"{file.name}: names no {key}: add '#!POPCORN {key} ...' to its leading comment block "
+    errors += [f"{name}: names no {key}: add '#!POPCORN {key} ...' to its leading comment block "
                f"or pass --{key}" for key in missing if not options[key]]
     for prefix, lines in (("note", report.notes), ("warning", report.warnings), ("preflight", errors)):
         for line in lines:
             click.echo(f"{prefix}: {line}", err=True)
     if errors:
-        raise PopkitError(f"{file.name} breaks {len(errors)} leaderboard rule(s): not uploaded")
+        raise PopkitError(f"{name} breaks {len(errors)} leaderboard rule(s): not uploaded")
     if missing:
         used = ", ".join(f"--{key} {options[key]}" for key in missing)
-        click.echo(f"note: {file.name} has no {' or '.join(missing)} directive: using {used}", err=True)
+        click.echo(f"note: {name} has no {' or '.join(missing)} directive: using {used}", err=True)
     return options["leaderboard"] or report.directives["leaderboard"], options["gpu"] or report.directives["gpu"]
 
 
-def refuse_mixed_case_board(file: Path) -> None:
+def refuse_mixed_case_board(name: str, data: bytes) -> None:
     """The URL carries the board in lowercase and the server rejects a directive that differs from it."""
     try:
-        text = file.read_bytes().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
-        return  # the preflight reports these
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        return  # the preflight reports it
     board = leading_directives(text).get("leaderboard")
     if board and board != board.lower():
-        raise PopkitError(f"{file.name}: '#!POPCORN leaderboard {board}' must be lowercase ({board.lower()!r}): "
+        raise PopkitError(f"{name}: '#!POPCORN leaderboard {board}' must be lowercase ({board.lower()!r}): "
                           "the server looks the board up in lowercase and rejects a directive that differs")
 
 
-def upload(client: api.Client, file: Path, leaderboard: str, gpu: str, mode: str) -> int:
-    """Submit for a background run; the submission id."""
-    click.echo(f"submitting {file.name} to {leaderboard} on {gpu} (mode {mode})", err=True)
+def upload(client: api.Client, file: tuple[str, bytes], leaderboard: str, gpu: str, mode: str) -> int:
+    """Submit FILE (its name and bytes) for a background run; the submission id."""
+    click.echo(f"submitting {file[0]} to {leaderboard} on {gpu} (mode {mode})", err=True)
     try:
         accepted = client.submit(leaderboard, gpu, mode, file)
     except KeyboardInterrupt:
@@ -375,9 +378,9 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
     return not failures
 
 
-def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: Path | None) -> bool:
-    """Profile over the event stream; save report and traces; True when every run passed."""
-    click.echo(f"profiling {file.name} on {leaderboard} on {gpu} (the connection stays open to the end)",
+def profile(client: api.Client, file: tuple[str, bytes], leaderboard: str, gpu: str, output: Path | None) -> bool:
+    """Profile FILE (its name and bytes) over the event stream; save report and traces; True when every run passed."""
+    click.echo(f"profiling {file[0]} on {leaderboard} on {gpu} (the connection stays open to the end)",
                err=True)
 
     def show_status(status: dict) -> None:
@@ -390,7 +393,7 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
         raise Interrupted("interrupted: nothing was saved; once uploaded, the profile run goes on at the server, "
                           "where it cannot be followed again") from None
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
-    code = file.read_text(encoding="utf-8", errors="replace")     # the file's own problem reads its case specs
+    code = file[1].decode("utf-8", errors="replace")     # the file's own problem reads its case specs
     result = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}",
                                   results.result_problem(leaderboard, code).record)
     emit(f"{results.render_profile(result)}\n\n{'PASS' if result.ok else 'FAIL'}", output)
@@ -399,12 +402,17 @@ def profile(client: api.Client, file: Path, leaderboard: str, gpu: str, output: 
 
 
 def my_user_id(client: api.Client, leaderboard: str) -> str | None:
-    """The user's id, read from their latest submission on the board (None without one)."""
-    latest = client.user_submissions(leaderboard, limit=1)
-    submission_id = latest[0].get("id") if latest else None
-    if not isinstance(submission_id, int) or isinstance(submission_id, bool):
+    """The user's id, read from their latest submission on the board; None without one, or when the server does not
+    tell (said in a note: the ranking itself is public, and is shown all the same)."""
+    try:
+        latest = client.user_submissions(leaderboard, limit=1)
+        submission_id = latest[0].get("id") if latest else None
+        if not isinstance(submission_id, int) or isinstance(submission_id, bool):
+            return None
+        user_id = client.submission(submission_id).get("user_id")
+    except PopkitError as exc:
+        click.echo(f"note: your own rank is not marked: {exc}", err=True)
         return None
-    user_id = client.submission(submission_id).get("user_id")
     return None if user_id is None else str(user_id)
 
 

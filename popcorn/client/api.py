@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import datetime as dt
 import email.utils
+import html
 import http.client
 import itertools
 import json
@@ -61,6 +62,8 @@ ERROR_LABELS = {
 WRAPPED = re.compile(r"failed to prepare submission request: (\d{3}): (.*)", re.DOTALL)
 RETRY_IN = re.compile(r"try again in (\d+)\s*s", re.IGNORECASE)
 ERRNO = re.compile(r"\[Errno -?\d+\] ([^'\")\]]+)")
+HTML_TITLE = re.compile(r"<title[^>]*>(.*?)</title", re.IGNORECASE | re.DOTALL)
+SURROGATE = re.compile("[\ud800-\udfff]")  # in a parsed JSON string, only a lone one: json joins a pair
 
 
 class HTTPError(PopkitError):
@@ -234,7 +237,7 @@ def error_detail(response: requests.Response, cli_id: str | None = None) -> str:
     """The server's explanation: `detail` (a string or a validation list), `message`, or the text; on one line,
     with CLI_ID hidden (an error page may echo the request's headers)."""
     try:
-        body = response.json()
+        body = loads(response.content)
     except ValueError:
         body = None
     detail = body.get("detail", body.get("message")) if isinstance(body, dict) else None
@@ -242,8 +245,18 @@ def error_detail(response: requests.Response, cli_id: str | None = None) -> str:
         detail = "; ".join(f"{'.'.join(map(str, item.get('loc', [])))}: {item.get('msg')}" for item in detail)
     elif isinstance(detail, (dict, list)):
         detail = json.dumps(detail)
-    text = response.text if detail is None else str(detail)
+    if detail is None:
+        text = page_title(response.text) if "html" in response.headers.get("Content-Type", "") else response.text
+    else:
+        text = str(detail)
     return one_line(hide_id(text, cli_id)) or response.reason or "no details"
+
+
+def page_title(page: str) -> str:
+    """An HTML error page (a proxy's, say) as its title, where it has one: its first few hundred characters are
+    markup and style."""
+    found = HTML_TITLE.search(page)
+    return html.unescape(found[1]) if found and found[1].strip() else page
 
 
 def one_line(text: str, limit: int = 300) -> str:
@@ -301,7 +314,7 @@ def retry_after_s(response: requests.Response, detail: str) -> int | None:
     if found:
         return int(found[1])
     header = response.headers.get("Retry-After", "").strip()
-    if header.isdigit():
+    if header.isascii() and header.isdigit():     # int() refuses some of isdigit's digits, as '²'
         return int(header)
     try:
         when = email.utils.parsedate_to_datetime(header)
@@ -363,9 +376,29 @@ def reply_text(response: requests.Response) -> str:
     return hide_id(response.text, request.headers.get(ID_HEADER) if request is not None else None)
 
 
+def loads(text: str | bytes) -> Any:
+    """json.loads, where JSON nested deeper than the parser goes is a ValueError like any other text that is not
+    JSON (json raises RecursionError, which no caller expects), and each lone surrogate JSON lets through ('\\ud800')
+    is U+FFFD: no text holding one can be printed or written as UTF-8."""
+    try:
+        return without_surrogates(json.loads(text))
+    except RecursionError:
+        raise ValueError("JSON nested too deeply") from None
+
+
+def without_surrogates(value: Any) -> Any:
+    if isinstance(value, str):
+        return SURROGATE.sub("\ufffd", value)
+    if isinstance(value, list):
+        return [without_surrogates(item) for item in value]
+    if isinstance(value, dict):
+        return {without_surrogates(key): without_surrogates(item) for key, item in value.items()}
+    return value
+
+
 def decode_json(response: requests.Response, what: str, expect: type = object) -> Any:
     try:
-        value = response.json()
+        value = loads(response.content)
     except ValueError:
         snippet = " ".join(reply_text(response).split())[:80]
         raise PopkitError(f"the reply to {what} is not JSON: {snippet!r}") from None
@@ -598,12 +631,12 @@ class Client:
 
     # uploads
 
-    def submit(self, leaderboard: str, gpu: str, mode: str, path: Path) -> dict:
-        """Upload for a background run (never retried); the 202 reply with details.id."""
+    def submit(self, leaderboard: str, gpu: str, mode: str, file: tuple[str, bytes]) -> dict:
+        """Upload FILE (its name and bytes) for a background run (never retried); the 202 reply with details.id."""
         url_path = f"/submission/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/{mode.lower()}"
         landed = f"the upload may have been accepted: see `popkit submissions list --leaderboard {leaderboard}`"
         try:
-            response = self._send("POST", url_path, timeout=60, files=self._file_part(path))
+            response = self._send("POST", url_path, timeout=60, files={"file": file})
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
@@ -623,13 +656,13 @@ class Client:
             raise PopkitError(f"the reply to POST {url_path} has no submission id; {landed}")
         return accepted
 
-    def submit_profile(self, leaderboard: str, gpu: str, path: Path,
+    def submit_profile(self, leaderboard: str, gpu: str, file: tuple[str, bytes],
                        on_status: Callable[[dict], None] | None = None) -> str:
-        """Profile over the event stream; the raw JSON text of its `result` event."""
+        """Profile FILE (its name and bytes) over the event stream; the raw JSON text of its `result` event."""
         url_path = f"/{quote(leaderboard.lower(), safe='')}/{quote(gpu, safe='')}/profile"
         try:
             response = self._send("POST", url_path, timeout=PROFILE_TIMEOUT_S, stream=True,
-                                  files=self._file_part(path))
+                                  files={"file": file})
         except NetworkError as exc:
             if not exc.sent:
                 raise NetworkError(f"{exc}; nothing was uploaded", sent=False) from None
@@ -655,10 +688,6 @@ class Client:
                 why = f"no data for {self.timeout_s or PROFILE_TIMEOUT_S:g} s" if timed_out(exc) else break_reason(exc)
                 raise NetworkError(f"the event stream from {self.base_url} broke off: {why}") from None
         raise PopkitError("the event stream ended without a result")
-
-    @staticmethod
-    def _file_part(path: Path) -> dict:
-        return {"file": (path.name, path.read_bytes())}
 
     # access and registration
 
@@ -689,7 +718,7 @@ class Client:
 
 def is_json(text: str) -> bool:
     try:
-        json.loads(text)
+        loads(text)
     except ValueError:
         return False
     return True
@@ -698,7 +727,7 @@ def is_json(text: str) -> bool:
 def loads_or_text(data: str) -> dict:
     """An event's JSON object, or {'status': text} when it is not one."""
     try:
-        value = json.loads(data)
+        value = loads(data)
     except ValueError:
         return {"status": data}
     return value if isinstance(value, dict) else {"status": data}

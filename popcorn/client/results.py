@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
-import json
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,6 +17,7 @@ from pathlib import Path
 
 from checks.preflight import SUFFIXES
 from checks.problems import Problem, load_problem, parse_spec, problems_on, short_spec
+from popcorn.client.api import loads
 from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.files import write_atomic
 from popcorn.evidence.logs import DEFAULT_LOG, append_record, case_geomean, new_record, read_records
@@ -455,7 +455,7 @@ def save_profile(raw: str, directory: Path, problem: Problem | None = None) -> P
     """Save a profile result (raw JSON first), its summaries, reports and trace archives."""
     write_atomic(directory / "result.json", raw.encode())
     try:
-        data = json.loads(raw)
+        data = loads(raw)
     except ValueError:
         raise PopkitError(f"the profile result is not JSON (saved as {directory / 'result.json'})") from None
     odd = profile_shape_problem(data)
