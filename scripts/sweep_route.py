@@ -8,15 +8,16 @@ VARIANTS.json maps a variant name to module globals to set on the built submissi
 Every variant runs on the same inputs (the problem's benchmark list unless --case is given; without a
 GPU, the cases small enough for the CPU path, as `popkit check --device cpu` picks them) and is
 checked once against the native gates (the worst fraction of a limit shows a variant that spends the
-margin). Timing is the grader's timed region (checks/timing.py's clock: L2 flush, events), in K
-rounds: each round times the baseline and every variant once, in an order that rotates and reverses
-from round to round (checks.timing.alternate), so drift over the run and what ran just before spread
-evenly over the candidates; the table shows each candidate's median. Use K >= 2 x candidates for
-cases under a millisecond. --calls N makes each sample the mean of N calls in a row (each on a fresh copy,
-its own L2 flush and events), as the grader's loop repeats one kernel: at N = 1 a sub-millisecond case
-pays a cold start after the other candidates' runs (H200, 40x176: 278 us a call here, 236 us in `popkit
-diff`, and a 1.09x gain here was 0.95x there); use N >= 10 under a millisecond. This is exploration: a choice it suggests becomes evidence
-only through `popkit bench` / `popkit diff`. --json OUT writes the rows, rewritten after each case, so a
+margin). Timing is the grader's timed region (checks/timing.py's clock: L2 flush, events), in K rounds: each round
+times the baseline and every variant once, in an order that rotates and reverses from round to round
+(checks.timing.alternate), so drift over the run and what ran just before spread evenly over the candidates;
+the table shows each candidate's median. Use K >= 2 x candidates for cases under a millisecond. --calls N
+makes each sample the mean of N calls in a row (each on a fresh copy, its own L2 flush and events), as the
+grader's loop repeats one kernel: at N = 1 a sub-millisecond case reads slower, likely a cold start after
+the other candidates' runs (H200, 40x176: 278 us a call here, 236 us in `popkit diff`, and a 1.09x gain here
+was 0.95x there); use N >= 10 under a millisecond. This is exploration: a choice it suggests becomes
+evidence only through `popkit bench` / `popkit diff`.
+--json OUT writes the rows, rewritten after each case, so a
 run cut short keeps the cases it timed.
 """
 from __future__ import annotations
