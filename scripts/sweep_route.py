@@ -16,9 +16,8 @@ makes each sample the mean of N calls in a row (each on a fresh copy, its own L2
 grader's loop repeats one kernel: at N = 1 a sub-millisecond case reads slower, likely a cold start after
 the other candidates' runs (H200, 40x176: 278 us a call here, 236 us in `popkit diff`, and a 1.09x gain here
 was 0.95x there); use N >= 10 under a millisecond. This is exploration: a choice it suggests becomes
-evidence only through `popkit bench` / `popkit diff`.
---json OUT writes the rows, rewritten after each case, so a
-run cut short keeps the cases it timed.
+evidence only through `popkit bench` / `popkit diff`. --json OUT writes the rows, rewritten after each
+case, so a run cut short keeps the cases it timed.
 """
 from __future__ import annotations
 
