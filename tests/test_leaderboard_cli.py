@@ -1,5 +1,6 @@
 """The leaderboard verbs end to end against a local fake KernelBot (pytest-httpserver, 127.0.0.1)."""
 import base64
+import io
 import json
 import os
 import stat
@@ -1104,6 +1105,31 @@ def test_delete_asks_first(httpserver, home):
     deleted = popkit("submissions", "delete", 7, "--force")
     assert deleted.exit_code == 0 and "deleted submission 7" in deleted.stdout
     assert [entry[0].method for entry in httpserver.log] == ["GET", "GET", "DELETE"]
+
+
+class CtrlC(io.RawIOBase):
+    """Input where the user presses Ctrl-C at the first read."""
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        if len(buffer):
+            raise KeyboardInterrupt
+        return 0
+
+
+@pytest.mark.parametrize("answer, code, line", [
+    (CtrlC(), 130, "interrupted: submission 7 was not deleted"),
+    ("", 1, "error: no answer (the input is closed): submission 7 was not deleted; --force deletes without asking")])
+def test_ctrl_c_or_closed_input_at_the_delete_prompt_deletes_nothing_in_one_line(httpserver, home, answer, code,
+                                                                                line):
+    # click.confirm turned both into "Aborted!" and exit 1, where Ctrl-C in every other verb exits 130.
+    serve_polls(httpserver, submission("succeeded"))
+    result = popkit("submissions", "delete", 7, input=answer)
+    assert result.exit_code == code
+    assert result.stderr.strip() == line
+    assert [entry[0].method for entry in httpserver.log] == ["GET"]
 
 
 @pytest.mark.parametrize("reply", [{"status": "error", "detail": "still running"}, {}])

@@ -137,7 +137,7 @@ def _add_submissions(main, fail_cleanly):
         outcome = results.parse_submission(client.submission(submission_id))
         click.echo(f"submission {submission_id}: {outcome.leaderboard}, {outcome.file_name}, "
                    f"{len(outcome.code.splitlines())} lines, job {outcome.job_status or 'done'}")
-        if not force and not click.confirm("delete it?", default=False):
+        if not force and not confirm_deletion(submission_id):
             click.echo("not deleted")
             return
         client.delete_submission(submission_id)
@@ -399,6 +399,20 @@ def profile(client: api.Client, file: tuple[str, bytes], leaderboard: str, gpu: 
     emit(f"{results.render_profile(result)}\n\n{'PASS' if result.ok else 'FAIL'}", output)
     click.echo(f"profile result saved in {result.directory}", err=True)
     return result.ok
+
+
+def confirm_deletion(submission_id: int) -> bool:
+    """Ask before a deletion: yes only for 'y' or 'yes'. Read here, not by click.confirm, which turns Ctrl-C and
+    closed input alike into "Aborted!" and exit 1: Ctrl-C ends as in every verb (exit 130), closed input refuses."""
+    kept = f"submission {submission_id} was not deleted"
+    try:
+        answer = input("delete it? [y/N]: ")
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: {kept}") from None
+    except EOFError:
+        click.echo()     # ends the prompt's line
+        raise PopkitError(f"no answer (the input is closed): {kept}; --force deletes without asking") from None
+    return answer.strip().lower() in ("y", "yes")
 
 
 def my_user_id(client: api.Client, leaderboard: str) -> str | None:
