@@ -714,7 +714,7 @@ def serve_stream(httpserver, *frames):
 
 def test_ctrl_c_during_a_profile_run_says_what_goes_on(httpserver, home, tmp_path, monkeypatch):
     # It printed "interrupted" alone.
-    def interrupted_after_the_first_status(chunks):
+    def interrupted_after_the_first_status(chunks, max_line_bytes):
         yield api.sse.Event("status", '{"status": "processing", "elapsed_time": 0.0}')
         raise KeyboardInterrupt
     monkeypatch.setattr(api.sse, "iter_events", interrupted_after_the_first_status)
