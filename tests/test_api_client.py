@@ -74,6 +74,17 @@ def stall_mid_body(sock):
     time.sleep(1.0)
 
 
+def trickle(sock):
+    """A reply whose body comes a byte every 0.05 s for 3 s (no read waits long enough to time out), then stops."""
+    sock.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n[")
+    try:
+        for _ in range(60):
+            time.sleep(0.05)
+            sock.sendall(b" ")
+    except OSError:          # the client has stopped reading
+        pass
+
+
 def replies(*bodies):
     """A handler answering each (status, body) in turn, then the last one again."""
     queue = list(bodies)
@@ -553,6 +564,32 @@ def test_a_reply_that_stalls_in_its_body_is_a_timeout(raw_server, sleeps):
     assert str(info.value) == f"no reply from {url} within 0.2 s (GET /leaderboards)"
 
 
+@pytest.mark.parametrize("call, what, landed", [
+    (lambda client: client.leaderboards(), "GET /leaderboards", ""),
+    (lambda client: client.submit("qr_v2", "B200", "test", ("s.py", b"x = 1\n")), "POST /submission/qr_v2/B200/test",
+     "; the upload may still have been accepted: see `popkit submissions list --leaderboard qr_v2`")])
+def test_a_reply_that_trickles_in_without_end_stops_at_the_deadline(raw_server, sleeps, monkeypatch, call, what,
+                                                                    landed):
+    # requests' timeout bounds each read alone: a reply trickling in a byte every few seconds held the command
+    # forever, silently.
+    monkeypatch.setattr(api, "REPLY_DEADLINE_S", 0.5)
+    client = api.Client(raw_server(trickle), CLI_ID, timeout_s=2)
+    start = time.monotonic()
+    with pytest.raises(api.NetworkError) as info:
+        call(client)
+    assert str(info.value) == f"the reply to {what} was still coming after 0.5 s: stopped reading it{landed}"
+    assert time.monotonic() - start < 1.5 and sleeps == []     # not asked again: it would take as long
+
+
+@pytest.mark.parametrize("status", [200, 500])
+def test_a_reply_larger_than_the_limit_is_one_line(httpserver, client, sleeps, monkeypatch, status):
+    monkeypatch.setattr(api, "MAX_REPLY_BYTES", 1000)
+    httpserver.expect_request("/leaderboards").respond_with_json([{"name": "x" * 2000}], status=status)
+    with pytest.raises(PopkitError) as info:
+        client.leaderboards()
+    assert str(info.value) == "the reply to GET /leaderboards is larger than 1,000 bytes: stopped reading it"
+
+
 def test_submit_reset_after_sending_says_it_may_have_landed(raw_server, source, sleeps):
     url = raw_server(reset)
     with pytest.raises(api.NetworkError) as info:
@@ -754,7 +791,7 @@ def test_profile_validation_errors_are_plain_http_errors(httpserver, client, sou
 def test_sse_parser_handles_split_chunks_crlf_comments_and_multiline_data():
     chunks = [b"event: st", b"atus\r\ndata: a\r\n\r\n: comment\n", b"data: line1\ndata:line2\n\n",
               b"event: result\ndata: {\"x\": \"\xc3", b"\xa9\"}"]
-    assert list(sse.iter_events(chunks)) == [
+    assert list(sse.iter_events(chunks, 100)) == [
         sse.Event("status", "a"), sse.Event("message", "line1\nline2"),
         sse.Event("result", '{"x": "é"}', complete=False)]    # no closing blank line: delivered, marked
 
@@ -764,7 +801,7 @@ def test_sse_parser_reads_a_large_result_in_small_chunks_in_linear_time():
     # result carries its trace archives in base64).
     data = b"event: result\ndata: " + b"A" * 24_000_000 + b"\n\n"
     start = time.monotonic()
-    [event] = sse.iter_events(data[i:i + 16384] for i in range(0, len(data), 16384))
+    [event] = sse.iter_events((data[i:i + 16384] for i in range(0, len(data), 16384)), len(data))
     assert time.monotonic() - start < 3.0 and len(event.data) == 24_000_000
 
 
@@ -782,6 +819,25 @@ def test_a_complete_result_without_its_closing_blank_line_is_still_the_result(ht
     httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
         'event: result\ndata: {"status": "success", "results": []}'))
     assert json.loads(client.submit_profile("qr_v2", "B200", source)) == {"status": "success", "results": []}
+
+
+def test_an_event_stream_line_longer_than_the_limit_is_one_line(httpserver, client, source, monkeypatch):
+    # A line without end was held in memory whole.
+    monkeypatch.setattr(api, "MAX_EVENT_LINE_BYTES", 1000)
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
+        'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n', "event: result\ndata: " + "A" * 5000))
+    with pytest.raises(PopkitError) as info:
+        client.submit_profile("qr_v2", "B200", source)
+    assert re.fullmatch(r"a line of the event stream from http://127\.0\.0\.1:\d+ is longer than 1,000 bytes: "
+                        r"stopped reading it", str(info.value))
+
+
+def test_an_event_stream_may_last_longer_than_a_replys_deadline(httpserver, client, source, monkeypatch):
+    monkeypatch.setattr(api, "REPLY_DEADLINE_S", 0.1)
+    httpserver.expect_request("/qr_v2/B200/profile").respond_with_handler(event_stream(
+        'event: status\ndata: {"status":"processing","elapsed_time":0.0}\n\n',
+        'event: result\ndata: {"status": "success"}\n\n', delay_s=0.2))
+    assert client.submit_profile("qr_v2", "B200", source) == '{"status": "success"}'
 
 
 def test_a_profile_reply_that_is_not_an_event_stream_is_named(httpserver, client, source):

@@ -1,7 +1,9 @@
 """The leaderboard verbs end to end against a local fake KernelBot (pytest-httpserver, 127.0.0.1)."""
 import base64
+import io
 import json
 import os
+import re
 import stat
 import subprocess
 import sys
@@ -713,7 +715,7 @@ def serve_stream(httpserver, *frames):
 
 def test_ctrl_c_during_a_profile_run_says_what_goes_on(httpserver, home, tmp_path, monkeypatch):
     # It printed "interrupted" alone.
-    def interrupted_after_the_first_status(chunks):
+    def interrupted_after_the_first_status(chunks, max_line_bytes):
         yield api.sse.Event("status", '{"status": "processing", "elapsed_time": 0.0}')
         raise KeyboardInterrupt
     monkeypatch.setattr(api.sse, "iter_events", interrupted_after_the_first_status)
@@ -1087,6 +1089,50 @@ def test_a_lone_surrogate_in_a_result_is_printed_and_logged_as_a_replacement_cha
     assert record["cases"][1]["error"] == "bad \ufffd input"
 
 
+# Terminal commands a server's words may hold: clear the screen, set the window title, return over the line, and
+# the C1 form of ESC[ (CSI); printed, each is shown as its escape, never obeyed (\r as a space where the text is
+# made one line).
+HOSTILE = "\x1b[2J\x1b]0;owned\x07\rhidden\x9b31m"
+SHOWN = re.compile(r"\\x1b\[2J\\x1b\]0;owned\\x07(\\x0d| )hidden\\x9b31m")
+CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")    # every control character but \t and \n
+HOSTILE_CODE = f"def custom_kernel(data):\r\n\treturn data  # {HOSTILE}\n"
+
+
+def serve_hostile(httpserver):
+    """A board, a ranking, a submission and a failing request, each with HOSTILE in text popkit prints."""
+    httpserver.expect_request("/leaderboards").respond_with_json(
+        [{"name": "qr_v2", "gpu_types": ["B200"], "description": f"QR {HOSTILE}", "visibility": "public"}])
+    httpserver.expect_request("/submissions/qr_v2/B200").respond_with_json(
+        [{"submission_id": 11, "rank": 1, "submission_score": 0.0001, "user_id": "1", "user_name": f"ada{HOSTILE}"}])
+    failing = {**FAILING_TESTS, "test.1.error": f"residual {HOSTILE}"}
+    serve_polls(httpserver, {**submission("succeeded", [run("test", passed=False, result=failing)],
+                                          error=f"job {HOSTILE}"), "code": HOSTILE_CODE, "file_name": f"s{HOSTILE}.py"})
+    httpserver.expect_request("/gpus/qr_v2").respond_with_json({"detail": f"no {HOSTILE}"}, status=500)
+
+
+@pytest.mark.parametrize("args", [("leaderboards",), ("ranking", "qr_v2", "B200"), ("submissions", "show", 7),
+                                  ("submissions", "show", 7, "--code"), ("submissions", "wait", 7),
+                                  ("submissions", "delete", 7), ("gpus", "qr_v2"), ("fetch", 7)])
+def test_control_characters_in_the_servers_words_are_shown_not_obeyed(httpserver, home, args):
+    # They reached the terminal raw: a board's description could clear the screen, a user name hide its row.
+    serve_hostile(httpserver)
+    result = popkit(*args, input="n\n")
+    assert SHOWN.search(result.output) and not CONTROL.search(result.output), result.output
+
+
+def test_what_is_saved_keeps_the_servers_control_characters(httpserver, home, tmp_path):
+    serve_hostile(httpserver)
+    shown = popkit("submissions", "show", 7, "--code")
+    assert "def custom_kernel(data):\n\treturn data" in shown.stdout      # a multi-line block stays one
+    assert popkit("fetch", 7).exit_code == 0
+    assert (tmp_path / "submission_7.py").read_bytes() == HOSTILE_CODE.encode()
+    assert popkit("submissions", "wait", 7, "-o", "result.txt").exit_code == 1
+    raw = json.loads((tmp_path / "logs" / "leaderboard" / "7.json").read_text())
+    assert (raw["runs"][0]["result"]["test.1.error"], raw["job"]["error"]) == (f"residual {HOSTILE}", f"job {HOSTILE}")
+    printed = (tmp_path / "result.txt").read_text()
+    assert SHOWN.search(printed) and not CONTROL.search(printed)
+
+
 def test_show_of_someone_elses_submission(httpserver, home):
     httpserver.expect_request("/user/submissions/8").respond_with_json({"detail": "Not your submission"},
                                                                         status=403)
@@ -1104,6 +1150,31 @@ def test_delete_asks_first(httpserver, home):
     deleted = popkit("submissions", "delete", 7, "--force")
     assert deleted.exit_code == 0 and "deleted submission 7" in deleted.stdout
     assert [entry[0].method for entry in httpserver.log] == ["GET", "GET", "DELETE"]
+
+
+class CtrlC(io.RawIOBase):
+    """Input where the user presses Ctrl-C at the first read."""
+
+    def readable(self):
+        return True
+
+    def readinto(self, buffer):
+        if len(buffer):
+            raise KeyboardInterrupt
+        return 0
+
+
+@pytest.mark.parametrize("answer, code, line", [
+    (CtrlC(), 130, "interrupted: submission 7 was not deleted"),
+    ("", 1, "error: no answer (the input is closed): submission 7 was not deleted; --force deletes without asking")])
+def test_ctrl_c_or_closed_input_at_the_delete_prompt_deletes_nothing_in_one_line(httpserver, home, answer, code,
+                                                                                line):
+    # click.confirm turned both into "Aborted!" and exit 1, where Ctrl-C in every other verb exits 130.
+    serve_polls(httpserver, submission("succeeded"))
+    result = popkit("submissions", "delete", 7, input=answer)
+    assert result.exit_code == code
+    assert result.stderr.strip() == line
+    assert [entry[0].method for entry in httpserver.log] == ["GET"]
 
 
 @pytest.mark.parametrize("reply", [{"status": "error", "detail": "still running"}, {}])

@@ -9,6 +9,7 @@ from popcorn.client import results
 from popcorn.errors import PopkitError
 from popcorn.evidence import logs
 from popcorn.evidence.logs import read_records
+from popcorn.evidence.tables import render_table
 
 BENCH = {
     "benchmark-count": "2",
@@ -391,3 +392,10 @@ def test_profile_result_that_is_not_json_is_kept(tmp_path):
     with pytest.raises(PopkitError, match="not JSON"):
         results.save_profile("{oops", tmp_path)
     assert (tmp_path / "result.json").read_text() == "{oops"
+
+
+def test_a_table_cell_shows_its_control_characters_and_the_columns_stay_aligned():
+    # A cell held them raw: printed, ESC[2J cleared the screen, and a newline broke its row.
+    table = render_table(["who", "n"], [["ada\x1b[2J\nbob", 1], ["eve", 22]], right_align={1})
+    header, rule, first, second = table.splitlines()
+    assert first.startswith("ada\\x1b[2J\\x0abob") and first.endswith(" 1") and len(first) == len(second)

@@ -1,4 +1,5 @@
 """fail_cleanly: the one place where known errors become one line on stderr and exit 1 (Ctrl-C: exit 130);
+echo: a line printed with its control characters shown, for text a server or a file supplied;
 loads_torch: torch imported before a verb that needs it, so that Ctrl-C during that import counts.
 
 Its own module so that the verb modules import it without importing the group that registers them."""
@@ -11,6 +12,13 @@ import sys
 import click
 
 from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
+from popcorn.evidence.tables import printable
+
+
+def echo(text: str = "", err: bool = False) -> None:
+    """click.echo of TEXT as printable shows it: no control character in a server's words reaches the terminal
+    (ESC[2J would clear the screen, \\r hide the start of a line); newlines and tabs stay."""
+    click.echo(printable(text), err=err)
 
 
 def fail_cleanly(func):
@@ -20,13 +28,13 @@ def fail_cleanly(func):
         try:
             return func(*args, **kwargs)
         except (PopkitError, ProblemError) as exc:
-            click.echo(f"error: {exc}", err=True)
+            echo(f"error: {exc}", err=True)
             sys.exit(1)
         except Interrupted as exc:        # Ctrl-C in a run: what stopped, and what it left written
-            click.echo(f"\n{exc}", err=True)
+            echo(f"\n{exc}", err=True)
             sys.exit(Interrupted.EXIT_CODE)
         except KeyboardInterrupt:         # elsewhere (click's own answer was "Aborted!" and exit 1)
-            click.echo("\ninterrupted", err=True)
+            echo("\ninterrupted", err=True)
             sys.exit(Interrupted.EXIT_CODE)
         except BrokenPipeError:
             # The reader has gone (`popkit problem show qr_v2 | head`): nothing failed, and nothing more can
@@ -35,7 +43,7 @@ def fail_cleanly(func):
             sys.exit(1)
         except OSError as exc:
             where = f"{exc.filename}: " if exc.filename else ""     # os.write's errors name no file
-            click.echo(f"error: {where}{exc.strerror or exc}", err=True)
+            echo(f"error: {where}{exc.strerror or exc}", err=True)
             sys.exit(1)
     return wrapper
 

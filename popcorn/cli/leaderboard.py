@@ -2,7 +2,9 @@
 
 Thin click commands over popcorn.client.api (the HTTP protocol), popcorn.client.results (tables
 and evidence logs) and the preflight. Flags match the official popcorn CLI where
-they overlap. Results go to stdout; progress and notes go to stderr.
+they overlap. Results go to stdout; progress and notes go to stderr, all through
+failures.echo: a server's words may hold any character. What is saved (fetched code,
+raw replies) is kept as the server sent it.
 """
 from __future__ import annotations
 
@@ -14,10 +16,11 @@ from pathlib import Path
 import click
 
 from checks.preflight import SUFFIXES, leading_directives, preflight_bytes
-from popcorn.cli.failures import fail_cleanly
+from popcorn.cli.failures import echo, fail_cleanly
 from popcorn.client import api, results
 from popcorn.errors import Interrupted, PopkitError
 from popcorn.evidence.files import write_atomic
+from popcorn.evidence.tables import printable
 
 POLL_S = 5.0
 PROGRESS_S = 60.0  # a progress line at least this often, even when nothing changed
@@ -49,7 +52,7 @@ def _add_register(main, fail_cleanly):
         A cli_id that the server still accepts stays in use until `register --confirm`.
         """
         if confirm:
-            click.echo(confirm_pending_id())
+            echo(confirm_pending_id())
         elif provider:
             register_new_id(provider, reset)
         else:
@@ -61,7 +64,7 @@ def _add_register(main, fail_cleanly):
     def join(code):
         """Redeem an invite CODE: closed leaderboards take your submissions afterwards."""
         boards = connect().join(code)
-        click.echo(f"joined: {', '.join(boards)}" if boards else "code accepted (the server named no leaderboard)")
+        echo(f"joined: {', '.join(boards)}" if boards else "code accepted (the server named no leaderboard)")
 
 
 def _add_submit(main, fail_cleanly):
@@ -103,7 +106,7 @@ def _add_submissions(main, fail_cleanly):
     def list_verb(leaderboard, limit):
         """Your latest submissions, newest first, with their best ranked score."""
         found = connect().user_submissions(leaderboard, limit)
-        click.echo(results.render_submission_list(found) if found else "no submissions found")
+        echo(results.render_submission_list(found) if found else "no submissions found")
 
     @submissions.command("show")
     @click.argument("submission_id", type=int)
@@ -112,9 +115,9 @@ def _add_submissions(main, fail_cleanly):
     def show(submission_id, code):
         """A submission's runs, per-case tables and scores."""
         outcome = results.parse_submission(connect().submission(submission_id))
-        click.echo(results.render_outcome(outcome))
+        echo(results.render_outcome(outcome))
         if code:
-            click.echo("\n" + outcome.code)
+            echo("\n" + outcome.code)
 
     @submissions.command("wait")
     @click.argument("submission_id", type=int)
@@ -135,13 +138,13 @@ def _add_submissions(main, fail_cleanly):
         """Delete one of your submissions (shown first; asks unless --force)."""
         client = connect()
         outcome = results.parse_submission(client.submission(submission_id))
-        click.echo(f"submission {submission_id}: {outcome.leaderboard}, {outcome.file_name}, "
-                   f"{len(outcome.code.splitlines())} lines, job {outcome.job_status or 'done'}")
-        if not force and not click.confirm("delete it?", default=False):
-            click.echo("not deleted")
+        echo(f"submission {submission_id}: {outcome.leaderboard}, {outcome.file_name}, "
+             f"{len(outcome.code.splitlines())} lines, job {outcome.job_status or 'done'}")
+        if not force and not confirm_deletion(submission_id):
+            echo("not deleted")
             return
         client.delete_submission(submission_id)
-        click.echo(f"deleted submission {submission_id}")
+        echo(f"deleted submission {submission_id}")
 
 
 def _add_listings(main, fail_cleanly):
@@ -149,7 +152,7 @@ def _add_listings(main, fail_cleanly):
     @fail_cleanly
     def leaderboards():
         """The server's leaderboards with their access (closed boards need `join`), GPUs and deadlines."""
-        click.echo(results.render_leaderboards(connect(require_id=False).leaderboards()))
+        echo(results.render_leaderboards(connect(require_id=False).leaderboards()))
 
     @main.command("gpus")
     @click.argument("leaderboard")
@@ -157,7 +160,7 @@ def _add_listings(main, fail_cleanly):
     def gpus(leaderboard):
         """The GPUs LEADERBOARD runs on, one per line."""
         for name in connect(require_id=False).gpus(leaderboard):
-            click.echo(name)
+            echo(name)
 
     @main.command("ranking")
     @click.argument("leaderboard")
@@ -169,7 +172,7 @@ def _add_listings(main, fail_cleanly):
         client = connect(require_id=False)
         entries = client.ranking(leaderboard, gpu)
         me = my_user_id(client, leaderboard) if client.has_id else None
-        click.echo(results.render_ranking(entries, me, limit))
+        echo(results.render_ranking(entries, me, limit))
 
     @main.command("fetch")
     @click.argument("submission_id", type=int)
@@ -186,7 +189,7 @@ def _add_listings(main, fail_cleanly):
         path = output or results.code_path(submission_id, outcome.file_name)
         results.refuse_overwrite(submission_id, path, force)       # made meanwhile
         write_atomic(path, outcome.code.encode())
-        click.echo(f"saved submission {submission_id} ({outcome.leaderboard}, {outcome.file_name}) to {path}")
+        echo(f"saved submission {submission_id} ({outcome.leaderboard}, {outcome.file_name}) to {path}")
 
 
 # -- the steps behind the verbs --------------------------------------------------------------
@@ -198,30 +201,30 @@ def connect(require_id: bool = True) -> api.Client:
 
 def note_retry(text: str) -> None:
     """A GET that failed and will be sent again: said on stderr, so a stalled server is not silent for minutes."""
-    click.echo(f"note: {text}", err=True)
+    echo(f"note: {text}", err=True)
 
 
 def register_new_id(provider: str, reset: bool) -> None:
     """Ask the server for a new id and print its login URL; a working id is kept until --confirm."""
     base = api.api_url()
     if base != api.DEFAULT_API_URL:
-        click.echo(f"warning: POPCORN_API_URL is {base}, but the login URL below activates the id only on "
-                   f"the hosted server ({api.DEFAULT_API_URL}); on {base} the server's admin must mark it valid",
-                   err=True)
+        echo(f"warning: POPCORN_API_URL is {base}, but the login URL below activates the id only on "
+             f"the hosted server ({api.DEFAULT_API_URL}); on {base} the server's admin must mark it valid",
+             err=True)
     keep_current = working_id()
     new_id = api.Client(on_retry=note_retry).auth_init(provider)
     path, backup = api.update_config({api.PENDING_KEY: new_id}) if keep_current else api.save_cli_id(new_id)
     if backup:
-        click.echo(f"note: {path} could not be read as a config: the new one holds only the new id; the old one "
-                   f"is kept in {backup}", err=True)
+        echo(f"note: {path} could not be read as a config: the new one holds only the new id; the old one "
+             f"is kept in {backup}", err=True)
     if keep_current:
-        click.echo(f"your current cli_id works on {base} and stays in use; the new one waits in {path}")
-        click.echo("after the login, run `popkit register --confirm` to switch to it")
+        echo(f"your current cli_id works on {base} and stays in use; the new one waits in {path}")
+        echo("after the login, run `popkit register --confirm` to switch to it")
     else:
-        click.echo(f"saved a new cli_id to {path} (readable by you only)")
-    click.echo(f"to activate it, open this URL and log in with {provider} "
-               "(the link carries your id: keep it private):")
-    click.echo(api.authorize_url(provider, new_id, reset))
+        echo(f"saved a new cli_id to {path} (readable by you only)")
+    echo(f"to activate it, open this URL and log in with {provider} "
+         "(the link carries your id: keep it private):")
+    echo(api.authorize_url(provider, new_id, reset))
 
 
 def working_id() -> bool:
@@ -272,12 +275,12 @@ def preflight_target(file: tuple[str, bytes], leaderboard: str | None, gpu: str 
                f"or pass --{key}" for key in missing if not options[key]]
     for prefix, lines in (("note", report.notes), ("warning", report.warnings), ("preflight", errors)):
         for line in lines:
-            click.echo(f"{prefix}: {line}", err=True)
+            echo(f"{prefix}: {line}", err=True)
     if errors:
         raise PopkitError(f"{name} breaks {len(errors)} leaderboard rule(s): not uploaded")
     if missing:
         used = ", ".join(f"--{key} {options[key]}" for key in missing)
-        click.echo(f"note: {name} has no {' or '.join(missing)} directive: using {used}", err=True)
+        echo(f"note: {name} has no {' or '.join(missing)} directive: using {used}", err=True)
     return options["leaderboard"] or report.directives["leaderboard"], options["gpu"] or report.directives["gpu"]
 
 
@@ -295,15 +298,15 @@ def refuse_mixed_case_board(name: str, data: bytes) -> None:
 
 def upload(client: api.Client, file: tuple[str, bytes], leaderboard: str, gpu: str, mode: str) -> int:
     """Submit FILE (its name and bytes) for a background run; the submission id."""
-    click.echo(f"submitting {file[0]} to {leaderboard} on {gpu} (mode {mode})", err=True)
+    echo(f"submitting {file[0]} to {leaderboard} on {gpu} (mode {mode})", err=True)
     try:
         accepted = client.submit(leaderboard, gpu, mode, file)
     except KeyboardInterrupt:
         raise Interrupted("interrupted during the upload; it may have been accepted: "
                           f"see `popkit submissions list --leaderboard {leaderboard}`") from None
     submission_id = accepted["details"]["id"]
-    click.echo(results.describe_progress({"id": submission_id, "job": {"status": accepted.get("status")},
-                                          "runner_queue": accepted.get("runner_queue")}), err=True)
+    echo(results.describe_progress({"id": submission_id, "job": {"status": accepted.get("status")},
+                                    "runner_queue": accepted.get("runner_queue")}), err=True)
     return submission_id
 
 
@@ -319,7 +322,7 @@ class Progress:
     def __call__(self, elapsed_s: float, submission: dict) -> None:
         text = results.describe_progress(submission)
         if text != self.last_text or elapsed_s - self.last_s >= PROGRESS_S:
-            click.echo(f"[{elapsed_s:5.0f}s] {text}", err=True)
+            echo(f"[{elapsed_s:5.0f}s] {text}", err=True)
             self.last_text, self.last_s = text, elapsed_s
         self.watch_heartbeat(elapsed_s, submission.get("job") or {})
 
@@ -331,10 +334,10 @@ class Progress:
             return
         silent_s = elapsed_s - self.beat_s
         if not self.warned and silent_s >= MISSED_HEARTBEATS * RUNNER_HEARTBEAT_S:
-            click.echo(f"warning: submission {self.submission_id} has had no heartbeat for {silent_s:.0f} s "
-                       f"(a running job sends one every {RUNNER_HEARTBEAT_S:g} s): the server may have restarted "
-                       "and the job may never finish. Ctrl-C stops following (not the job); "
-                       f"`popkit submissions show {self.submission_id}` looks again later", err=True)
+            echo(f"warning: submission {self.submission_id} has had no heartbeat for {silent_s:.0f} s "
+                 f"(a running job sends one every {RUNNER_HEARTBEAT_S:g} s): the server may have restarted "
+                 "and the job may never finish. Ctrl-C stops following (not the job); "
+                 f"`popkit submissions show {self.submission_id}` looks again later", err=True)
             self.warned = True
 
 
@@ -345,8 +348,8 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
     try:
         data, raw = client.wait(submission_id, interval_s=interval_s, on_poll=Progress(submission_id))
     except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; submission {submission_id} goes on on the server. Resume with: {resume}",
-                   err=True)
+        echo(f"\ninterrupted; submission {submission_id} goes on on the server. Resume with: {resume}",
+             err=True)
         sys.exit(130)
     except PopkitError as exc:
         if isinstance(exc, api.HTTPError) and exc.status == 401:     # mended by registering again
@@ -368,24 +371,24 @@ def follow(client: api.Client, submission_id: int, run_mode: str | None, interva
         raise Interrupted(f"interrupted while saving the result of submission {submission_id}: it stays on the "
                           f"server; `{resume}` saves and logs it (once)") from None
     if logged is None:
-        click.echo(f"submission {submission_id} is already in the evidence log: not logged again", err=True)
+        echo(f"submission {submission_id} is already in the evidence log: not logged again", err=True)
     elif outcome.problem.note:
-        click.echo(f"note: {outcome.problem.note}", err=True)
+        echo(f"note: {outcome.problem.note}", err=True)
     failures = outcome.failures(run_mode)
     verdict = "FAIL: " + "; ".join(failures) if failures else "PASS"
     emit(f"{results.render_outcome(outcome)}\n\n{verdict}", output)
-    click.echo(f"raw result saved to {raw_path}", err=True)
+    echo(f"raw result saved to {raw_path}", err=True)
     return not failures
 
 
 def profile(client: api.Client, file: tuple[str, bytes], leaderboard: str, gpu: str, output: Path | None) -> bool:
     """Profile FILE (its name and bytes) over the event stream; save report and traces; True when every run passed."""
-    click.echo(f"profiling {file[0]} on {leaderboard} on {gpu} (the connection stays open to the end)",
-               err=True)
+    echo(f"profiling {file[0]} on {leaderboard} on {gpu} (the connection stays open to the end)",
+         err=True)
 
     def show_status(status: dict) -> None:
         elapsed = results.number(status.get("elapsed_time")) or 0.0
-        click.echo(f"[{elapsed:5.0f}s] {status.get('status')}", err=True)
+        echo(f"[{elapsed:5.0f}s] {status.get('status')}", err=True)
 
     try:
         raw = client.submit_profile(leaderboard, gpu, file, on_status=show_status)
@@ -397,8 +400,22 @@ def profile(client: api.Client, file: tuple[str, bytes], leaderboard: str, gpu: 
     result = results.save_profile(raw, results.log_dir() / "leaderboard" / f"profile-{stamp}",
                                   results.result_problem(leaderboard, code).record)
     emit(f"{results.render_profile(result)}\n\n{'PASS' if result.ok else 'FAIL'}", output)
-    click.echo(f"profile result saved in {result.directory}", err=True)
+    echo(f"profile result saved in {result.directory}", err=True)
     return result.ok
+
+
+def confirm_deletion(submission_id: int) -> bool:
+    """Ask before a deletion: yes only for 'y' or 'yes'. Read here, not by click.confirm, which turns Ctrl-C and
+    closed input alike into "Aborted!" and exit 1: Ctrl-C ends as in every verb (exit 130), closed input refuses."""
+    kept = f"submission {submission_id} was not deleted"
+    try:
+        answer = input("delete it? [y/N]: ")
+    except KeyboardInterrupt:
+        raise Interrupted(f"interrupted: {kept}") from None
+    except EOFError:
+        echo()     # ends the prompt's line
+        raise PopkitError(f"no answer (the input is closed): {kept}; --force deletes without asking") from None
+    return answer.strip().lower() in ("y", "yes")
 
 
 def my_user_id(client: api.Client, leaderboard: str) -> str | None:
@@ -411,13 +428,15 @@ def my_user_id(client: api.Client, leaderboard: str) -> str | None:
             return None
         user_id = client.submission(submission_id).get("user_id")
     except PopkitError as exc:
-        click.echo(f"note: your own rank is not marked: {exc}", err=True)
+        echo(f"note: your own rank is not marked: {exc}", err=True)
         return None
     return None if user_id is None else str(user_id)
 
 
 def emit(text: str, output: Path | None) -> None:
-    """Print TEXT, and write it to OUTPUT as UTF-8 (a server's text may hold any character, whatever the locale)."""
-    click.echo(text)
+    """Print TEXT, and write what was printed to OUTPUT as UTF-8 (a server's text may hold any character, whatever
+    the locale)."""
+    text = printable(text)
+    echo(text)
     if output:
         write_atomic(output, text + "\n")

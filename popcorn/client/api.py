@@ -5,7 +5,8 @@ POPCORN_API_URL, the user's id (`cli_id`) from ~/.popcorn.yaml, and the id goes
 out as the X-Popcorn-Cli-Id header on every call to that server (never to another
 one a redirect names). Every failure becomes one PopkitError line, and no message
 ever contains the id. Idempotent GETs retry with backoff, or after the wait the
-server names; a submission POST is never retried.
+server names; a submission POST is never retried. A reply is read as it arrives, within a size and (but for
+the event stream of a profile run, long by design) a time limit: an endless reply ends in one line, not a hang.
 """
 from __future__ import annotations
 
@@ -21,11 +22,12 @@ import os
 import re
 from pathlib import Path
 from time import monotonic, sleep
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 from urllib.parse import quote, urlencode, urljoin, urlsplit
 
 import requests
 import yaml
+from urllib3.exceptions import HTTPError as TransportError  # urllib3's base error, as read1 raises it
 from urllib3.exceptions import NewConnectionError, ReadTimeoutError
 
 from popcorn.client import sse
@@ -40,6 +42,16 @@ PROGRESS_JOB_STATES = ("initial", "pending", "running")    # popcorn-api.md: job
 RETRY_STATUSES = (502, 503, 504)
 MAX_RETRY_WAIT_S = 60  # a GET waits for the server at most this long (Retry-After, "try again in"), then gives up
 PROFILE_TIMEOUT_S = 120  # the profile upload's reply, and then each read of its event stream
+# A whole reply, from the request to its last byte; requests' timeouts bound each read alone, so a reply that
+# trickles in (a byte every few seconds) would never end. The official CLI's default for a whole call.
+REPLY_DEADLINE_S = 180
+# The largest reply read: a submission holds up to 1 MB of code (more once JSON-escaped) and a result with its logs a
+# few MB, and /leaderboards every board's task files; far above all of them, and a bound on an endless reply.
+MAX_REPLY_BYTES = 64 * 2**20
+# The longest line of an event stream: the profile result is one line of JSON with the profiler's trace archives
+# in base64 (tens of MB); the stream itself may last an hour, so its lines are what is bounded.
+MAX_EVENT_LINE_BYTES = 256 * 2**20
+READ_BYTES = 64 * 2**10  # the most one read of a reply's body asks for
 HIDDEN_ID = "<your cli_id>"  # in place of the id wherever a server's text repeats it
 REGISTER_HINT = "run `popkit register discord` (or `github`) and finish the login in the browser"
 
@@ -376,6 +388,40 @@ def reply_text(response: requests.Response) -> str:
     return hide_id(response.text, request.headers.get(ID_HEADER) if request is not None else None)
 
 
+def format_bytes(count: int) -> str:
+    return f"{count / 2**20:g} MiB" if count >= 2**20 else f"{count:,} bytes"
+
+
+def arriving(response: requests.Response) -> Iterator[bytes]:
+    """A reply's body (decoded, as iter_content's) in pieces as they arrive. iter_content waits until a whole piece
+    of a reply with a Content-Length has come, so a reply trickling in would never get back to a check between its
+    pieces; read1 returns what one read of the connection gives."""
+    try:
+        while chunk := response.raw.read1(READ_BYTES, decode_content=True):
+            yield chunk
+    except TransportError as exc:       # as iter_content raises them
+        raise requests.ConnectionError(exc) from None
+
+
+def load_body(response: requests.Response, what: str, deadline: float) -> None:
+    """Read the body of a reply requested with stream=True (WHAT, as 'GET /path') into RESPONSE (.content, .text),
+    by the monotonic time DEADLINE and up to MAX_REPLY_BYTES; past either, one line and the connection closed."""
+    body = bytearray()
+    try:
+        for chunk in arriving(response):
+            body += chunk
+            if len(body) > MAX_REPLY_BYTES:
+                raise PopkitError(f"the reply to {what} is larger than {format_bytes(MAX_REPLY_BYTES)}: "
+                                  "stopped reading it")
+            if monotonic() > deadline:
+                raise NetworkError(f"the reply to {what} was still coming after {REPLY_DEADLINE_S:g} s: stopped "
+                                   "reading it")
+    except BaseException:
+        response.close()
+        raise
+    response._content, response._content_consumed = bytes(body), True    # where requests keeps a body it read
+
+
 def loads(text: str | bytes) -> Any:
     """json.loads, where JSON nested deeper than the parser goes is a ValueError like any other text that is not
     JSON (json raises RecursionError, which no caller expects), and each lone surrogate JSON lets through ('\\ud800')
@@ -512,6 +558,7 @@ class Client:
         """One request (GETs: several, after the backoff or the wait the server names); an error reply raises
         PopkitError."""
         timeout = self.timeout_s or timeout
+        events = kwargs.pop("stream", False)     # the caller reads a successful reply as an event stream
         kwargs.setdefault("allow_redirects", method == "GET")    # a POST or DELETE is sent once: see redirect_message
         attempts = 1 + (self.retries if retry else 0)
         server_wait_s = 0.0
@@ -521,8 +568,11 @@ class Client:
                 if self.on_retry:
                     self.on_retry(f"{failure}; asking again in {pause_s:g} s ({attempt} of {self.retries})")
                 sleep(pause_s)
+            deadline = monotonic() + REPLY_DEADLINE_S
             try:
-                response = self.session.request(method, self.base_url + path, timeout=timeout, **kwargs)
+                response = self.session.request(method, self.base_url + path, timeout=timeout, stream=True, **kwargs)
+                if not (events and response.ok):
+                    load_body(response, f"{method} {path}", deadline)
             except requests.RequestException as exc:
                 failure, server_wait_s = self._network_error(exc, f"{method} {path}", timeout), 0.0
                 continue
@@ -671,10 +721,11 @@ class Client:
         with response:
             kind = response.headers.get("Content-Type", "")
             if not kind.startswith("text/event-stream"):
+                load_body(response, f"POST {url_path}", monotonic() + REPLY_DEADLINE_S)
                 raise PopkitError(f"the reply to POST {url_path} is not an event stream ({kind or 'no Content-Type'}): "
                                   f"{one_line(reply_text(response), 120)!r}")
             try:
-                for event in sse.iter_events(response.iter_content(chunk_size=None)):
+                for event in sse.iter_events(arriving(response), MAX_EVENT_LINE_BYTES):
                     if event.name == "result":
                         if not event.complete and not is_json(event.data):
                             raise NetworkError(f"the event stream from {self.base_url} broke off in the middle of "
@@ -684,6 +735,9 @@ class Client:
                         raise PopkitError(f"profile run failed: {stream_error(event.data)}")
                     if event.name == "status" and on_status:
                         on_status(loads_or_text(event.data))
+            except sse.LineTooLong:
+                raise PopkitError(f"a line of the event stream from {self.base_url} is longer than "
+                                  f"{format_bytes(MAX_EVENT_LINE_BYTES)}: stopped reading it") from None
             except requests.RequestException as exc:
                 why = f"no data for {self.timeout_s or PROFILE_TIMEOUT_S:g} s" if timed_out(exc) else break_reason(exc)
                 raise NetworkError(f"the event stream from {self.base_url} broke off: {why}") from None

@@ -1,7 +1,20 @@
-"""Plain-text tables for the terminal (no dependency beyond the standard library)."""
+"""Plain text for the terminal: tables, numbers, and any text made safe to print (no dependency beyond the
+standard library)."""
 from __future__ import annotations
 
 import math
+import re
+
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: the characters a terminal acts on
+
+
+def printable(text: str, keep: str = "\n\t") -> str:
+    """TEXT as a terminal should show it: each control character (ESC[2J clears the screen, \\r returns over the
+    line, \\x9b starts a command) as its escape, '\\x1b', but those in KEEP; a CRLF line end as \\n where \\n is
+    kept. Printing it again changes nothing."""
+    if "\n" in keep:
+        text = text.replace("\r\n", "\n")
+    return CONTROL.sub(lambda found: found[0] if found[0] in keep else f"\\x{ord(found[0]):02x}", text)
 
 
 def fmt_us(value: float | None) -> str:
@@ -36,9 +49,11 @@ def fmt_speedup(ratio: float) -> str:
 
 
 def render_table(headers: list[str], rows: list[list], right_align: set[int] | None = None) -> str:
-    """Columns padded to their widest cell; numeric-looking columns can be right-aligned."""
+    """Columns padded to their widest cell; numeric-looking columns can be right-aligned. A cell shows its
+    control characters as escapes (printable), a newline too: the widths count what is shown."""
     right_align = right_align or set()
-    cells = [[str(h) for h in headers]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    cells = [[printable(str(h), keep="") for h in headers]]
+    cells += [["-" if c is None else printable(str(c), keep="") for c in row] for row in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
 
     def line(row):
