@@ -1,6 +1,8 @@
-"""Writing a file whole: readers see the old content or the new, never half of it."""
+"""Writing a file whole: readers see the old content or the new, never half of it; a log's lock."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
 import tempfile
@@ -50,3 +52,29 @@ def write_atomic(path: Path | str, data: bytes | str) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def locked(path: Path | str):
+    """A descriptor of PATH (made when missing; read-write where allowed, else write-only) holding its exclusive
+    lock, for as long as the block runs. Every writer of a log takes it: a merge replaces the file, and a record
+    appended between its reading and its replacing was lost. A file replaced while this waited is opened again
+    (a lock on the old one guards nothing)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        except PermissionError:      # writable, not readable: a log that is appended to, never read
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                current = False
+            if current:
+                yield fd
+                return
+        finally:
+            os.close(fd)

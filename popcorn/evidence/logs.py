@@ -11,6 +11,7 @@ Records made on another machine come in through merge_logs.
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import math
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popcorn.errors import PopkitError
-from popcorn.evidence.files import write_atomic
+from popcorn.evidence.files import locked, write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]   # popcorn/evidence/logs.py -> the project root
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
@@ -147,23 +148,16 @@ def strict_json(value):
 
 
 def append_record(record: dict, path: Path | str = DEFAULT_LOG) -> Path:
-    """Append one record as one line. A single write of one line keeps concurrent appends whole. A log whose
-    last line has no end (a write cut short, a hand edit) gets one first: the record would join that line and
-    be lost with it."""
+    """Append one record as one line, under the log's lock (files.locked). A log whose last line has no end (a
+    write cut short, a hand edit) gets one first: the record would join that line and be lost with it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(strict_json(record), sort_keys=False, allow_nan=False) + "\n"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    with locked(path) as fd:
         size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
+        readable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR    # write-only: appended as it is
+        if size and readable and os.pread(fd, 1, size - 1) != b"\n":
             line = "\n" + line
-    except PermissionError:      # writable, not readable (require_appendable asks no more): append as it is
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
         os.write(fd, line.encode())
-    finally:
-        os.close(fd)
     return path
 
 
@@ -365,8 +359,8 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     Records already in TARGET (same time, problem, mode and submission_sha256) are skipped; the new
     ones join the file in time order, also when they are older than records already there (folders
     merged out of order), because readers take the last record as the newest. The file is replaced
-    in one step, so a reader never sees half a merge. TABLES (a folder) also copies that run's .txt
-    tables to device/ beside TARGET. Sources with bad lines and no valid record at all are refused
+    in one step, so a reader never sees half a merge, and under its lock, so no writer's record is
+    lost. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET. Sources with bad lines and no valid record at all are refused
     (PopkitError) before anything is written."""
     target = Path(target)
     paths = [Path(p) for p in sources]
@@ -377,29 +371,30 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
             raise PopkitError(f"{path}: a folder, not a log file; nothing merged")
     refuse_non_log(target, "nothing merged")
     result = Merge()
-    seen = {identity(r) for r in read_records(target)[0]}
-    incoming, times = [], []
-    for path in paths:
-        records, bad = read_strict(path)
-        result.read += len(records)
-        result.bad += bad
-        times += [r["time"] for r in records]
-        for record in records:
-            if identity(record) in seen:
-                result.present += 1
-            else:
-                seen.add(identity(record))
-                incoming.append(record)
-    if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
-        raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
-                          f"the first {result.bad[0]}; nothing merged")
-    stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
-    copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
-    if incoming:
-        old = target.read_bytes().splitlines() if target.is_file() else []
-        write_atomic(target, _in_time_order(old, incoming))
-    for source, dest in copies:
-        write_atomic(dest, source.read_bytes())
+    with locked(target):        # held until the file is replaced: a record appended meanwhile would be lost
+        seen = {identity(r) for r in read_records(target)[0]}
+        incoming, times = [], []
+        for path in paths:
+            records, bad = read_strict(path)
+            result.read += len(records)
+            result.bad += bad
+            times += [r["time"] for r in records]
+            for record in records:
+                if identity(record) in seen:
+                    result.present += 1
+                else:
+                    seen.add(identity(record))
+                    incoming.append(record)
+        if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
+            raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
+                              f"the first {result.bad[0]}; nothing merged")
+        stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
+        copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
+        if incoming:
+            old = target.read_bytes().splitlines() if target.is_file() else []
+            write_atomic(target, _in_time_order(old, incoming))
+        for source, dest in copies:
+            write_atomic(dest, source.read_bytes())
     result.added, result.tables = len(incoming), [dest for _, dest in copies]
     return result
 
