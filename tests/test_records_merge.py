@@ -303,3 +303,14 @@ def test_records_appended_during_a_merge_are_kept(tmp_path, target):
         logs.append_record(record(f"2026-12-02T00:00:{k % 60:02d}Z", "bench", sha=f"{k:064x}"), target)
     merger.join()
     assert len(logs.read_records(target)[0]) == 1 + 20 + 100
+
+
+def test_merge_parses_each_line_of_the_log_once(tmp_path, target, monkeypatch):
+    # A log of 296 MB took 38 s and 1.9 GB to merge two records into: it was read and parsed twice, as records.
+    write(target, [record(f"2026-12-01T09:{k:02d}:00Z") for k in range(50)])
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    parsed = []
+    real = json.loads
+    monkeypatch.setattr(logs.json, "loads", lambda text, **kw: parsed.append(text) or real(text, **kw))
+    assert logs.merge_logs([incoming], target).added == 1
+    assert len(parsed) == 50 + 1 + 1        # the log's lines, the incoming one, refuse_non_log's first line

@@ -372,7 +372,10 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     refuse_non_log(target, "nothing merged")
     result = Merge()
     with locked(target):        # held until the file is replaced: a record appended meanwhile would be lost
-        seen = {identity(r) for r in read_records(target)[0]}
+        # Read and parsed once, keeping only each line's keys: a log of hundreds of MB was read twice, as records.
+        old = target.read_bytes().splitlines() if target.is_file() else []
+        keys = [_line_keys(line) for line in old]
+        seen = {key for _, key in keys if key is not None}
         incoming, times = [], []
         for path in paths:
             records, bad = read_strict(path)
@@ -391,33 +394,33 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
         stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
         copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
         if incoming:
-            old = target.read_bytes().splitlines() if target.is_file() else []
-            write_atomic(target, _in_time_order(old, incoming))
+            write_atomic(target, _in_time_order(old, [time for time, _ in keys], incoming))
         for source, dest in copies:
             write_atomic(dest, source.read_bytes())
     result.added, result.tables = len(incoming), [dest for _, dest in copies]
     return result
 
 
-def _line_time(line: bytes) -> str | None:
-    """The "time" of a log line, or None for a line that is not a record with one."""
+def _line_keys(line: bytes) -> tuple[str | None, tuple | None]:
+    """A log line's "time" (None unless a string) and identity; (None, None) for a line that is not a record."""
     try:
         value = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    time = value.get("time") if isinstance(value, dict) else None
-    return time if isinstance(time, str) else None
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    return (value["time"] if isinstance(value.get("time"), str) else None), identity(value)
 
 
-def _in_time_order(old_lines: list[bytes], incoming: list[dict]) -> bytes:
-    """The log's lines with the incoming records placed by time: a stable order, old lines before
-    new ones of the same time, and a line without a time (a torn or bad line) kept right after the
+def _in_time_order(old_lines: list[bytes], old_times: list[str | None], incoming: list[dict]) -> bytes:
+    """The log's lines (with their times) and the incoming records placed by time: a stable order, old lines
+    before new ones of the same time, and a line without a time (a torn or bad line) kept right after the
     line it followed."""
     keyed, previous = [], ""
-    for index, line in enumerate(old_lines):
+    for index, (line, time) in enumerate(zip(old_lines, old_times)):
         if not line.strip():
             continue
-        previous = _line_time(line) or previous
+        previous = time or previous
         keyed.append((previous, 0, index, line))
     for index, record in enumerate(sorted(incoming, key=lambda r: r["time"])):
         keyed.append((record["time"], 1, index, json.dumps(record, allow_nan=False).encode()))
