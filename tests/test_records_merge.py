@@ -314,3 +314,11 @@ def test_merge_parses_each_line_of_the_log_once(tmp_path, target, monkeypatch):
     monkeypatch.setattr(logs.json, "loads", lambda text, **kw: parsed.append(text) or real(text, **kw))
     assert logs.merge_logs([incoming], target).added == 1
     assert len(parsed) == 50 + 1 + 1        # the log's lines, the incoming one, refuse_non_log's first line
+
+
+def test_a_log_line_with_a_list_for_its_time_is_kept_not_a_traceback(tmp_path, target):
+    # 'TypeError: unhashable type: list' from the set of the log's identities (a hand-edited line).
+    write(target, ['{"time": ["x"], "problem": "qr_v2", "mode": "check"}', record("2026-12-01T09:00:00Z")])
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    assert logs.merge_logs([incoming], target).added == 1
+    assert target.read_text().startswith('{"time": ["x"]') and len(logs.read_records(target)[0]) == 3

@@ -409,7 +409,9 @@ def _line_keys(line: bytes) -> tuple[str | None, tuple | None]:
         return None, None
     if not isinstance(value, dict):
         return None, None
-    return (value["time"] if isinstance(value.get("time"), str) else None), identity(value)
+    time, key = value["time"] if isinstance(value.get("time"), str) else None, identity(value)
+    # A list or an object among its keys (a hand edit) matches no incoming record, which merge validated.
+    return time, None if any(isinstance(v, (list, dict)) for v in key) else key
 
 
 def _in_time_order(old_lines: list[bytes], old_times: list[str | None], incoming: list[dict]) -> bytes:
