@@ -322,3 +322,13 @@ def test_a_log_line_with_a_list_for_its_time_is_kept_not_a_traceback(tmp_path, t
     incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
     assert logs.merge_logs([incoming], target).added == 1
     assert target.read_text().startswith('{"time": ["x"]') and len(logs.read_records(target)[0]) == 3
+
+
+def test_a_log_that_is_a_link_stays_a_link(tmp_path, target):
+    # A log linked to a shared one (logs/performance.jsonl -> ../shared/perf.jsonl) was replaced by a file of its
+    # own: the shared log never got the records, and every later run wrote beside it.
+    link = tmp_path / "linked.jsonl"
+    link.symlink_to(target)
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    assert logs.merge_logs([incoming], link).added == 1
+    assert link.is_symlink() and len(logs.read_records(target)[0]) == 2

@@ -31,23 +31,25 @@ def write_atomic(path: Path | str, data: bytes | str) -> Path:
     its newlines untouched. The file is 0644 (mkstemp's 0600 would hide a built file from its uploader).
 
     A device or a named pipe (/dev/null, /dev/stdout) is written into, as any program writes to one: replacing it
-    would leave a regular file where the device was (`merge --log /dev/null`, run as root, did that to /dev/null)."""
+    would leave a regular file where the device was (`merge --log /dev/null`, run as root, did that to /dev/null).
+    A link stays a link: the file it names is the one replaced (replacing the link cut a log off a shared one)."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     if is_special(path):
         with open(path, "wb") as handle:
             handle.write(payload)
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    real = Path(os.path.realpath(path))
+    real.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=real.parent)
     except OSError as exc:        # named after the file the caller asked for, not the temporary one
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
