@@ -209,24 +209,29 @@ def require_appendable(path: Path | str) -> None:
     """Before a long run: its record can be appended to PATH (the folder exists or is made now, and it or the
     file is writable, and it is not clearly something else, like submission.py); else a PopkitError, so that
     no run ends by losing its record or by writing it into another file."""
-    path = Path(path)
     refuse_non_log(path, "nothing was run")
-    why = None
+    why = unappendable(path)
+    if why:
+        raise PopkitError(f"{path}: the evidence log cannot be written ({why}): nothing was run")
+
+
+def unappendable(path: Path | str) -> str | None:
+    """Why no line can be appended to PATH (a folder, not writable ...); None when one can. Its folder is made
+    now when missing."""
+    path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():
-            why = "a folder"
-        else:
-            # Opened as the append will open it: os.access says yes to root on a read-only mount or in /sys.
-            # O_NONBLOCK: a FIFO without a reader is refused instead of waiting for one.
-            existed = path.exists()
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644))
-            if not existed:
-                path.unlink()         # the run creates it with its record
+            return "a folder"
+        # Opened as the append will open it: os.access says yes to root on a read-only mount or in /sys.
+        # O_NONBLOCK: a FIFO without a reader is refused instead of waiting for one.
+        existed = path.exists()
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644))
+        if not existed:
+            path.unlink()         # the append creates it with its line
     except OSError as exc:
-        why = exc.strerror or str(exc)
-    if why:
-        raise PopkitError(f"{path}: the evidence log cannot be written ({why}): nothing was run")
+        return exc.strerror or str(exc)
+    return None
 
 
 WARNINGS_SHOWN = 5      # a log's bad lines shown one by one; the rest as one count (capped)
