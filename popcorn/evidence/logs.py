@@ -365,8 +365,8 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     ones join the file in time order, also when they are older than records already there (folders
     merged out of order), because readers take the last record as the newest. The file is replaced
     in one step, so a reader never sees half a merge, and under its lock, so no writer's record is
-    lost. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET. Sources with bad lines and no valid record at all are refused
-    (PopkitError) before anything is written."""
+    lost. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET. Sources with
+    bad lines and no valid record at all are refused (PopkitError) before anything is written."""
     target = Path(target)
     paths = [Path(p) for p in sources]
     for path in paths:
