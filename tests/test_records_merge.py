@@ -332,3 +332,15 @@ def test_a_log_that_is_a_link_stays_a_link(tmp_path, target):
     incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
     assert logs.merge_logs([incoming], link).added == 1
     assert link.is_symlink() and len(logs.read_records(target)[0]) == 2
+
+
+def test_tables_of_a_run_without_a_record_are_refused(tmp_path, target):
+    # Named after the time of the merge instead, they were copied again, under a new name, at every merge.
+    run = tmp_path / "out"
+    run.mkdir()
+    incoming = write(run / "performance.jsonl", [])
+    (run / "01-check-qr_v2.txt").write_text("check table\n")
+    with pytest.raises(PopkitError, match=r"^--tables .*out: no record in .*performance.jsonl names the run \(its "
+                                          r"tables are named after its first record's time\); nothing merged$"):
+        logs.merge_logs([incoming], target, tables=run)
+    assert not (target.parent / "device").exists()

@@ -396,8 +396,7 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
         if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
             raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
                               f"the first {result.bad[0]}; nothing merged")
-        stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
-        copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
+        copies = _table_copies(Path(tables), target.parent / "device", times, paths) if tables is not None else []
         if incoming:
             write_atomic(target, _in_time_order(old, [time for time, _ in keys], incoming))
         for source, dest in copies:
@@ -435,12 +434,16 @@ def _in_time_order(old_lines: list[bytes], old_times: list[str | None], incoming
     return b"".join(line + b"\n" for *_, line in keyed)
 
 
-def _table_copies(folder: Path, device_dir: Path, stamp: str) -> list[tuple[Path, Path]]:
-    """(source, destination) for each .txt file in FOLDER, prefixed with STAMP (the run's first record
-    time) so the numbered tables of different runs never overwrite each other. Checked before anything
-    is written; an identical copy already there is left alone."""
+def _table_copies(folder: Path, device_dir: Path, times: list[str], sources: list[Path]) -> list[tuple[Path, Path]]:
+    """(source, destination) for each .txt file in FOLDER, prefixed with the run's first record time (of TIMES,
+    those of SOURCES' records) so the numbered tables of different runs never overwrite each other. Checked
+    before anything is written; an identical copy already there is left alone."""
     if not folder.is_dir():
         raise PopkitError(f"--tables {folder}: no such folder")
+    if not times:        # named after the merge's own time, they were copied again at every merge
+        raise PopkitError(f"--tables {folder}: no record in {', '.join(map(str, sources))} names the run (its "
+                          "tables are named after its first record's time); nothing merged")
+    stamp = min(times).replace(":", "").replace("-", "")
     tables = [source for source in sorted(folder.glob("*.txt")) if source.is_file()]
     if not tables:        # a wrong folder (the one above the run's, say) copied nothing, without a word
         raise PopkitError(f"--tables {folder}: no .txt table in it (a GPU session writes them beside its "
