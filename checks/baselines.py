@@ -23,7 +23,7 @@ def logged(paths: list[Path], problem: str, name: str) -> list[dict]:
             if (record.get("mode") != "bench" or record.get("problem") != problem or record.get("baseline") != name
                     or not isinstance(record.get("time"), str) or not logs.record_passed(record)):
                 continue
-            for case in record.get("cases") or []:
+            for case in record["cases"] if isinstance(record.get("cases"), list) else []:
                 if _fresh_baseline(case):
                     entries.append({"spec": logs.spec_key(case["spec"]), "gpu": record.get("gpu"),
                                     "torch": record.get("torch"), "on_gpu": logs.ran_on_gpu(record),

@@ -107,6 +107,10 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
             role = f"the {problem} incumbent" if target.is_file() else f"the first {problem} incumbent"
             raise PopkitError(f"cannot make {submission} ({sha[:12]}) {role}: " + "; ".join(missing)
                               + " (or pass --force)")
+    history = root / "history.jsonl"
+    # Asked first: an incumbent replaced and then no history line (read-only) was an incumbent without its why.
+    if why := logs.unappendable(history):
+        raise PopkitError(f"{history}: the promotion cannot be recorded ({why}); nothing was changed")
     root.mkdir(parents=True, exist_ok=True)
     code = submission.read_bytes()
     if target.exists():
@@ -117,7 +121,7 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
         with deferred_interrupt():
             write_atomic(target, code)
             logs.append_record({"time": logs.utc_now(), "problem": problem, "sha256": sha, "evidence": used,
-                                "forced": force}, root / "history.jsonl")
+                                "forced": force}, history)
     except KeyboardInterrupt:
         raise Interrupted(f"interrupted: promote {problem} had finished; {target} is the incumbent") from None
     return target

@@ -74,6 +74,12 @@ def test_the_newest_measurement_wins_and_unreadable_lines_are_skipped(tmp_path):
     assert baselines.find(entries, SPEC, "NVIDIA H200", "2.11.0+cu130", "cuda:1")["baseline_us"] == 700.0
 
 
+def test_a_record_whose_cases_are_not_a_list_is_skipped(tmp_path):
+    # "cases": 5 (a hand edit) stopped every bench --baseline with "TypeError: 'int' object is not iterable".
+    log = write_log(tmp_path / "perf.jsonl", {**bench_record(), "cases": 5}, bench_record())
+    assert len(baselines.logged([log], "qr_v2", "torch.geqrf")) == 1
+
+
 # ---- the bounded rule for a slow baseline ---------------------------------------------------------
 
 class Scripted:

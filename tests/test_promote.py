@@ -392,3 +392,13 @@ def test_ctrl_c_during_the_promotion_finishes_it_and_says_so(candidate, root, lo
         promote("qr_v2", candidate, root, log, force=True)
     assert (root / "qr_v2.py").read_bytes() == candidate.read_bytes()
     assert history(root)[-1]["forced"] is True
+
+
+def test_a_history_that_takes_no_line_is_refused_before_the_incumbent_changes(candidate, root, log):
+    # The incumbent was replaced, then the history line failed: an incumbent with no word of why. A folder in the
+    # history's place stands in for a read-only file (as root, every file takes a line).
+    target = with_incumbent(root)
+    (root / "history.jsonl").mkdir()
+    with pytest.raises(PopkitError, match=r"history.jsonl: the promotion cannot be recorded \(a folder\); nothing"):
+        promote("qr_v2", candidate, root, log, force=True)
+    assert target.read_text() == INCUMBENT and sorted(p.name for p in root.iterdir()) == ["history.jsonl", "qr_v2.py"]

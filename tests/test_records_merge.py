@@ -290,3 +290,57 @@ def test_merge_reads_a_device_or_a_pipe(tmp_path, target):
     assert target.read_text() == before
     with pytest.raises(PopkitError, match=f"^{tmp_path}: a folder, not a log file; nothing merged$"):
         logs.merge_logs([tmp_path], target)
+
+
+def test_records_appended_during_a_merge_are_kept(tmp_path, target):
+    # merge read the log, then replaced it: a record that a check appended in between, or that another merge
+    # wrote, was lost (48 of 220 records in a run of merges beside appends).
+    import threading
+    sources = [write(tmp_path / f"gpu{k}.jsonl", [record(f"2026-12-01T10:{k:02d}:00Z")]) for k in range(20)]
+    merger = threading.Thread(target=lambda: [logs.merge_logs([source], target) for source in sources])
+    merger.start()
+    for k in range(100):
+        logs.append_record(record(f"2026-12-02T00:00:{k % 60:02d}Z", "bench", sha=f"{k:064x}"), target)
+    merger.join()
+    assert len(logs.read_records(target)[0]) == 1 + 20 + 100
+
+
+def test_merge_parses_each_line_of_the_log_once(tmp_path, target, monkeypatch):
+    # A log of 296 MB took 38 s and 1.9 GB to merge two records into: it was read and parsed twice, as records.
+    write(target, [record(f"2026-12-01T09:{k:02d}:00Z") for k in range(50)])
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    parsed = []
+    real = json.loads
+    monkeypatch.setattr(logs.json, "loads", lambda text, **kw: parsed.append(text) or real(text, **kw))
+    assert logs.merge_logs([incoming], target).added == 1
+    assert len(parsed) == 50 + 1 + 1        # the log's lines, the incoming one, refuse_non_log's first line
+
+
+def test_a_log_line_with_a_list_for_its_time_is_kept_not_a_traceback(tmp_path, target):
+    # 'TypeError: unhashable type: list' from the set of the log's identities (a hand-edited line).
+    write(target, ['{"time": ["x"], "problem": "qr_v2", "mode": "check"}', record("2026-12-01T09:00:00Z")])
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    assert logs.merge_logs([incoming], target).added == 1
+    assert target.read_text().startswith('{"time": ["x"]') and len(logs.read_records(target)[0]) == 3
+
+
+def test_a_log_that_is_a_link_stays_a_link(tmp_path, target):
+    # A log linked to a shared one (logs/performance.jsonl -> ../shared/perf.jsonl) was replaced by a file of its
+    # own: the shared log never got the records, and every later run wrote beside it.
+    link = tmp_path / "linked.jsonl"
+    link.symlink_to(target)
+    incoming = write(tmp_path / "gpu.jsonl", [record("2026-12-01T11:00:00Z")])
+    assert logs.merge_logs([incoming], link).added == 1
+    assert link.is_symlink() and len(logs.read_records(target)[0]) == 2
+
+
+def test_tables_of_a_run_without_a_record_are_refused(tmp_path, target):
+    # Named after the time of the merge instead, they were copied again, under a new name, at every merge.
+    run = tmp_path / "out"
+    run.mkdir()
+    incoming = write(run / "performance.jsonl", [])
+    (run / "01-check-qr_v2.txt").write_text("check table\n")
+    with pytest.raises(PopkitError, match=r"^--tables .*out: no record in .*performance.jsonl names the run \(its "
+                                          r"tables are named after its first record's time\); nothing merged$"):
+        logs.merge_logs([incoming], target, tables=run)
+    assert not (target.parent / "device").exists()

@@ -1,6 +1,8 @@
-"""Writing a file whole: readers see the old content or the new, never half of it."""
+"""Writing a file whole: readers see the old content or the new, never half of it; a log's lock."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import os
 import stat
 import tempfile
@@ -29,24 +31,52 @@ def write_atomic(path: Path | str, data: bytes | str) -> Path:
     its newlines untouched. The file is 0644 (mkstemp's 0600 would hide a built file from its uploader).
 
     A device or a named pipe (/dev/null, /dev/stdout) is written into, as any program writes to one: replacing it
-    would leave a regular file where the device was (`merge --log /dev/null`, run as root, did that to /dev/null)."""
+    would leave a regular file where the device was (`merge --log /dev/null`, run as root, did that to /dev/null).
+    A link stays a link: the file it names is the one replaced (replacing the link cut a log off a shared one)."""
     path = Path(path)
     payload = data.encode("utf-8") if isinstance(data, str) else data
     if is_special(path):
         with open(path, "wb") as handle:
             handle.write(payload)
         return path
-    path.parent.mkdir(parents=True, exist_ok=True)
+    real = Path(os.path.realpath(path))
+    real.parent.mkdir(parents=True, exist_ok=True)
     try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=real.parent)
     except OSError as exc:        # named after the file the caller asked for, not the temporary one
         raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(payload)
         os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
+        os.replace(tmp, real)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
+
+
+@contextlib.contextmanager
+def locked(path: Path | str):
+    """A descriptor of PATH (made when missing; read-write where allowed, else write-only) holding its exclusive
+    lock, for as long as the block runs. Every writer of a log takes it: a merge replaces the file, and a record
+    appended between its reading and its replacing was lost. A file replaced while this waited is opened again
+    (a lock on the old one guards nothing)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        except PermissionError:      # writable, not readable: a log that is appended to, never read
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                current = os.path.samestat(os.fstat(fd), os.stat(path))
+            except FileNotFoundError:
+                current = False
+            if current:
+                yield fd
+                return
+        finally:
+            os.close(fd)

@@ -11,6 +11,7 @@ Records made on another machine come in through merge_logs.
 from __future__ import annotations
 
 import datetime as _dt
+import fcntl
 import hashlib
 import json
 import math
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popcorn.errors import PopkitError
-from popcorn.evidence.files import write_atomic
+from popcorn.evidence.files import locked, write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]   # popcorn/evidence/logs.py -> the project root
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
@@ -147,23 +148,16 @@ def strict_json(value):
 
 
 def append_record(record: dict, path: Path | str = DEFAULT_LOG) -> Path:
-    """Append one record as one line. A single write of one line keeps concurrent appends whole. A log whose
-    last line has no end (a write cut short, a hand edit) gets one first: the record would join that line and
-    be lost with it."""
+    """Append one record as one line, under the log's lock (files.locked). A log whose last line has no end (a
+    write cut short, a hand edit) gets one first: the record would join that line and be lost with it."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(strict_json(record), sort_keys=False, allow_nan=False) + "\n"
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+    with locked(path) as fd:
         size = os.fstat(fd).st_size
-        if size and os.pread(fd, 1, size - 1) != b"\n":
+        readable = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_RDWR    # write-only: appended as it is
+        if size and readable and os.pread(fd, 1, size - 1) != b"\n":
             line = "\n" + line
-    except PermissionError:      # writable, not readable (require_appendable asks no more): append as it is
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    try:
         os.write(fd, line.encode())
-    finally:
-        os.close(fd)
     return path
 
 
@@ -215,24 +209,29 @@ def require_appendable(path: Path | str) -> None:
     """Before a long run: its record can be appended to PATH (the folder exists or is made now, and it or the
     file is writable, and it is not clearly something else, like submission.py); else a PopkitError, so that
     no run ends by losing its record or by writing it into another file."""
-    path = Path(path)
     refuse_non_log(path, "nothing was run")
-    why = None
+    why = unappendable(path)
+    if why:
+        raise PopkitError(f"{path}: the evidence log cannot be written ({why}): nothing was run")
+
+
+def unappendable(path: Path | str) -> str | None:
+    """Why no line can be appended to PATH (a folder, not writable ...); None when one can. Its folder is made
+    now when missing."""
+    path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():
-            why = "a folder"
-        else:
-            # Opened as the append will open it: os.access says yes to root on a read-only mount or in /sys.
-            # O_NONBLOCK: a FIFO without a reader is refused instead of waiting for one.
-            existed = path.exists()
-            os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644))
-            if not existed:
-                path.unlink()         # the run creates it with its record
+            return "a folder"
+        # Opened as the append will open it: os.access says yes to root on a read-only mount or in /sys.
+        # O_NONBLOCK: a FIFO without a reader is refused instead of waiting for one.
+        existed = path.exists()
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NONBLOCK, 0o644))
+        if not existed:
+            path.unlink()         # the append creates it with its line
     except OSError as exc:
-        why = exc.strerror or str(exc)
-    if why:
-        raise PopkitError(f"{path}: the evidence log cannot be written ({why}): nothing was run")
+        return exc.strerror or str(exc)
+    return None
 
 
 WARNINGS_SHOWN = 5      # a log's bad lines shown one by one; the rest as one count (capped)
@@ -365,9 +364,9 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     Records already in TARGET (same time, problem, mode and submission_sha256) are skipped; the new
     ones join the file in time order, also when they are older than records already there (folders
     merged out of order), because readers take the last record as the newest. The file is replaced
-    in one step, so a reader never sees half a merge. TABLES (a folder) also copies that run's .txt
-    tables to device/ beside TARGET. Sources with bad lines and no valid record at all are refused
-    (PopkitError) before anything is written."""
+    in one step, so a reader never sees half a merge, and under its lock, so no writer's record is
+    lost. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET. Sources with
+    bad lines and no valid record at all are refused (PopkitError) before anything is written."""
     target = Path(target)
     paths = [Path(p) for p in sources]
     for path in paths:
@@ -377,52 +376,57 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
             raise PopkitError(f"{path}: a folder, not a log file; nothing merged")
     refuse_non_log(target, "nothing merged")
     result = Merge()
-    seen = {identity(r) for r in read_records(target)[0]}
-    incoming, times = [], []
-    for path in paths:
-        records, bad = read_strict(path)
-        result.read += len(records)
-        result.bad += bad
-        times += [r["time"] for r in records]
-        for record in records:
-            if identity(record) in seen:
-                result.present += 1
-            else:
-                seen.add(identity(record))
-                incoming.append(record)
-    if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
-        raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
-                          f"the first {result.bad[0]}; nothing merged")
-    stamp = min(times, default=utc_now()).replace(":", "").replace("-", "")
-    copies = _table_copies(Path(tables), target.parent / "device", stamp) if tables is not None else []
-    if incoming:
+    with locked(target):        # held until the file is replaced: a record appended meanwhile would be lost
+        # Read and parsed once, keeping only each line's keys: a log of hundreds of MB was read twice, as records.
         old = target.read_bytes().splitlines() if target.is_file() else []
-        write_atomic(target, _in_time_order(old, incoming))
-    for source, dest in copies:
-        write_atomic(dest, source.read_bytes())
+        keys = [_line_keys(line) for line in old]
+        seen = {key for _, key in keys if key is not None}
+        incoming, times = [], []
+        for path in paths:
+            records, bad = read_strict(path)
+            result.read += len(records)
+            result.bad += bad
+            times += [r["time"] for r in records]
+            for record in records:
+                if identity(record) in seen:
+                    result.present += 1
+                else:
+                    seen.add(identity(record))
+                    incoming.append(record)
+        if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
+            raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
+                              f"the first {result.bad[0]}; nothing merged")
+        copies = _table_copies(Path(tables), target.parent / "device", times, paths) if tables is not None else []
+        if incoming:
+            write_atomic(target, _in_time_order(old, [time for time, _ in keys], incoming))
+        for source, dest in copies:
+            write_atomic(dest, source.read_bytes())
     result.added, result.tables = len(incoming), [dest for _, dest in copies]
     return result
 
 
-def _line_time(line: bytes) -> str | None:
-    """The "time" of a log line, or None for a line that is not a record with one."""
+def _line_keys(line: bytes) -> tuple[str | None, tuple | None]:
+    """A log line's "time" (None unless a string) and identity; (None, None) for a line that is not a record."""
     try:
         value = json.loads(line.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
-        return None
-    time = value.get("time") if isinstance(value, dict) else None
-    return time if isinstance(time, str) else None
+        return None, None
+    if not isinstance(value, dict):
+        return None, None
+    time, key = value["time"] if isinstance(value.get("time"), str) else None, identity(value)
+    # A list or an object among its keys (a hand edit) matches no incoming record, which merge validated.
+    return time, None if any(isinstance(v, (list, dict)) for v in key) else key
 
 
-def _in_time_order(old_lines: list[bytes], incoming: list[dict]) -> bytes:
-    """The log's lines with the incoming records placed by time: a stable order, old lines before
-    new ones of the same time, and a line without a time (a torn or bad line) kept right after the
+def _in_time_order(old_lines: list[bytes], old_times: list[str | None], incoming: list[dict]) -> bytes:
+    """The log's lines (with their times) and the incoming records placed by time: a stable order, old lines
+    before new ones of the same time, and a line without a time (a torn or bad line) kept right after the
     line it followed."""
     keyed, previous = [], ""
-    for index, line in enumerate(old_lines):
+    for index, (line, time) in enumerate(zip(old_lines, old_times)):
         if not line.strip():
             continue
-        previous = _line_time(line) or previous
+        previous = time or previous
         keyed.append((previous, 0, index, line))
     for index, record in enumerate(sorted(incoming, key=lambda r: r["time"])):
         keyed.append((record["time"], 1, index, json.dumps(record, allow_nan=False).encode()))
@@ -430,12 +434,16 @@ def _in_time_order(old_lines: list[bytes], incoming: list[dict]) -> bytes:
     return b"".join(line + b"\n" for *_, line in keyed)
 
 
-def _table_copies(folder: Path, device_dir: Path, stamp: str) -> list[tuple[Path, Path]]:
-    """(source, destination) for each .txt file in FOLDER, prefixed with STAMP (the run's first record
-    time) so the numbered tables of different runs never overwrite each other. Checked before anything
-    is written; an identical copy already there is left alone."""
+def _table_copies(folder: Path, device_dir: Path, times: list[str], sources: list[Path]) -> list[tuple[Path, Path]]:
+    """(source, destination) for each .txt file in FOLDER, prefixed with the run's first record time (of TIMES,
+    those of SOURCES' records) so the numbered tables of different runs never overwrite each other. Checked
+    before anything is written; an identical copy already there is left alone."""
     if not folder.is_dir():
         raise PopkitError(f"--tables {folder}: no such folder")
+    if not times:        # named after the merge's own time, they were copied again at every merge
+        raise PopkitError(f"--tables {folder}: no record in {', '.join(map(str, sources))} names the run (its "
+                          "tables are named after its first record's time); nothing merged")
+    stamp = min(times).replace(":", "").replace("-", "")
     tables = [source for source in sorted(folder.glob("*.txt")) if source.is_file()]
     if not tables:        # a wrong folder (the one above the run's, say) copied nothing, without a word
         raise PopkitError(f"--tables {folder}: no .txt table in it (a GPU session writes them beside its "
