@@ -27,7 +27,7 @@ from typing import Callable
 
 from checks import harness as official
 from checks import baselines, packages, task_folder, timing, verdicts, worker
-from checks.preflight import leading_directives, missing_entry_points
+from checks.preflight import MAX_BYTES, leading_directives, missing_entry_points
 from checks.problems import (ENTRY_POINT, INTEGER, Problem, format_spec, load_problem, normalize, parse_spec,
                              short_spec)
 from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
@@ -40,6 +40,7 @@ CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of th
 # A run holds its cases in a list and its record in one log line: --seeds 10^9 sat silently building a list of
 # billions of cases. A thousand reruns of the official list is days of GPU time, and a record of 22,000 cases.
 MAX_SEEDS = 1000
+SUBMISSION_MAX_READ = 10 * MAX_BYTES   # a file is read as a submission up to this (over 1 MB: local experiments)
 BUDGET_LIMIT = "--budget"   # the limit name a run under --budget gives run_worker (cut_by finds its cases)
 BACKENDS = ("native", "official", "both")
 TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
@@ -541,6 +542,10 @@ def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -
     ROLE "incumbent" says what to pass instead of the incumbent."""
     if not path.is_file():
         raise PopkitError(f"{path}: no such submission file (run `popkit build {prob.name}` first)")
+    size = path.stat().st_size
+    if size > SUBMISSION_MAX_READ:      # parsed as Python whole: a log or a tarball given by mistake ran out of memory
+        raise PopkitError(f"{path} is not a submission: {size:,} bytes, where the leaderboard takes at most "
+                          f"{MAX_BYTES:,}")
     text = path.read_text(encoding="utf-8", errors="replace")
     why = not_a_submission(prob, path, text)
     if why is not None:

@@ -583,3 +583,14 @@ def test_a_diff_s_progress_names_the_round(built):
     for side in ("candidate", "incumbent"):
         assert {f"{side} round {r}/3" for r in (1, 2, 3)} <= {line.split(": repeat")[0][-len(f"{side} round 1/3"):]
                                                               for line in timed}
+
+
+def test_a_file_far_over_the_size_limit_is_refused_before_it_is_read(tmp_path, monkeypatch):
+    # `promote --submission` given a 296 MB log parsed it whole as Python and was killed for memory (rc 137).
+    big = tmp_path / "performance.jsonl"
+    with big.open("wb") as out:
+        out.truncate(runner.SUBMISSION_MAX_READ + 1)      # sparse: no disk spent
+    monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("the file was read"))
+    with pytest.raises(PopkitError, match=r"is not a submission: 10,000,001 bytes, where the leaderboard takes at "
+                                          r"most 1,000,000"):
+        runner.require_submission_for(problems.load_problem("qr_v2"), big)
