@@ -590,7 +590,8 @@ def test_a_file_far_over_the_size_limit_is_refused_before_it_is_read(tmp_path, m
     big = tmp_path / "performance.jsonl"
     with big.open("wb") as out:
         out.truncate(runner.SUBMISSION_MAX_READ + 1)      # sparse: no disk spent
+    prob = problems.load_problem("qr_v2")
     monkeypatch.setattr(Path, "read_text", lambda *a, **k: pytest.fail("the file was read"))
     with pytest.raises(PopkitError, match=r"is not a submission: 10,000,001 bytes, where the leaderboard takes at "
                                           r"most 1,000,000"):
-        runner.require_submission_for(problems.load_problem("qr_v2"), big)
+        runner.require_submission_for(prob, big)
