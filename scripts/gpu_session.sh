@@ -73,6 +73,8 @@ done
 # compile_s is the cold import the grader's pre-run pays (a warm machine would otherwise reuse a build).
 TORCH_EXTENSIONS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/popkit-extensions.XXXXXX") || exit 1
 export TORCH_EXTENSIONS_DIR
+# It serves this batch only: left behind, every batch kept its compiled libraries in /tmp.
+trap 'rm -rf "$TORCH_EXTENSIONS_DIR"' EXIT
 
 step=0
 failed=0

@@ -129,6 +129,26 @@ def test_each_verb_ends_with_its_outcome_and_seconds_and_the_batch_with_its_tota
                         lines[-2])
 
 
+CACHE_USER = """#!{python}
+# Stands in for the interpreter: a verb compiles into the batch's extension cache, as a CUDA import does.
+import os, pathlib, sys
+if sys.argv[3] != "build":
+    (pathlib.Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "built.so").write_text("x")
+"""
+
+
+def test_the_batch_removes_its_extension_cache(tmp_path):
+    # Each batch's fresh cache stayed in TMPDIR with its compiled libraries, one more folder per batch.
+    python = stand_in_python(tmp_path, CACHE_USER)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run(["bash", str(SCRIPT), "-o", str(tmp_path / "out"), "check qr_v2"], cwd=ROOT,
+                          env={**os.environ, "PYTHON": str(python), "TMPDIR": str(temp)}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert list(temp.iterdir()) == []
+
+
 def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([sys.executable, str(ROOT / "scripts" / name), *args], cwd=cwd, env=env,
