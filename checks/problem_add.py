@@ -21,7 +21,7 @@ import yaml
 
 from checks import packages, problems, task_folder
 from checks.preflight import BANNED
-from popcorn.errors import Interrupted, ProblemError
+from popcorn.errors import Interrupted, ProblemError, parse_error_line
 from popcorn.evidence.files import write_atomic
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
@@ -108,7 +108,7 @@ def render_record(name: str, record: dict, previous: str | None, where: Path | N
         try:
             old = yaml.safe_load(previous) or {}
         except yaml.YAMLError as exc:
-            raise ProblemError(f"{where or name}: not readable YAML ({str(exc).splitlines()[0]}), so --force cannot "
+            raise ProblemError(f"{where or name}: not readable YAML ({parse_error_line(exc)}), so --force cannot "
                                "keep its other keys: fix the file, or delete it and add the problem again") from None
         kept = {k: v for k, v in old.items() if k not in TASK_KEYS} if isinstance(old, dict) else {}
     header = comments or [f"# {name}: recorded by `popkit problem add` from the competition's task.yml.",

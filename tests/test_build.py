@@ -149,6 +149,15 @@ def test_missing_part(parts_copy, tmp_path):
     assert not (tmp_path / "out.py").exists()
 
 
+def test_a_manifest_that_is_not_yaml_names_the_line(parts_copy, tmp_path):
+    # It said "not valid YAML (while parsing a flow node)": the parser's context, without a line or the fault.
+    parts, _ = parts_copy
+    (parts / "qr_v2" / "manifest.yml").write_text("problem: qr_v2\npython: [\n")
+    with pytest.raises(PopkitError, match=r"manifest\.yml: not valid YAML \(line 3, column 1: expected the node "
+                                          r"content, but found '<stream end>'\)$"):
+        build.build("qr_v2", tmp_path / "out.py")
+
+
 def test_unreadable_part(parts_copy, tmp_path):
     parts, _ = parts_copy
     part = parts / "eigh" / "model.py"

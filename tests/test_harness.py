@@ -168,7 +168,9 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
 @pytest.mark.parametrize("damage, message", [
     (lambda d: shutil.rmtree(d), "no such folder"),
     (lambda d: (d / "task.yml").unlink(), "not a problem folder"),
-    (lambda d: write(d / "task.yml", "files: [unclosed\n"), "unreadable"),
+    # It said only the parser's context, "unreadable (while parsing a flow sequence)": no line, nor what is wrong.
+    (lambda d: write(d / "task.yml", "files: [unclosed\n"),
+     r"task\.yml: unreadable \(line 2, column 1: expected ',' or '\]', but got '<stream end>'\)$"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("benchmarks:", "old_benchmarks:")),
      "no benchmarks list"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('lang: "py"', 'lang: "cu"')),
@@ -998,7 +1000,8 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
     listing = CliRunner().invoke(main, ["problem", "list"])
     assert listing.exit_code == 0
     assert "addone_v1" in listing.stdout and "broken   unreadable" in listing.stdout
-    assert listing.stderr.startswith("warning: ") and "broken.yml: not a readable problem record" in listing.stderr
+    assert listing.stderr.startswith("warning: ") and "broken.yml: not a readable problem record (line 2, column 1: " \
+        "expected the node content, but found '<stream end>')" in listing.stderr
 
 
 @pytest.mark.parametrize("change, why", [
