@@ -130,7 +130,8 @@ def register(main):
     @click.argument("problem", required=False)
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_SUBMISSION,
                   show_default=True, help="where to write the single file (a .py name)")
-    @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path),
+    # exists=True: a missing FILE was told "no leaderboard or gpu directive: assumed ..." before "cannot read"
+    @click.option("--check", "check_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                   help="only run the preflight on FILE (any file), build nothing")
     @fail_cleanly
     @loads_torch
