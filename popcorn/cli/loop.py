@@ -107,7 +107,8 @@ def _run_logged(mode: str, problem: str, submission: Path | None, cases, device:
     logs.require_appendable(log_path)
     prob = load_problem(problem)
     runner.require_device_for(prob, runner.resolve_device(device), runner.resolve_backend(prob, harness, mode))
-    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent, robust, budget)
+    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent, robust, budget,
+                           device)
     done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
     with runner.interruptible(mode, problem, log_path, done):
         done.append(run(_submission_for(problem, submission)))
