@@ -97,6 +97,13 @@ def test_failed_write_leaves_previous_output_and_no_temp_file(tmp_path, monkeypa
     assert leftovers(tmp_path, {"submission.py"}) == []
 
 
+def test_an_output_under_a_file_says_not_a_directory(tmp_path):
+    # It said "cannot write (File exists)", of a path that does not exist: mkdir's error for the file in the way.
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(PopkitError, match=r"notes\.txt/sub\.py: cannot write \(Not a directory\)$"):
+        build.build("vectoradd", tmp_path / "notes.txt" / "sub.py")
+
+
 def test_build_creates_missing_output_folders(tmp_path):
     out = tmp_path / "a" / "b" / "submission.py"
     result = build.build("eigh", out)
