@@ -194,7 +194,7 @@ def register(main):
     @main.command("check")
     @click.argument("problem")
     @submission_opt
-    @click.option("--seeds", default=0, show_default=True, help="repeat every case with K more seeds")
+    @click.option("--seeds", default=0, show_default=True, metavar="K", help="repeat every case with K more seeds")
     @click.option("--robust", is_flag=True, help="add the robustness suite: odd sizes around every power of two, "
                                                   "every input family, batches of 1 and 3")
     @run_options
