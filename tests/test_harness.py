@@ -248,6 +248,30 @@ def test_add_interrupted_leaves_nothing_half_added(toy, tmp_path, monkeypatch, w
         assert not problems.record_path("addone").exists()
 
 
+@pytest.mark.parametrize("force", [False, True])
+def test_an_add_into_a_read_only_records_folder_says_what_it_left(toy, tmp_path, monkeypatch, force):
+    # The cleanup's unlink(missing_ok=True) of the record it never wrote failed too (a read-only mount refuses even
+    # that): its 'Read-only file system' line replaced the one saying that nothing was added.
+    if force:
+        problem_add.add_problem("addone", toy)
+    record = problems.record_path("addone")
+    before = record.read_bytes() if force else None
+    real_write, real_unlink = problem_add.write_atomic, Path.unlink
+
+    def read_only(path):
+        raise OSError(30, "Read-only file system", str(path))
+    monkeypatch.setattr(problem_add, "write_atomic", lambda path, data: read_only(path)
+                        if Path(path).parent == record.parent else real_write(path, data))
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: read_only(self)
+                        if self.parent == record.parent else real_unlink(self, missing_ok=missing_ok))
+    result = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)] + (["--force"] if force else []))
+    assert result.exit_code == 1
+    outcome = "its record is as it was" if force else "nothing was added"
+    assert result.output == f"error: {record}: cannot write (Read-only file system); {outcome}\n"
+    assert (record.read_bytes() if force else record.exists()) == (before if force else False)
+    assert force or not (tmp_path / "parts" / "addone").exists()
+
+
 def test_a_failed_add_leaves_no_trace_in_the_local_config(toy, tmp_path, monkeypatch):
     # The folder's line stayed in .popkit/harness.yml after an add that failed once it was written (a record that
     # did not load back), and a failed --force from another folder left the problem pointing at that folder.
