@@ -7,9 +7,9 @@
 # built first (DIR/builds/PROBLEM.py); each command then runs with --submission DIR/builds/PROBLEM.py and
 # --log DIR/performance.jsonl, and its table goes to DIR/NN-VERB-PROBLEM.txt. DIR/gpu.txt names the GPU
 # (from nvidia-smi; on a host without nvidia-smi, a warning and no gpu.txt).
-# The CUDA builds go to a fresh extension cache (outside DIR), so each problem's first record holds its
-# cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is
-# refused. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
+# The CUDA builds go to a fresh extension cache (outside DIR, removed at the end), so each problem's first
+# record holds its cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds
+# another run is refused. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
 # keep their records and tables in DIR. Bring DIR back to your working copy and run
 #   popkit merge DIR/performance.jsonl --tables DIR
 # to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
