@@ -42,6 +42,9 @@ for command in "$@"; do
     *) echo "error: \"$command\": only check, bench and diff write records (got '${verb:-nothing}')" >&2; exit 2 ;;
   esac
   [ -n "${problem:-}" ] || { echo "error: \"$command\" names no problem" >&2; exit 2; }
+  # The second word is the problem the batch builds: an option there was built as one (`popkit build --seeds`).
+  [[ $problem != -* ]] || { echo "error: \"$command\": put the problem right after the verb ($verb PROBLEM" \
+                                 "$problem ...)" >&2; exit 2; }
   [[ " ${problems[*]} " == *" $problem "* ]] || problems+=("$problem")
 done
 if ! git rev-parse --git-dir >/dev/null 2>&1 && [ -z "${POPKIT_COMMIT:-}" ]; then

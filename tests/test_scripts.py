@@ -47,6 +47,16 @@ def test_help_says_a_host_without_nvidia_smi_gets_no_gpu_txt(tmp_path):
     assert "without nvidia-smi, a warning and no gpu.txt" in " ".join(session(tmp_path, "--help").stdout.split())
 
 
+def test_an_option_before_the_problem_is_refused_before_anything_is_made(tmp_path):
+    # The option was taken for the problem: `popkit build --device` failed ('No such option') and left DIR/builds/,
+    # so the same -o was then refused as a folder holding another run.
+    done = session(ROOT, "-o", str(tmp_path / "out"), "check --device cpu qr_v2")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ['error: "check --device cpu qr_v2": put the problem right after the verb '
+                                        "(check PROBLEM --device ...)"]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("left", ["performance.jsonl", "builds"])
 def test_a_folder_that_holds_another_run_is_refused(tmp_path, left):
     # On a warm GPU host /tmp outlives the call: -o /tmp/s/gs appended this run's records to the last run's
