@@ -57,6 +57,7 @@ if [ -e "$out/performance.jsonl" ] || [ -e "$out/builds" ]; then
   echo "error: $out already holds a run (performance.jsonl or builds/): give -o a new folder" >&2
   exit 2
 fi
+[ -e "$out" ] && made_out=0 || made_out=1
 mkdir -p "$out/builds" || exit 1
 log="$out/performance.jsonl"
 if command -v nvidia-smi >/dev/null; then
@@ -69,7 +70,12 @@ fi
 interrupted=0
 trap 'interrupted=1' INT
 for problem in "${problems[@]}"; do
-  "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py" || exit $((interrupted ? 130 : 1))
+  if ! "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py"; then
+    # Nothing ran: DIR goes back to how it was found, or the same -o was refused as holding another run.
+    rm -rf "$out/builds" "$out/gpu.txt"
+    [ "$made_out" -eq 0 ] || rmdir "$out" 2>/dev/null
+    exit $((interrupted ? 130 : 1))
+  fi
 done
 
 # A fresh extension cache: the first command of each problem compiles its CUDA cold, so its record's

@@ -57,6 +57,18 @@ def test_an_option_before_the_problem_is_refused_before_anything_is_made(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("made", [True, False])
+def test_a_failed_build_leaves_the_folder_as_it_was_found(tmp_path, made):
+    # DIR/builds/ stayed after the build failed and nothing ran: the fixed batch's same -o was refused as a folder
+    # holding another run.
+    out = tmp_path / "out"
+    if not made:
+        out.mkdir()
+    done = session(ROOT, "-o", str(out), "check nosuch")
+    assert done.returncode == 1 and "unknown problem 'nosuch'" in done.stderr
+    assert (not out.exists()) if made else list(out.iterdir()) == []
+
+
 @pytest.mark.parametrize("left", ["performance.jsonl", "builds"])
 def test_a_folder_that_holds_another_run_is_refused(tmp_path, left):
     # On a warm GPU host /tmp outlives the call: -o /tmp/s/gs appended this run's records to the last run's
