@@ -27,7 +27,7 @@ import yaml
 from checks import packages, problems
 from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
-from popcorn.errors import PopkitError, ProblemError
+from popcorn.errors import PopkitError, ProblemError, parse_error_line
 from popcorn.evidence.files import is_null_device, write_atomic
 from popcorn.evidence.provenance import built_from
 
@@ -96,7 +96,7 @@ def load_manifest(problem: str) -> dict:
     try:
         manifest = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise PopkitError(f"{path}: not valid YAML ({str(exc).splitlines()[0]})") from None
+        raise PopkitError(f"{path}: not valid YAML ({parse_error_line(exc)})") from None
     if not isinstance(manifest, dict):
         raise PopkitError(f"{path}: empty or not a mapping; a manifest needs the keys problem, title, cuda, python")
     for key in ("problem", "title", "cuda", "python"):

@@ -21,7 +21,7 @@ import yaml
 
 from checks import packages, problems, task_folder
 from checks.preflight import BANNED
-from popcorn.errors import Interrupted, ProblemError
+from popcorn.errors import Interrupted, ProblemError, parse_error_line
 from popcorn.evidence.files import write_atomic
 
 PARTS_DIR = task_folder.PROJECT_ROOT / "parts"
@@ -108,7 +108,7 @@ def render_record(name: str, record: dict, previous: str | None, where: Path | N
         try:
             old = yaml.safe_load(previous) or {}
         except yaml.YAMLError as exc:
-            raise ProblemError(f"{where or name}: not readable YAML ({str(exc).splitlines()[0]}), so --force cannot "
+            raise ProblemError(f"{where or name}: not readable YAML ({parse_error_line(exc)}), so --force cannot "
                                "keep its other keys: fix the file, or delete it and add the problem again") from None
         kept = {k: v for k, v in old.items() if k not in TASK_KEYS} if isinstance(old, dict) else {}
     header = comments or [f"# {name}: recorded by `popkit problem add` from the competition's task.yml.",
@@ -166,6 +166,16 @@ def _refuse_shared_parts_folder(name: str) -> None:
         what = "the parts every problem shares" if name in SHARED_PARTS else f"{', '.join(others[:3])} and no manifest"
         raise ProblemError(f"problem name {name!r}: parts/{name}/ holds {what}, not a problem's parts: choose another "
                            "name; nothing was added")
+
+
+def _restore(path: Path, before: bytes | None) -> None:
+    """PATH as it was (BEFORE: its bytes, None for no file), written only where it changed: on a read-only mount
+    even the unlink of a missing file fails, and that error replaced the one that stopped the add."""
+    if before is None:
+        if path.exists():
+            path.unlink()
+    elif not path.is_file() or path.read_bytes() != before:
+        write_atomic(path, before)
 
 
 def add_problem(name: str, source: Path | str, force: bool = False, leaderboard: str | None = None) -> AddResult:
@@ -229,17 +239,11 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
             path.unlink(missing_ok=True)
         if made_folder and part_folder.is_dir() and not any(part_folder.iterdir()):
             part_folder.rmdir()
-        if previous is None:
-            record_path.unlink(missing_ok=True)
-        else:
-            write_atomic(record_path, previous)
+        _restore(record_path, None if previous is None else previous.encode("utf-8"))
         # The folder's line in .popkit/harness.yml goes too: it stayed after a record that did not load back.
-        if config_before is None:
-            config.unlink(missing_ok=True)
-            if made_config_folder and config.parent.is_dir() and not any(config.parent.iterdir()):
-                config.parent.rmdir()
-        else:
-            write_atomic(config, config_before)
+        _restore(config, config_before)
+        if made_config_folder and config.parent.is_dir() and not any(config.parent.iterdir()):
+            config.parent.rmdir()
         outcome = "nothing was added" if previous is None else "its record is as it was"
         if isinstance(exc, OSError):
             raise ProblemError(f"{exc.filename or name}: cannot write ({exc.strerror or exc}); {outcome}") from None

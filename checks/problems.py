@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 
 from checks.native import native_checker
-from popcorn.errors import ProblemError
+from popcorn.errors import ProblemError, parse_error_line
 
 CASES_DIR = Path(__file__).resolve().parent / "cases"
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]{0,63}$")    # a file name: at most 64 characters
@@ -97,7 +97,7 @@ def load_problem(name: str, cases_dir: Path | None = None) -> Problem:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ProblemError(f"{path}: not a readable problem record ({str(exc).splitlines()[0]})") from None
+        raise ProblemError(f"{path}: not a readable problem record ({parse_error_line(exc)})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("tests"), list) or not raw.get("tests") \
             or not isinstance(raw.get("benchmarks"), list) or not raw.get("benchmarks"):
         raise ProblemError(f"{path}: a problem record needs non-empty 'tests' and 'benchmarks' lists")

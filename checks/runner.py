@@ -77,11 +77,12 @@ def resolve_device(device: str | None) -> str:
     return device
 
 
-def require_device_for(prob: Problem, device: str, backend: str | None = None) -> None:
+def require_device_for(prob: Problem, device: str, backend: str | None = None, why: str | None = None) -> None:
     """The folder's eval.py (a harness problem's, or a native problem's under --harness official or both) makes
     its inputs on the leaderboard's GPU: on the CPU every case would crash. Refused before anything runs, unless
     the record's GPUs name the CPU (a folder made to run there, such as the toy folder of popkit's tests). BACKEND
-    None is the problem's own (native where it has a checker)."""
+    None is the problem's own (native where it has a checker); WHY is the option that chose eval.py (default:
+    --harness BACKEND)."""
     backend = backend or ("native" if prob.native is not None else "official")
     if device != "cpu" or backend == "native" or "CPU" in (g.upper() for g in prob.gpus):
         return
@@ -89,9 +90,20 @@ def require_device_for(prob: Problem, device: str, backend: str | None = None) -
         raise PopkitError(f"{prob.name} is a harness problem, and harness problems run on the GPU only (the "
                           f"folder's eval.py makes its inputs on the leaderboard's GPU, {'/'.join(prob.gpus)}): "
                           "nothing ran on the CPU; run it on a GPU host")
-    raise PopkitError(f"--harness {backend} runs the competition folder's eval.py, which makes its inputs on the "
-                      f"leaderboard's GPU ({'/'.join(prob.gpus)}): nothing ran on the CPU; run it on a GPU host, or "
-                      f"--harness native here")
+    instead = "" if why else ", or --harness native here"
+    raise PopkitError(f"{why or f'--harness {backend}'} runs the competition folder's eval.py, which makes its inputs "
+                      f"on the leaderboard's GPU ({'/'.join(prob.gpus)}): nothing ran on the CPU; run it on a GPU host"
+                      f"{instead}")
+
+
+def _require_reference_run(prob: Problem, harness: str | None, device: str) -> None:
+    """diff --incumbent reference: the folder's ref_kernel, which only its eval.py runs (our checker's worker
+    failed at `from reference import ...`, after the candidate's runs), on the device eval.py needs."""
+    if harness == "native":
+        raise PopkitError(f"--incumbent {REFERENCE_INCUMBENT} is the competition folder's ref_kernel, which only its "
+                          "eval.py runs, not --harness native: leave --harness out, or pass --harness official")
+    require_device_for(prob, device, "official", f"--incumbent {REFERENCE_INCUMBENT}")
+    require_reference_kernel(prob, "reference incumbent")
 
 
 def require_reference_kernel(prob: Problem, role: str = "baseline") -> None:
@@ -152,10 +164,10 @@ def select_specs(prob: Problem, which: str, custom: list[str] = (), seeds: int =
 
 def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int = 0, harness: str | None = None,
                     rounds: int | None = None, baseline: bool = False, incumbent: str | None = None,
-                    robust: bool = False, budget_s: float | None = None) -> None:
+                    robust: bool = False, budget_s: float | None = None, device: str | None = None) -> None:
     """What can be judged of a run's options before anything is built or run (the CLI asks first): --harness,
     --seeds, --rounds, --robust, --budget, every --case, and a folder's ref_kernel that --baseline or --incumbent
-    (as typed) would time. A wrong one ended the verb only after a build of the parts."""
+    (as typed, on DEVICE) would time. A wrong one ended the verb only after a build of the parts."""
     prob = load_problem(problem)
     backend = resolve_backend(prob, harness, mode)
     _require_budget(budget_s, backend)
@@ -169,7 +181,7 @@ def require_options(problem: str, mode: str, custom: list[str] = (), seeds: int 
     if baseline and backend == "official":        # a native problem's baseline is its torch reference
         require_reference_kernel(prob, "baseline")
     if incumbent is not None and incumbent_of(incumbent) == REFERENCE_INCUMBENT:
-        require_reference_kernel(prob, "reference incumbent")
+        _require_reference_run(prob, harness, resolve_device(device))
 
 
 def _require_budget(budget_s: float | None, backend: str) -> None:
@@ -830,7 +842,7 @@ def diff(problem: str, submission: Path, incumbent: Path | str, rounds: int = 3,
     if isinstance(incumbent, str):
         incumbent = incumbent_of(incumbent)
     if incumbent == REFERENCE_INCUMBENT:
-        require_reference_kernel(load_problem(problem), "reference incumbent")
+        _require_reference_run(load_problem(problem), harness, resolve_device(device))
         with tempfile.TemporaryDirectory(prefix="popkit-reference-") as tmp:
             return diff(problem, submission, official.write_baseline(Path(tmp)), rounds, custom, device, progress,
                         log_path, "official" if harness is None else harness, budget_s)

@@ -20,7 +20,7 @@ import yaml
 
 from checks.preflight import defines
 from checks.problems import ENTRY_POINT, Problem
-from popcorn.errors import ProblemError
+from popcorn.errors import ProblemError, parse_error_line
 from popcorn.evidence.files import write_atomic
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
@@ -101,7 +101,7 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     try:
         task = yaml.safe_load(task_yml.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProblemError(f"{task_yml}: unreadable ({str(exc).splitlines()[0]})") from None
+        raise ProblemError(f"{task_yml}: unreadable ({parse_error_line(exc)})") from None
     if not isinstance(task, dict):
         raise ProblemError(f"{task_yml}: not a mapping of task keys")
     _validate(task, path, task_yml)
@@ -215,7 +215,7 @@ def local_paths() -> dict[str, str]:
     try:
         data = yaml.safe_load(LOCAL_CONFIG.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProblemError(f"{LOCAL_CONFIG}: unreadable ({str(exc).splitlines()[0]})") from None
+        raise ProblemError(f"{LOCAL_CONFIG}: unreadable ({parse_error_line(exc)})") from None
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 

@@ -20,6 +20,16 @@ class Interrupted(KeyboardInterrupt):
     EXIT_CODE = 130
 
 
+def parse_error_line(exc: Exception) -> str:
+    """A file's parse error in one line. A YAML error says where and what ('line 3, column 5: expected ',' or
+    '}', but got ':''): the first line of its message names only the parser's context ('while parsing a flow
+    mapping'). Any other error: the first line of its message."""
+    mark, problem = getattr(exc, "problem_mark", None), getattr(exc, "problem", None)
+    if mark is not None and problem:
+        return f"line {mark.line + 1}, column {mark.column + 1}: {problem}"
+    return (str(exc).splitlines() or [type(exc).__name__])[0]
+
+
 @contextlib.contextmanager
 def deferred_interrupt():
     """Ctrl-C during the block takes effect when it ends, as a KeyboardInterrupt (main thread only: elsewhere

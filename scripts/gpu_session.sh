@@ -7,12 +7,12 @@
 # built first (DIR/builds/PROBLEM.py); each command then runs with --submission DIR/builds/PROBLEM.py and
 # --log DIR/performance.jsonl, and its table goes to DIR/NN-VERB-PROBLEM.txt. DIR/gpu.txt names the GPU
 # (from nvidia-smi; on a host without nvidia-smi, a warning and no gpu.txt).
-# The CUDA builds go to a fresh extension cache (outside DIR), so each problem's first record holds its
-# cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds another run is
-# refused. -a FILE.tgz keeps one archive of DIR, written anew after the builds and after each verb: for a
-# transport that returns a few files a call (a device tool's output folder), where DIR's dozen files would
-# lose some, performance.jsonl among them, and where a call killed at its limit keeps the verbs that
-# finished. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
+# The CUDA builds go to a fresh extension cache (outside DIR, removed at the end), so each problem's first
+# record holds its cold compile time. DIR defaults to a new folder under ${TMPDIR:-/tmp}; a DIR that holds
+# another run is refused. -a FILE.tgz keeps one archive of DIR, written anew after the builds and after each
+# verb: for a transport that returns a few files a call (a device tool's output folder), where DIR's dozen
+# files would lose some, performance.jsonl among them, and where a call killed at its limit keeps the verbs
+# that finished. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
 # keep their records and tables in DIR. Bring DIR back to your working copy and run
 #   popkit merge DIR/performance.jsonl --tables DIR
 # to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
@@ -50,6 +50,9 @@ for command in "$@"; do
     *) echo "error: \"$command\": only check, bench and diff write records (got '${verb:-nothing}')" >&2; exit 2 ;;
   esac
   [ -n "${problem:-}" ] || { echo "error: \"$command\" names no problem" >&2; exit 2; }
+  # The second word is the problem the batch builds: an option there was built as one (`popkit build --seeds`).
+  [[ $problem != -* ]] || { echo "error: \"$command\": put the problem right after the verb ($verb PROBLEM" \
+                                 "$problem ...)" >&2; exit 2; }
   [[ " ${problems[*]} " == *" $problem "* ]] || problems+=("$problem")
 done
 if ! git rev-parse --git-dir >/dev/null 2>&1 && [ -z "${POPKIT_COMMIT:-}" ]; then
@@ -62,6 +65,7 @@ if [ -e "$out/performance.jsonl" ] || [ -e "$out/builds" ]; then
   echo "error: $out already holds a run (performance.jsonl or builds/): give -o a new folder" >&2
   exit 2
 fi
+[ -e "$out" ] && made_out=0 || made_out=1
 mkdir -p "$out/builds" || exit 1
 if [ -n "$archive" ]; then
   mkdir -p "$(dirname "$archive")" && archive="$(cd "$(dirname "$archive")" && pwd -P)/$(basename "$archive")" || exit 1
@@ -83,7 +87,12 @@ fi
 interrupted=0
 trap 'interrupted=1' INT
 for problem in "${problems[@]}"; do
-  "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py" || exit $((interrupted ? 130 : 1))
+  if ! "$PYTHON" -m popcorn build "$problem" -o "$out/builds/$problem.py"; then
+    # Nothing ran: DIR goes back to how it was found, or the same -o was refused as holding another run.
+    rm -rf "$out/builds" "$out/gpu.txt"
+    [ "$made_out" -eq 0 ] || rmdir "$out" 2>/dev/null
+    exit $((interrupted ? 130 : 1))
+  fi
 done
 save_archive
 
@@ -91,6 +100,8 @@ save_archive
 # compile_s is the cold import the grader's pre-run pays (a warm machine would otherwise reuse a build).
 TORCH_EXTENSIONS_DIR=$(mktemp -d "${TMPDIR:-/tmp}/popkit-extensions.XXXXXX") || exit 1
 export TORCH_EXTENSIONS_DIR
+# It serves this batch only: left behind, every batch kept its compiled libraries in /tmp.
+trap 'rm -rf "$TORCH_EXTENSIONS_DIR"' EXIT
 
 step=0
 failed=0

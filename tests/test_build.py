@@ -97,6 +97,13 @@ def test_failed_write_leaves_previous_output_and_no_temp_file(tmp_path, monkeypa
     assert leftovers(tmp_path, {"submission.py"}) == []
 
 
+def test_an_output_under_a_file_says_not_a_directory(tmp_path):
+    # It said "cannot write (File exists)", of a path that does not exist: mkdir's error for the file in the way.
+    (tmp_path / "notes.txt").write_text("")
+    with pytest.raises(PopkitError, match=r"notes\.txt/sub\.py: cannot write \(Not a directory\)$"):
+        build.build("vectoradd", tmp_path / "notes.txt" / "sub.py")
+
+
 def test_build_creates_missing_output_folders(tmp_path):
     out = tmp_path / "a" / "b" / "submission.py"
     result = build.build("eigh", out)
@@ -147,6 +154,15 @@ def test_missing_part(parts_copy, tmp_path):
     with pytest.raises(PopkitError, match=r"qr_v2/route\.py: cannot read part"):
         build.build("qr_v2", tmp_path / "out.py")
     assert not (tmp_path / "out.py").exists()
+
+
+def test_a_manifest_that_is_not_yaml_names_the_line(parts_copy, tmp_path):
+    # It said "not valid YAML (while parsing a flow node)": the parser's context, without a line or the fault.
+    parts, _ = parts_copy
+    (parts / "qr_v2" / "manifest.yml").write_text("problem: qr_v2\npython: [\n")
+    with pytest.raises(PopkitError, match=r"manifest\.yml: not valid YAML \(line 3, column 1: expected the node "
+                                          r"content, but found '<stream end>'\)$"):
+        build.build("qr_v2", tmp_path / "out.py")
 
 
 def test_unreadable_part(parts_copy, tmp_path):

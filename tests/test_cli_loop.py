@@ -480,3 +480,9 @@ def test_a_wrong_option_ends_the_verb_before_any_build(args, error, monkeypatch,
     result = run(*args, "--device", "cpu", "--log", tmp_path / "l.jsonl")
     assert result.exit_code == 1
     assert result.output.splitlines() == [f"error: {error}"]
+
+
+def test_check_help_names_the_seeds_it_describes():
+    # It showed '--seeds INTEGER  repeat every case with K more seeds', K named nowhere.
+    shown = CliRunner().invoke(main, ["check", "--help"]).output
+    assert re.search(r"--seeds K\s+repeat every case with K more seeds", shown)

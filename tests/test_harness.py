@@ -168,7 +168,9 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
 @pytest.mark.parametrize("damage, message", [
     (lambda d: shutil.rmtree(d), "no such folder"),
     (lambda d: (d / "task.yml").unlink(), "not a problem folder"),
-    (lambda d: write(d / "task.yml", "files: [unclosed\n"), "unreadable"),
+    # It said only the parser's context, "unreadable (while parsing a flow sequence)": no line, nor what is wrong.
+    (lambda d: write(d / "task.yml", "files: [unclosed\n"),
+     r"task\.yml: unreadable \(line 2, column 1: expected ',' or '\]', but got '<stream end>'\)$"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("benchmarks:", "old_benchmarks:")),
      "no benchmarks list"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('lang: "py"', 'lang: "cu"')),
@@ -244,6 +246,30 @@ def test_add_interrupted_leaves_nothing_half_added(toy, tmp_path, monkeypatch, w
         assert problems.record_path("addone").read_text() == before
     else:
         assert not problems.record_path("addone").exists()
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_an_add_into_a_read_only_records_folder_says_what_it_left(toy, tmp_path, monkeypatch, force):
+    # The cleanup's unlink(missing_ok=True) of the record it never wrote failed too (a read-only mount refuses even
+    # that): its 'Read-only file system' line replaced the one saying that nothing was added.
+    if force:
+        problem_add.add_problem("addone", toy)
+    record = problems.record_path("addone")
+    before = record.read_bytes() if force else None
+    real_write, real_unlink = problem_add.write_atomic, Path.unlink
+
+    def read_only(path):
+        raise OSError(30, "Read-only file system", str(path))
+    monkeypatch.setattr(problem_add, "write_atomic", lambda path, data: read_only(path)
+                        if Path(path).parent == record.parent else real_write(path, data))
+    monkeypatch.setattr(Path, "unlink", lambda self, missing_ok=False: read_only(self)
+                        if self.parent == record.parent else real_unlink(self, missing_ok=missing_ok))
+    result = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)] + (["--force"] if force else []))
+    assert result.exit_code == 1
+    outcome = "its record is as it was" if force else "nothing was added"
+    assert result.output == f"error: {record}: cannot write (Read-only file system); {outcome}\n"
+    assert (record.read_bytes() if force else record.exists()) == (before if force else False)
+    assert force or not (tmp_path / "parts" / "addone").exists()
 
 
 def test_a_failed_add_leaves_no_trace_in_the_local_config(toy, tmp_path, monkeypatch):
@@ -998,7 +1024,8 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
     listing = CliRunner().invoke(main, ["problem", "list"])
     assert listing.exit_code == 0
     assert "addone_v1" in listing.stdout and "broken   unreadable" in listing.stdout
-    assert listing.stderr.startswith("warning: ") and "broken.yml: not a readable problem record" in listing.stderr
+    assert listing.stderr.startswith("warning: ") and "broken.yml: not a readable problem record (line 2, column 1: " \
+        "expected the node content, but found '<stream end>')" in listing.stderr
 
 
 @pytest.mark.parametrize("change, why", [

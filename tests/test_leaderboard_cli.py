@@ -290,6 +290,16 @@ def test_an_output_that_is_a_source_or_a_log_is_refused_before_any_request(https
     assert target.read_bytes() == before and httpserver.log == []
 
 
+def test_an_output_that_cannot_be_written_is_refused_before_any_request(httpserver, home, tmp_path):
+    # The upload and the whole run went ahead; the result's file then failed ('File exists'), and the exit was 1.
+    (tmp_path / "notes.txt").write_text("")
+    result = popkit("submit", "submission.py", "-o", "notes.txt/result.txt", "--poll-interval", 0)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == ("error: -o notes.txt/result.txt: cannot be written (Not a directory); "
+                                     "nothing was sent")
+    assert httpserver.log == []
+
+
 def test_the_output_file_is_utf8_under_any_locale(httpserver, home, tmp_path):
     # -o wrote in the locale's encoding: under an ASCII locale a non-ASCII error text from the server ended in a
     # UnicodeEncodeError traceback, after the result was printed.

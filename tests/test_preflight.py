@@ -294,6 +294,12 @@ def test_cli_check_expects_the_problems_leaderboard_not_its_name(tmp_path):
     assert result.exit_code == 1 and "expected 'vectoradd_v2'" in result.output
 
 
+def test_cli_check_of_a_missing_file_assumes_nothing(tmp_path):
+    # It said "note: nope.py has no leaderboard or gpu directive: assumed ...", then that it cannot be read.
+    result = invoke_check("vectoradd", "--check", str(tmp_path / "nope.py"))
+    assert result.exit_code == 2 and "does not exist" in result.output and "note:" not in result.output
+
+
 def test_cli_check_without_directives_assumes_the_problems_board(tmp_path):
     """As submit's --leaderboard/--gpu: the record gives what a file without directives lacks, in one line;
     a directive naming another problem's board is still refused, and without a problem nothing is assumed."""

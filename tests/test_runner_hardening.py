@@ -5,6 +5,7 @@ import dataclasses
 import hashlib
 import multiprocessing
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -264,6 +265,28 @@ def test_the_folders_eval_on_the_cpu_is_refused_before_the_run(built, tmp_path, 
                                           "run it on a GPU host, or --harness native here"]
     with pytest.raises(PopkitError, match="nothing ran on the CPU"):
         runner.check("qr_v2", built["qr_v2"], [SPEC], device="cpu", log_path=None, harness=harness)
+    assert not log.exists()
+
+
+@pytest.mark.parametrize("harness, message", [
+    # It named --harness official, an option the user had not given.
+    ([], "--incumbent reference runs the competition folder's eval.py, which makes its inputs on the leaderboard's "
+         "GPU (B200): nothing ran on the CPU; run it on a GPU host"),
+    # Our checker's worker ran the candidate, then failed at the incumbent's `from reference import ref_kernel`.
+    (["--harness", "native"], "--incumbent reference is the competition folder's ref_kernel, which only its eval.py "
+                              "runs, not --harness native: leave --harness out, or pass --harness official"),
+])
+def test_diff_against_the_reference_is_refused_where_eval_py_cannot_run_it(built, tmp_path, monkeypatch, harness,
+                                                                            message):
+    monkeypatch.setattr(runner, "run_worker", lambda *args, **kwargs: pytest.fail("the run started"))
+    log = tmp_path / "l"
+    result = run("diff", "qr_v2", "--submission", built["qr_v2"], "--incumbent", "reference", "--case", SPEC,
+                 "--device", "cpu", *harness, "--log", log)
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [f"error: {message}"]
+    with pytest.raises(PopkitError, match="^" + re.escape(message)):
+        runner.diff("qr_v2", built["qr_v2"], "reference", custom=[SPEC], device="cpu", log_path=None,
+                    harness=harness[-1] if harness else None)
     assert not log.exists()
 
 

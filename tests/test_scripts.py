@@ -48,6 +48,28 @@ def test_help_says_a_host_without_nvidia_smi_gets_no_gpu_txt(tmp_path):
     assert "without nvidia-smi, a warning and no gpu.txt" in " ".join(session(tmp_path, "--help").stdout.split())
 
 
+def test_an_option_before_the_problem_is_refused_before_anything_is_made(tmp_path):
+    # The option was taken for the problem: `popkit build --device` failed ('No such option') and left DIR/builds/,
+    # so the same -o was then refused as a folder holding another run.
+    done = session(ROOT, "-o", str(tmp_path / "out"), "check --device cpu qr_v2")
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ['error: "check --device cpu qr_v2": put the problem right after the verb '
+                                        "(check PROBLEM --device ...)"]
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("made", [True, False])
+def test_a_failed_build_leaves_the_folder_as_it_was_found(tmp_path, made):
+    # DIR/builds/ stayed after the build failed and nothing ran: the fixed batch's same -o was refused as a folder
+    # holding another run.
+    out = tmp_path / "out"
+    if not made:
+        out.mkdir()
+    done = session(ROOT, "-o", str(out), "check nosuch")
+    assert done.returncode == 1 and "unknown problem 'nosuch'" in done.stderr
+    assert (not out.exists()) if made else list(out.iterdir()) == []
+
+
 @pytest.mark.parametrize("left", ["performance.jsonl", "builds"])
 def test_a_folder_that_holds_another_run_is_refused(tmp_path, left):
     # On a warm GPU host /tmp outlives the call: -o /tmp/s/gs appended this run's records to the last run's
@@ -172,6 +194,24 @@ def test_an_archive_is_named_tgz(tmp_path):
     done = session(ROOT, "-o", str(tmp_path / "out"), "-a", str(tmp_path / "s.zip"), "check qr_v2")
     assert done.returncode == 2 and not (tmp_path / "out").exists()
     assert done.stderr.splitlines() == [f"error: -a {tmp_path / 's.zip'}: name the archive FILE.tgz (or .tar.gz)"]
+CACHE_USER = """#!{python}
+# Stands in for the interpreter: a verb compiles into the batch's extension cache, as a CUDA import does.
+import os, pathlib, sys
+if sys.argv[3] != "build":
+    (pathlib.Path(os.environ["TORCH_EXTENSIONS_DIR"]) / "built.so").write_text("x")
+"""
+
+
+def test_the_batch_removes_its_extension_cache(tmp_path):
+    # Each batch's fresh cache stayed in TMPDIR with its compiled libraries, one more folder per batch.
+    python = stand_in_python(tmp_path, CACHE_USER)
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run(["bash", str(SCRIPT), "-o", str(tmp_path / "out"), "check qr_v2"], cwd=ROOT,
+                          env={**os.environ, "PYTHON": str(python), "TMPDIR": str(temp)}, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert list(temp.iterdir()) == []
 
 
 def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:

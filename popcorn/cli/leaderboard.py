@@ -19,7 +19,7 @@ from checks.preflight import SUFFIXES, leading_directives, preflight_bytes
 from popcorn.cli.failures import echo, fail_cleanly
 from popcorn.client import api, results
 from popcorn.errors import Interrupted, PopkitError
-from popcorn.evidence.files import write_atomic
+from popcorn.evidence.files import write_atomic, write_error
 from popcorn.evidence.tables import printable
 
 POLL_S = 5.0
@@ -251,10 +251,16 @@ def confirm_pending_id() -> str:
 
 def require_result_file(output: Path | None) -> None:
     """-o names the text file for the printed result: a source file (the submission itself, say) or an evidence
-    log there would be replaced by it once the run ends, so such a name is refused before anything is sent."""
-    if output is not None and output.suffix.lower() in SUFFIXES + (".jsonl",):
+    log there would be replaced by it once the run ends, so such a name is refused before anything is sent; so is
+    a file that cannot be written (the run ended in that error, after the upload and the wait)."""
+    if output is None:
+        return
+    if output.suffix.lower() in SUFFIXES + (".jsonl",):
         raise PopkitError(f"-o {output}: the result is a text table, and a {output.suffix} file is a source or an "
                           "evidence log that it would replace: name a text file (-o result.txt); nothing was sent")
+    why = write_error(output)
+    if why:
+        raise PopkitError(f"-o {output}: cannot be written ({why}); nothing was sent")
 
 
 def preflight_target(file: tuple[str, bytes], leaderboard: str | None, gpu: str | None) -> tuple[str, str]:

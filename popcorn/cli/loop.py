@@ -107,7 +107,8 @@ def _run_logged(mode: str, problem: str, submission: Path | None, cases, device:
     logs.require_appendable(log_path)
     prob = load_problem(problem)
     runner.require_device_for(prob, runner.resolve_device(device), runner.resolve_backend(prob, harness, mode))
-    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent, robust, budget)
+    runner.require_options(problem, mode, list(cases), seeds, harness, rounds, baseline, incumbent, robust, budget,
+                           device)
     done = []                              # the outcome, once there: Ctrl-C's line says whether it was logged
     with runner.interruptible(mode, problem, log_path, done):
         done.append(run(_submission_for(problem, submission)))
@@ -130,7 +131,8 @@ def register(main):
     @click.argument("problem", required=False)
     @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_SUBMISSION,
                   show_default=True, help="where to write the single file (a .py name)")
-    @click.option("--check", "check_file", type=click.Path(dir_okay=False, path_type=Path),
+    # exists=True: a missing FILE was told "no leaderboard or gpu directive: assumed ..." before "cannot read"
+    @click.option("--check", "check_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
                   help="only run the preflight on FILE (any file), build nothing")
     @fail_cleanly
     @loads_torch
@@ -192,7 +194,7 @@ def register(main):
     @main.command("check")
     @click.argument("problem")
     @submission_opt
-    @click.option("--seeds", default=0, show_default=True, help="repeat every case with K more seeds")
+    @click.option("--seeds", default=0, show_default=True, metavar="K", help="repeat every case with K more seeds")
     @click.option("--robust", is_flag=True, help="add the robustness suite: odd sizes around every power of two, "
                                                   "every input family, batches of 1 and 3")
     @run_options

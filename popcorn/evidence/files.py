@@ -26,6 +26,30 @@ def is_null_device(path: Path | str) -> bool:
         return False
 
 
+def _make_folder(path: Path) -> None:
+    """Make PATH's folder where it is missing. A file in its place fails later, as 'Not a directory': mkdir said
+    'File exists', of a path that does not."""
+    if not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+
+
+def write_error(path: Path | str) -> str | None:
+    """Why write_atomic(PATH) would fail (its folder cannot be made or takes no new file), or None: asked before
+    a long run whose end writes PATH. Probed as write_atomic writes, with a temporary file in the folder (as root
+    os.access says yes on a read-only mount)."""
+    path = Path(path)
+    if is_special(path):
+        return None
+    try:
+        _make_folder(path)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def write_atomic(path: Path | str, data: bytes | str) -> Path:
     """Write through a temporary file in the same folder and os.replace; text is written as UTF-8 with
     its newlines untouched. The file is 0644 (mkstemp's 0600 would hide a built file from its uploader).
@@ -40,7 +64,7 @@ def write_atomic(path: Path | str, data: bytes | str) -> Path:
             handle.write(payload)
         return path
     real = Path(os.path.realpath(path))
-    real.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(real)
     try:
         fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", dir=real.parent)
     except OSError as exc:        # named after the file the caller asked for, not the temporary one
