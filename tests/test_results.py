@@ -399,3 +399,12 @@ def test_a_table_cell_shows_its_control_characters_and_the_columns_stay_aligned(
     table = render_table(["who", "n"], [["ada\x1b[2J\nbob", 1], ["eve", 22]], right_align={1})
     header, rule, first, second = table.splitlines()
     assert first.startswith("ada\\x1b[2J\\x0abob") and first.endswith(" 1") and len(first) == len(second)
+
+
+def test_a_bidirectional_override_is_shown_not_obeyed():
+    # U+202E in a server's name printed raw reversed the rest of the line, the columns after it included.
+    from popcorn.evidence.tables import printable
+    assert printable("eve\u202egnp.exe") == "eve\\u202egnp.exe"
+    assert printable("a\u2066b\u2069c") == "a\\u2066b\\u2069c"
+    assert printable(printable("x\u202ey\x1b")) == "x\\u202ey\\x1b"     # printing it again changes nothing
+    assert printable("caf\u00e9 \u00fc") == "caf\u00e9 \u00fc"          # letters stay letters

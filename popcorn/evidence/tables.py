@@ -5,16 +5,23 @@ from __future__ import annotations
 import math
 import re
 
-CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")  # C0, DEL and C1: the characters a terminal acts on
+# C0, DEL and C1, the characters a terminal acts on; and the bidirectional overrides and isolates, which reorder
+# what follows them on the line (a name holding U+202E shows its text, and the columns after it, reversed).
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 def printable(text: str, keep: str = "\n\t") -> str:
     """TEXT as a terminal should show it: each control character (ESC[2J clears the screen, \\r returns over the
-    line, \\x9b starts a command) as its escape, '\\x1b', but those in KEEP; a CRLF line end as \\n where \\n is
-    kept. Printing it again changes nothing."""
+    line, \\x9b starts a command; U+202E reverses the rest of the line) as its escape, '\\x1b', '\\u202e', but
+    those in KEEP; a CRLF line end as \\n where \\n is kept. Printing it again changes nothing."""
     if "\n" in keep:
         text = text.replace("\r\n", "\n")
-    return CONTROL.sub(lambda found: found[0] if found[0] in keep else f"\\x{ord(found[0]):02x}", text)
+    return CONTROL.sub(lambda found: found[0] if found[0] in keep else _escape(found[0]), text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 def fmt_us(value: float | None) -> str:
