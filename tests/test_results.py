@@ -9,7 +9,7 @@ from popcorn.client import results
 from popcorn.errors import PopkitError
 from popcorn.evidence import logs
 from popcorn.evidence.logs import read_records
-from popcorn.evidence.tables import render_table
+from popcorn.evidence.tables import printable, render_table
 
 BENCH = {
     "benchmark-count": "2",
@@ -403,7 +403,6 @@ def test_a_table_cell_shows_its_control_characters_and_the_columns_stay_aligned(
 
 def test_a_bidirectional_override_is_shown_not_obeyed():
     # U+202E in a server's name printed raw reversed the rest of the line, the columns after it included.
-    from popcorn.evidence.tables import printable
     assert printable("eve\u202egnp.exe") == "eve\\u202egnp.exe"
     assert printable("a\u2066b\u2069c") == "a\\u2066b\\u2069c"
     assert printable(printable("x\u202ey\x1b")) == "x\\u202ey\\x1b"     # printing it again changes nothing
