@@ -353,3 +353,22 @@ def test_a_snapshot_refuses_a_bad_commit_or_a_folder_it_did_not_write(repo, args
 def test_a_snapshot_outside_a_repository_is_one_line(tmp_path):
     done = subprocess.run(["bash", str(SNAPSHOT), "out"], cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stderr.splitlines() == [f"error: run it inside the repository (here: {tmp_path})"]
+
+
+def test_a_snapshot_without_logs_leaves_logs_out(repo):
+    # Every candidate's snapshot was followed by rm -rf DEST/logs by hand (15 MB each; a call carries 64 MiB).
+    (repo / "logs").mkdir()
+    (repo / "logs" / "performance.jsonl").write_text("{}\n")
+    (repo / "b_logs.txt").write_text("kept\n")
+    (repo / "sub" / "logs").mkdir(parents=True)
+    (repo / "sub" / "logs" / "x.txt").write_text("kept\n")
+    git(repo, "add", "logs", "b_logs.txt", "sub")
+    git(repo, "commit", "-qm", "logs")
+    done = snapshot(repo, "--without-logs", "vendor/cand")
+    assert done.returncode == 0, done.stderr
+    dest = repo / "vendor" / "cand"
+    assert not (dest / "logs").exists() and (dest / "a.txt").exists() and (dest / "b_logs.txt").exists()
+    assert (dest / "sub" / "logs" / "x.txt").exists()          # only the top-level logs/ is left out
+    assert snapshot(repo, "vendor/full").returncode == 0 and (repo / "vendor" / "full" / "logs").is_dir()
+    help_text = snapshot(repo, "--help").stdout
+    assert "--without-logs" in help_text and "#" not in help_text
