@@ -8,7 +8,7 @@ from typing import Callable
 
 import torch
 
-from checks.worker import error_line, import_submission
+from checks.worker import ImportFailed, import_each
 from popcorn.errors import PopkitError, ProblemError
 
 
@@ -22,12 +22,13 @@ def built_file(path: str) -> str:
 
 
 def import_built(path: str, module_name: str):
-    """The built file at PATH imported as MODULE_NAME; a file that fails at import (a syntax error, a raise, a
-    CUDA compile error) is one PopkitError naming it, not the import's traceback."""
+    """The built file at PATH imported as the verbs' worker imports it (checks.worker.import_each, its module
+    named after MODULE_NAME); a file that fails at import (a syntax error, a raise, a sys.exit, a CUDA compile
+    error) is one PopkitError naming it, not the import's traceback."""
     try:
-        return import_submission(path, module_name)
-    except Exception as exc:  # noqa: BLE001 - whatever the submission raises is reported, in one line
-        raise PopkitError(f"{path}: it fails at import: {error_line(exc)}") from None
+        return import_each({module_name: path})[module_name]
+    except ImportFailed as exc:
+        raise PopkitError(str(exc)) from None
 
 
 def bench_each_built_file(argv: list[str], doc: str, bench) -> None:

@@ -47,6 +47,7 @@ def test_main_s_own_code_is_the_exit_code(cli, returned, code):
     ("def custom_kernel(data)\n    return data\n", "SyntaxError"),
     ("raise RuntimeError('nvcc failed\\nu3.cu(12): error: expected a ;')\n",
      r"RuntimeError: nvcc failed \.\.\. u3\.cu\(12\): error: expected a ;"),
+    ("import sys\nsys.exit(3)\n", "SystemExit: 3"),        # it ended the script silently with that code
 ])
 def test_a_built_file_that_fails_at_import_is_named_in_one_error(cli, tmp_path, body, says):
     bad = tmp_path / "bad.py"
