@@ -87,7 +87,7 @@ def locked(path: Path | str):
     appended between its reading and its replacing was lost. A file replaced while this waited is opened again
     (a lock on the old one guards nothing)."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _make_folder(path)
     while True:
         try:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
