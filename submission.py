@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 8a7e27320153a1fabc1d168148ebccf1746a9baa
+# toolkit commit: b4aef7be05bf020393aeed695461329767ac5de0
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
@@ -11,7 +11,7 @@
 # part qr_v2/householder_panel.cu sha256 74a583ce115cfa9a1bddf4a12a28feb3431a53be1caa98ada19ca3c29d420db8
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
-# part qr_v2/householder_update.cu sha256 3260d10893f0722cb1beb37743cdceb9b7f684eafc01c9da334da860b0f168c7
+# part qr_v2/householder_update.cu sha256 a0041634d1c796fbcc6a910aadd36c2463026b66e9305a9d6b1798580c67bd0d
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
@@ -1203,13 +1203,13 @@ struct FullTileCopy {
 // model.apply_block_reflector_tf32x3 is the same arithmetic: every product splits its operands
 // x = hi + lo and sums lo hi + hi lo + hi hi.
 //
-// Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch), three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32,
-// phase 1 for W0 (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for
-// C -= V W (each warp 16 rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
-// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
-// copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
-// in shared memory and writes the result straight to global memory.
+// Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64), batch),
+// three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32, phase 1 for W0
+// (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16
+// rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the copies
+// run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the
+// chunk in shared memory and writes the result straight to global memory.
 // Row split (S = 2, 4 or 8 CTAs a tile, a thread block cluster): where the batch's tiles leave SMs idle
 // (60x1024, 8x2048, 2x4096: a few hundred CTAs or fewer, each walking thousands of rows), the S CTAs of a
 // tile take consecutive ranges of its chunks; each forms its partial W0, the cluster adds the S partials

@@ -10,13 +10,13 @@
 // model.apply_block_reflector_tf32x3 is the same arithmetic: every product splits its operands
 // x = hi + lo and sums lo hi + hi lo + hi hi.
 //
-// Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch), three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32,
-// phase 1 for W0 (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for
-// C -= V W (each warp 16 rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
-// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
-// copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
-// in shared memory and writes the result straight to global memory.
+// Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64), batch),
+// three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32, phase 1 for W0
+// (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16
+// rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the copies
+// run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the
+// chunk in shared memory and writes the result straight to global memory.
 // Row split (S = 2, 4 or 8 CTAs a tile, a thread block cluster): where the batch's tiles leave SMs idle
 // (60x1024, 8x2048, 2x4096: a few hundred CTAs or fewer, each walking thousands of rows), the S CTAs of a
 // tile take consecutive ranges of its chunks; each forms its partial W0, the cluster adds the S partials
