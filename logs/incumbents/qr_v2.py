@@ -1,17 +1,17 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 4daa50b
+# toolkit commit: 92f00e0
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/compact_wy.cuh sha256 c2e62d67ed853e0c7ec17a0a88307d96dd33719d7a186931fb293ee0835463d5
 # part qr_v2/panel_team.cuh sha256 19581a6848c3e2cbe0e166d39c9139f39f26c559fe6d98f2ab516d9606d6b97b
 # part qr_v2/householder_panel_columns.cu sha256 757286ba853b1a88e56908f7a0ada23886490a8076772625ed715db26202f19b
-# part qr_v2/householder_panel.cu sha256 aa1b9a2e41aa5a7faf173ddce77b0942c20618943af098cb3e2a8c52182f9f8c
+# part qr_v2/householder_panel.cu sha256 74a583ce115cfa9a1bddf4a12a28feb3431a53be1caa98ada19ca3c29d420db8
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
-# part qr_v2/householder_update.cu sha256 3260d10893f0722cb1beb37743cdceb9b7f684eafc01c9da334da860b0f168c7
+# part qr_v2/householder_update.cu sha256 a0041634d1c796fbcc6a910aadd36c2463026b66e9305a9d6b1798580c67bd0d
 # part qr_v2/householder_blocked.cu sha256 4181b08a8e621ff5fdf0662e2309bd11b364abe320c098f277cf0a8df64ac3bf
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
@@ -758,8 +758,8 @@ POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, in
 // instructions); s_j and beta_j wait in shared memory.
 // Row c itself is broadcast through shared memory by its owner. So a column
 // costs W FMAs per owned row, a butterfly that leaves lane l with the warp's
-// sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W FMAs
-// per owned row for the update: the barrier count per column is one (the
+// sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W - g0 FMAs
+// per owned row for the update (g0: the first column of c's group of 8): the barrier count per column is one (the
 // previous kernel had six and walked shared memory four times).
 // ||x||^2 outside [2^-100, 2^100] (underflow or overflow risk) takes a
 // scaled two-pass norm, uniformly for the block; an exactly zero x gives
@@ -790,6 +790,7 @@ namespace {
 constexpr int kPanelThreads = 512;
 constexpr int kPanelWarps = kPanelThreads / 32;
 constexpr int kStageRows = 128;             // rows of H staged per round of the coalesced store
+constexpr int kColumnGroup = 8;             // panel columns a copy of the column loop's body (divides W)
 
 // ||x|| with x scaled by its largest entry (both passes are team-wide); for the rare columns whose
 // plain sum of squares left the safe range. x holds this thread's entries of the column below the
@@ -849,94 +850,99 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
         for (int j = 0; j < W; ++j) a[i][j] = (r < m && j < w) ? Ab[(size_t)r * n + j] : 0.f;
     }
 
-    // The column loop stays rolled: fully unrolled (W copies of the body, d147c6d) the object was
-    // 2.3 MB and took 42 s to compile (4 s rolled). Register arrays need compile-time indices, so
-    // column c is picked and written back with select chains over j, and the update runs over
-    // all W columns with zero coefficients at j <= c.
+    // The columns go in groups of kColumnGroup: the group loop is unrolled (W / kColumnGroup copies of
+    // the body), the column loop inside a group stays rolled. Register arrays need compile-time
+    // indices, so column c is picked (and, not lazy, written back) with a select chain over its
+    // group's columns only, and the update skips the columns left of the group (their coefficients
+    // are zero). Fully unrolled (W copies, d147c6d) the object was 2.3 MB and took 42 s to compile;
+    // one rolled loop selected over all W columns and updated all W (twice the needed work).
+#pragma unroll
+    for (int g0 = 0; g0 < W; g0 += kColumnGroup) {
 #pragma unroll 1
-    for (int c = 0; c < w; ++c) {
-        const int buf = c & 1;
-        float x[R];                                         // column c below the diagonal, else 0
+        for (int c = g0; c < min(w, g0 + kColumnGroup); ++c) {
+            const int buf = c & 1;
+            float x[R];                                         // column c below the diagonal, else 0
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            float xc = 0.f;
+            for (int i = 0; i < R; ++i) {
+                float xc = 0.f;
 #pragma unroll
-            for (int j = 0; j < W; ++j) xc = (j == c) ? a[i][j] : xc;
-            x[i] = (first + i * stride > c) ? xc : 0.f;    // rows >= m hold zeros
-        }
-        float p[W];
-#pragma unroll
-        for (int j = 0; j < W; ++j) p[j] = 0.f;
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-#pragma unroll
-            for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
-        }
-        const float warp_total = popkit::warp_transpose_sum<W>(p, lane);
-        if (entry_lane) s_red[buf][warp][entry] = warp_total;
-        if (first == c) {                                   // row c is row 0 of thread c (of rank 0)
-#pragma unroll
-            for (int j = 0; j < W; ++j) s_row[buf][j] = a[0][j];
-        }
-        __syncthreads();
-
-        float p_entry = 0.f;                                // this lane's entry, over the whole team
-        const float* row_c = s_row[buf];
-        if constexpr (CL == 1) {
-            for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
-        } else {
-            // Warp 0 pushes this CTA's totals (rank 0, which holds row c < 32: and row c) into every
-            // CTA. W = 32 here: every lane holds an entry.
-            static_assert(W == 32, "the cluster panel pushes one entry a lane");
-            if (warp == 0) {
-                float total = 0.f;
-                for (int src = 0; src < warps; ++src) total += s_red[buf][src][entry];
-                s_exchange.push(c, rank, 0, entry, total, s_row[buf][entry]);
+                for (int j = g0; j < g0 + kColumnGroup; ++j) xc = (j == c) ? a[i][j] : xc;
+                x[i] = (first + i * stride > c) ? xc : 0.f;    // rows >= m hold zeros
             }
-            p_entry = s_exchange.wait_and_sum(c, entry);
-            row_c = s_exchange.row_of(c);
-        }
-        const float alpha = row_c[c];
-        const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
-        float xnorm;
-        if (popkit::sum_of_squares_safe(ssq)) {
-            xnorm = sqrtf(ssq);
-        } else {                                            // uniform: every thread has the same ssq
-            bool nonzero = false;
+            float p[W];
 #pragma unroll
-            for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
-            const bool any = popkit::team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
-            xnorm = any ? careful_norm<R, CL>(x, scratch, &s_slot) : 0.f;
-        }
-        const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
-        // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
-        const float vdot = row_c[entry] + ref.scale * p_entry;
-        if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = kLazy ? s_scale[entry] * vdot : vdot;
-        if (threadIdx.x == 0) {
-            s_tau[c] = ref.tau;
-            s_scale[c] = ref.scale;
-            s_beta[c] = ref.beta;
-        }
-        if (entry_lane) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
-        __syncwarp();
-
-        // v: x s below c, 1 at row c, 0 above; column c itself keeps x (and alpha) until the store.
-        float v[R];
+            for (int j = 0; j < W; ++j) p[j] = 0.f;
 #pragma unroll
-        for (int i = 0; i < R; ++i) {
-            const int r = first + i * stride;
-            v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
-            if constexpr (!kLazy) {                          // column c takes v (and beta) now
-                const float stored = (r > c) ? v[i] : ref.beta;
+            for (int i = 0; i < R; ++i) {
 #pragma unroll
-                for (int j = 0; j < W; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
+                for (int j = 0; j < W; ++j) p[j] += x[i] * a[i][j];
             }
-        }
+            const float warp_total = popkit::warp_transpose_sum<W>(p, lane);
+            if (entry_lane) s_red[buf][warp][entry] = warp_total;
+            if (first == c) {                                   // row c is row 0 of thread c (of rank 0)
 #pragma unroll
-        for (int j = 0; j < W; ++j) {
-            const float coef_j = s_coef[warp][j];           // a broadcast read; zero for j <= c
+                for (int j = 0; j < W; ++j) s_row[buf][j] = a[0][j];
+            }
+            __syncthreads();
+
+            float p_entry = 0.f;                                // this lane's entry, over the whole team
+            const float* row_c = s_row[buf];
+            if constexpr (CL == 1) {
+                for (int src = 0; src < warps; ++src) p_entry += s_red[buf][src][entry];
+            } else {
+                // Warp 0 pushes this CTA's totals (rank 0, which holds row c < 32: and row c) into every
+                // CTA. W = 32 here: every lane holds an entry.
+                static_assert(W == 32, "the cluster panel pushes one entry a lane");
+                if (warp == 0) {
+                    float total = 0.f;
+                    for (int src = 0; src < warps; ++src) total += s_red[buf][src][entry];
+                    s_exchange.push(c, rank, 0, entry, total, s_row[buf][entry]);
+                }
+                p_entry = s_exchange.wait_and_sum(c, entry);
+                row_c = s_exchange.row_of(c);
+            }
+            const float alpha = row_c[c];
+            const float ssq = __shfl_sync(0xffffffffu, p_entry, c << kShift);
+            float xnorm;
+            if (popkit::sum_of_squares_safe(ssq)) {
+                xnorm = sqrtf(ssq);
+            } else {                                            // uniform: every thread has the same ssq
+                bool nonzero = false;
 #pragma unroll
-            for (int i = 0; i < R; ++i) a[i][j] -= coef_j * v[i];
+                for (int i = 0; i < R; ++i) nonzero |= x[i] != 0.f;
+                const bool any = popkit::team_reduce<CL, true>(nonzero ? 1.f : 0.f, scratch, &s_slot) > 0.f;
+                xnorm = any ? careful_norm<R, CL>(x, scratch, &s_slot) : 0.f;
+            }
+            const popkit::Reflector ref = popkit::make_reflector(alpha, xnorm);
+            // lane's entry j: j > c -> tau v^T A[:, j]; j < c -> v_j^T v (column c of G)
+            const float vdot = row_c[entry] + ref.scale * p_entry;
+            if (warp == 0 && entry < c && entry_lane) s_G[entry][c] = kLazy ? s_scale[entry] * vdot : vdot;
+            if (threadIdx.x == 0) {
+                s_tau[c] = ref.tau;
+                s_scale[c] = ref.scale;
+                s_beta[c] = ref.beta;
+            }
+            if (entry_lane) s_coef[warp][entry] = (entry > c) ? ref.tau * vdot : 0.f;
+            __syncwarp();
+
+            // v: x s below c, 1 at row c, 0 above; column c itself keeps x (and alpha) until the store.
+            float v[R];
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                const int r = first + i * stride;
+                v[i] = (r > c) ? x[i] * ref.scale : (r == c) ? 1.f : 0.f;
+                if constexpr (!kLazy) {                          // column c takes v (and beta) now
+                    const float stored = (r > c) ? v[i] : ref.beta;
+#pragma unroll
+                    for (int j = g0; j < g0 + kColumnGroup; ++j) a[i][j] = (j == c && r >= c) ? stored : a[i][j];
+                }
+            }
+#pragma unroll
+            for (int j = g0; j < W; ++j) {
+                const float coef_j = s_coef[warp][j];           // a broadcast read; zero for j <= c
+#pragma unroll
+                for (int i = 0; i < R; ++i) a[i][j] -= coef_j * v[i];
+            }
         }
     }
     if constexpr (CL == 1) __syncthreads();
@@ -986,7 +992,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 }
 
 template <int R, int W>
-__global__ void __launch_bounds__(kPanelThreads)
+__global__ void __launch_bounds__(kPanelThreads, R == 1 ? 2 : 1)   // R = 1: 64 registers, two 512-thread CTAs an SM
 qr_panel_kernel(float* A, float* tau, float* Vt, float* T, int n, int k0, int w) {
     factor_panel<R, W, 1>(A, tau, Vt, T, n, k0, w);
 }
@@ -1197,13 +1203,13 @@ struct FullTileCopy {
 // model.apply_block_reflector_tf32x3 is the same arithmetic: every product splits its operands
 // x = hi + lo and sums lo hi + hi lo + hi hi.
 //
-// Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64),
-// batch), three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32,
-// phase 1 for W0 (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for
-// C -= V W (each warp 16 rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
-// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the
-// copies run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the chunk
-// in shared memory and writes the result straight to global memory.
+// Launch: one CTA of 128 threads (4 warps) per 64-column tile of C and matrix: grid (ceil(nc / 64), batch),
+// three CTAs an SM (four on a row split). The CTA walks C's rows twice in chunks of 32, phase 1 for W0
+// (each warp owns 16 columns of W0: w / 16 m16 tiles x 2 n8 tiles) and phase 2 for C -= V W (each warp 16
+// rows x 32 columns: 4 n8 tiles). Both phases read the same chunks (C's 32 x 64 and Vt's w x 32), phase 2
+// last first, so one pipeline of 2 ceil(m / 32) cp.async copies feeds them, kStages chunks deep: the copies
+// run ahead across the phase boundary while W = T^T W0 is formed. Phase 2 takes C's old values from the
+// chunk in shared memory and writes the result straight to global memory.
 // Row split (S = 2, 4 or 8 CTAs a tile, a thread block cluster): where the batch's tiles leave SMs idle
 // (60x1024, 8x2048, 2x4096: a few hundred CTAs or fewer, each walking thousands of rows), the S CTAs of a
 // tile take consecutive ranges of its chunks; each forms its partial W0, the cluster adds the S partials
