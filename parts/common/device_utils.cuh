@@ -35,6 +35,23 @@ __device__ __forceinline__ float warp_max(float v) {
     return v;
 }
 
+// a[idx] of N register entries (N a power of two, 0 <= idx < N, every index of `a` a compile-time
+// constant once inlined): a tree of N - 1 selects, log2 N deep, by idx's bits from the lowest. The
+// chain `x = j == idx ? a[j] : x` over j is N selects one after another, on the critical path of a
+// latency-bound column step.
+template <int N>
+__device__ __forceinline__ float select_entry(const float* a, int idx) {
+    static_assert(N >= 1 && (N & (N - 1)) == 0, "N must be a power of two");
+    if constexpr (N == 1) {
+        return a[0];
+    } else {
+        float half[N / 2];
+#pragma unroll
+        for (int k = 0; k < N / 2; ++k) half[k] = (idx & 1) ? a[2 * k + 1] : a[2 * k];
+        return select_entry<N / 2>(half, idx >> 1);
+    }
+}
+
 // One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
 // `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
 // stage. Recursion on the template argument keeps every index a compile-time constant (a

@@ -29,8 +29,9 @@
 // Row c itself is broadcast through shared memory by its owner. So a column
 // costs W FMAs per owned row, a butterfly that leaves lane l with the warp's
 // sum of one entry, one __syncthreads, a 16-term cross-warp sum, and W - g0 FMAs
-// per owned row for the update (g0: the first column of c's group of 8): the barrier count per column is one (the
-// previous kernel had six and walked shared memory four times).
+// per owned row for the update (g0: the first column of c's group of 8): the
+// barrier count per column is one (the previous kernel had six and walked shared
+// memory four times).
 // ||x||^2 outside [2^-100, 2^100] (underflow or overflow risk) takes a
 // scaled two-pass norm, uniformly for the block; an exactly zero x gives
 // tau = 0 as in geqrf.
@@ -125,10 +126,10 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
 
     // The columns go in groups of kColumnGroup: the group loop is unrolled (W / kColumnGroup copies of
     // the body), the column loop inside a group stays rolled. Register arrays need compile-time
-    // indices, so column c is picked (and, not lazy, written back) with a select chain over its
-    // group's columns only, and the update skips the columns left of the group (their coefficients
-    // are zero). Fully unrolled (W copies, d147c6d) the object was 2.3 MB and took 42 s to compile;
-    // one rolled loop selected over all W columns and updated all W (twice the needed work).
+    // indices, so column c is picked by a select tree over its group's columns (3 deep) and, not
+    // lazy, written back by selects over them only; the update skips the columns left of the group
+    // (their coefficients are zero). Fully unrolled (W copies, d147c6d) the object was 2.3 MB and took
+    // 42 s to compile; one rolled loop selected over all W columns and updated all W (twice the work).
 #pragma unroll
     for (int g0 = 0; g0 < W; g0 += kColumnGroup) {
 #pragma unroll 1
@@ -137,9 +138,7 @@ __device__ __forceinline__ void factor_panel(float* __restrict__ A, float* __res
             float x[R];                                         // column c below the diagonal, else 0
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                float xc = 0.f;
-#pragma unroll
-                for (int j = g0; j < g0 + kColumnGroup; ++j) xc = (j == c) ? a[i][j] : xc;
+                const float xc = popkit::select_entry<kColumnGroup>(a[i] + g0, c - g0);
                 x[i] = (first + i * stride > c) ? xc : 0.f;    // rows >= m hold zeros
             }
             float p[W];

@@ -108,12 +108,7 @@ __device__ __forceinline__ void factor_panel_columns(float* __restrict__ A, floa
             }
         }
         s_red[buf][lane][warp] = (part[0] + part[1]) + (part[2] + part[3]);
-        if (team_warp == owner) {
-            float row_entry = 0.f;
-#pragma unroll
-            for (int i = 0; i < RW; ++i) row_entry = i == local ? a[i] : row_entry;
-            s_row[buf][lane] = row_entry;
-        }
+        if (team_warp == owner) s_row[buf][lane] = popkit::select_entry<RW>(a, local);
         __syncthreads();
 
         float p = 0.f;                                       // p_lane over this CTA's rows below c

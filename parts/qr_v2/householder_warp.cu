@@ -19,6 +19,7 @@ namespace {
 
 constexpr int kWarpMaxN = 32;
 constexpr int kWarpMatrices = 4;
+constexpr int kColumnGroup = 8;             // columns a copy of the column loop's body
 
 __global__ void __launch_bounds__(32 * kWarpMatrices)
 qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int batch, int n) {
@@ -33,44 +34,49 @@ qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __rest
 #pragma unroll
     for (int j = 0; j < kWarpMaxN; ++j) a[j] = (lane < n && j < n) ? Ab[(size_t)lane * n + j] : 0.f;
 
-    // Rolled, as householder_panel.cu's column loop: column c is picked and written with select chains.
+    // Columns in groups of kColumnGroup, as householder_panel.cu's column loop: the group loop unrolled,
+    // the column loop rolled; column c is picked and written back by selects over its group's 8 columns
+    // (not all 32), and the update skips the columns left of the group (their coefficients are zero).
+#pragma unroll
+    for (int g0 = 0; g0 < kWarpMaxN; g0 += kColumnGroup) {
 #pragma unroll 1
-    for (int c = 0; c < n; ++c) {
-        float xc = 0.f;
+        for (int c = g0; c < min(n, g0 + kColumnGroup); ++c) {
+            float xc = 0.f;                                    // a chain: a select tree spilled 8 bytes here
 #pragma unroll
-        for (int j = 0; j < kWarpMaxN; ++j) xc = (j == c) ? a[j] : xc;
-        const float x = (lane > c) ? xc : 0.f;
-        float p[kWarpMaxN];
+            for (int j = g0; j < g0 + kColumnGroup; ++j) xc = (j == c) ? a[j] : xc;
+            const float x = (lane > c) ? xc : 0.f;
+            float p[kWarpMaxN];
 #pragma unroll
-        for (int j = 0; j < kWarpMaxN; ++j) p[j] = x * a[j];
-        const float p_lane = popkit::warp_transpose_sum<kWarpMaxN>(p, lane);    // entry `lane`, whole matrix
-        if (lane == c) {
+            for (int j = 0; j < kWarpMaxN; ++j) p[j] = x * a[j];
+            const float p_lane = popkit::warp_transpose_sum<kWarpMaxN>(p, lane);   // entry `lane`, the matrix
+            if (lane == c) {
 #pragma unroll
-            for (int j = 0; j < kWarpMaxN; ++j) s_row[warp][j] = a[j];
-        }
-        __syncwarp();
-        const float ssq = __shfl_sync(0xffffffffu, p_lane, c);
-        float xnorm;
-        if (popkit::sum_of_squares_safe(ssq)) {
-            xnorm = sqrtf(ssq);
-        } else {                                           // uniform over the warp
-            const float amax = popkit::warp_max(fabsf(x));
-            const float y = amax > 0.f ? x / amax : 0.f;
-            xnorm = amax > 0.f ? amax * sqrtf(popkit::warp_sum(y * y)) : 0.f;
-        }
-        const popkit::Reflector ref = popkit::make_reflector(s_row[warp][c], xnorm);
-        s_coef[warp][lane] = (lane > c) ? ref.tau * (s_row[warp][lane] + ref.scale * p_lane) : 0.f;
-        if (lane == 0) tau[(size_t)matrix * n + c] = ref.tau;
-        __syncwarp();
+                for (int j = 0; j < kWarpMaxN; ++j) s_row[warp][j] = a[j];
+            }
+            __syncwarp();
+            const float ssq = __shfl_sync(0xffffffffu, p_lane, c);
+            float xnorm;
+            if (popkit::sum_of_squares_safe(ssq)) {
+                xnorm = sqrtf(ssq);
+            } else {                                           // uniform over the warp
+                const float amax = popkit::warp_max(fabsf(x));
+                const float y = amax > 0.f ? x / amax : 0.f;
+                xnorm = amax > 0.f ? amax * sqrtf(popkit::warp_sum(y * y)) : 0.f;
+            }
+            const popkit::Reflector ref = popkit::make_reflector(s_row[warp][c], xnorm);
+            s_coef[warp][lane] = (lane > c) ? ref.tau * (s_row[warp][lane] + ref.scale * p_lane) : 0.f;
+            if (lane == 0) tau[(size_t)matrix * n + c] = ref.tau;
+            __syncwarp();
 
-        // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
-        const float v = (lane > c) ? x * ref.scale : (lane == c) ? 1.f : 0.f;
-        const float stored = (lane > c) ? v : ref.beta;
+            // Rows below c take v_r = x_r s, row c takes v_c = 1 (and beta), rows above stay.
+            const float v = (lane > c) ? x * ref.scale : (lane == c) ? 1.f : 0.f;
+            const float stored = (lane > c) ? v : ref.beta;
 #pragma unroll
-        for (int j = 0; j < kWarpMaxN; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
+            for (int j = g0; j < g0 + kColumnGroup; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
 #pragma unroll
-        for (int j = 0; j < kWarpMaxN; ++j) a[j] -= s_coef[warp][j] * v;   // zero for j <= c
-        __syncwarp();                                      // s_row and s_coef are rewritten next column
+            for (int j = g0; j < kWarpMaxN; ++j) a[j] -= s_coef[warp][j] * v;  // zero for j <= c
+            __syncwarp();                                      // s_row and s_coef are rewritten next column
+        }
     }
 
     if (lane < n) {
