@@ -103,6 +103,16 @@ UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled f
 # 396 1.02x / 1.00x / 0.99x; 792 and up slower (8x2048 0.84x): the split halves each CTA's rows, but
 # the W0 sums through distributed shared memory and the cluster scheduling eat most of the gain.
 UPDATE_TARGET_CTAS = 264
+# Look-ahead (householder_blocked.cu's qr_blocked_lookahead, one CUDA graph a factorization) by n and batch:
+# the first row (max n, max batch, beside CTAs) that fits; beside CTAs is the row-split target of the part
+# of each update that runs beside the next panel (0: no look-ahead, the one-call loop). At UPDATE_TARGET_CTAS
+# the outputs are bitwise the loop's; lower leaves the panel free SMs (132, one CTA an SM on an H200, is
+# the first value to sweep at 2x4096 and 8x2048). Not measured on a GPU yet: off everywhere.
+LOOKAHEAD = ((1 << 30, 1 << 30, 0),)
+
+
+def lookahead_ctas(n: int, batch: int) -> int:
+    return next(ctas for max_n, max_batch, ctas in LOOKAHEAD if n <= max_n and batch <= max_batch)
 
 
 def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
@@ -116,14 +126,19 @@ def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> No
 
 def blocked_one_call_cuda(A: torch.Tensor):
     """householder_blocked.cu: the whole blocked factorization in one call (model.blocked_qr with the
-    tf32x3 update); Vt and T in one workspace for every panel."""
+    tf32x3 update); Vt and T in one workspace for every panel, two with look-ahead (by panel parity)."""
     b, n, _ = A.shape
     H = A.clone()
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
-    Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
-    T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, panel_threads(n, b), panel_cluster(n, b), columns_max_rows(n),
-              UPDATE_TARGET_CTAS)
+    beside = lookahead_ctas(n, b)
+    buffers, w = (2 if beside else 1), UPDATE_WIDTHS[-1]
+    Vt = torch.empty(buffers, b, w, n, dtype=A.dtype, device=A.device)
+    T = torch.empty(buffers, b, w, w, dtype=A.dtype, device=A.device)
+    common = (H, tau, Vt, T, b, n, panel_threads(n, b), panel_cluster(n, b), columns_max_rows(n), UPDATE_TARGET_CTAS)
+    if beside:
+        CUDA.call("qr_blocked_lookahead", *common, beside)
+    else:
+        CUDA.call("qr_blocked", *common)
     return H, tau
 
 
