@@ -1,9 +1,9 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: b4aef7be05bf020393aeed695461329767ac5de0
+# toolkit commit: c6db83c9e17190ae1434606dfb1840d5a8fe74de
 # part common/device_utils.cuh sha256 b39c6c85f35779ad914fb9cfdccbff7a6bd7ad9bdedfbb30dbacb05f8305481e
-# part common/launch.cuh sha256 c169569cb6dc94915b5133bab123de3db4b4e6e404189992bc8edc658480bff9
+# part common/launch.cuh sha256 a65fea1b6048842938f5eefa30fc4af93850bbb3cc7710723363af62e956e00d
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 2703292719d0e8c73415bbdf18ada484ace8948e38c2e61d1efb45fd948194f4
 # part qr_v2/compact_wy.cuh sha256 c2e62d67ed853e0c7ec17a0a88307d96dd33719d7a186931fb293ee0835463d5
@@ -17,7 +17,7 @@
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
 # part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
 # part qr_v2/model.py sha256 617280a5e7bc299431d64907a7db089158a1a64ca13d0826691f8f6ec882b27f
-# part qr_v2/route.py sha256 709a05ebb80033ce3448df9500687b54112d26a74e305c77bc27836d2d0d261e
+# part qr_v2/route.py sha256 6608b23536cc54ae421084808207152945239a5eb1f848a3fe5efd822296cc20
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
 
 custom_kernel(data) dispatches to the routes below (see the route table in the
@@ -150,8 +150,10 @@ __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
 // mode: the graph's launch sequence walked again with other pointers, node i for launch i).
 // Why: a launch function (a kernel's grid, block and template choice) is written once and serves both the
 // one-call loops and a graph whose independent nodes run side by side on one device, with no queue to name.
-// Kernels with compile-time __cluster_dims__ keep their clusters as nodes: the cluster shape is a required
-// attribute of the function itself (cudaFuncAttributeRequiredClusterWidth), checked at every launch.
+// Kernels with compile-time __cluster_dims__ should keep their clusters as nodes: the runtime documents the
+// cluster shape as a required attribute of the function (cudaFuncAttributeRequiredClusterWidth, fixed at
+// compile time, checked at launch), not of the launch; not yet seen on a GPU (a lost cluster would fault
+// in cluster.sync or change the outputs, which scripts/same_outputs.py against the direct launches shows).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -2321,8 +2323,10 @@ UPDATE_TARGET_CTAS = 264
 # Look-ahead (householder_blocked.cu's qr_blocked_lookahead, one CUDA graph a factorization) by n and batch:
 # the first row (max n, max batch, beside CTAs) that fits; beside CTAs is the row-split target of the part
 # of each update that runs beside the next panel (0: no look-ahead, the one-call loop). At UPDATE_TARGET_CTAS
-# the outputs are bitwise the loop's; lower leaves the panel free SMs (132, one CTA an SM on an H200, is
-# the first value to sweep at 2x4096 and 8x2048). Not measured on a GPU yet: off everywhere.
+# the outputs are bitwise the loop's; lower leaves the panel room: 132 (about two of the 128-thread update
+# CTAs an SM, ~32K registers) is the first value to sweep at 2x4096 and 8x2048, with panels of 256 threads
+# (PANEL_THREADS_BY_BATCH): a 512-thread cluster panel CTA (~102 registers a thread, ptxas) needs an SM
+# with no update CTA on it. Not measured on a GPU yet: off everywhere.
 LOOKAHEAD = ((1 << 30, 1 << 30, 0),)
 
 

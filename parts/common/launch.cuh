@@ -5,8 +5,10 @@
 // mode: the graph's launch sequence walked again with other pointers, node i for launch i).
 // Why: a launch function (a kernel's grid, block and template choice) is written once and serves both the
 // one-call loops and a graph whose independent nodes run side by side on one device, with no queue to name.
-// Kernels with compile-time __cluster_dims__ keep their clusters as nodes: the cluster shape is a required
-// attribute of the function itself (cudaFuncAttributeRequiredClusterWidth), checked at every launch.
+// Kernels with compile-time __cluster_dims__ should keep their clusters as nodes: the runtime documents the
+// cluster shape as a required attribute of the function (cudaFuncAttributeRequiredClusterWidth, fixed at
+// compile time, checked at launch), not of the launch; not yet seen on a GPU (a lost cluster would fault
+// in cluster.sync or change the outputs, which scripts/same_outputs.py against the direct launches shows).
 #pragma once
 #include <cuda_runtime.h>
 

@@ -106,8 +106,10 @@ UPDATE_TARGET_CTAS = 264
 # Look-ahead (householder_blocked.cu's qr_blocked_lookahead, one CUDA graph a factorization) by n and batch:
 # the first row (max n, max batch, beside CTAs) that fits; beside CTAs is the row-split target of the part
 # of each update that runs beside the next panel (0: no look-ahead, the one-call loop). At UPDATE_TARGET_CTAS
-# the outputs are bitwise the loop's; lower leaves the panel free SMs (132, one CTA an SM on an H200, is
-# the first value to sweep at 2x4096 and 8x2048). Not measured on a GPU yet: off everywhere.
+# the outputs are bitwise the loop's; lower leaves the panel room: 132 (about two of the 128-thread update
+# CTAs an SM, ~32K registers) is the first value to sweep at 2x4096 and 8x2048, with panels of 256 threads
+# (PANEL_THREADS_BY_BATCH): a 512-thread cluster panel CTA (~102 registers a thread, ptxas) needs an SM
+# with no update CTA on it. Not measured on a GPU yet: off everywhere.
 LOOKAHEAD = ((1 << 30, 1 << 30, 0),)
 
 
