@@ -254,6 +254,15 @@ def test_panel_threads_takes_256_only_where_the_batch_fills_the_gpu_and_panels_k
     assert qr_route.panel_threads(4096, 2) == qr_route.PANEL_MAX_THREADS
 
 
+def test_lookahead_is_off_by_default_and_a_row_turns_it_on_per_shape(monkeypatch):
+    # Look-ahead (qr_blocked_lookahead) has not run on a GPU: every benchmark shape takes the one-call loop.
+    for n, batch in ((176, 40), (352, 40), (512, 640), (1024, 60), (2048, 8), (4096, 2)):
+        assert qr_route.lookahead_ctas(n, batch) == 0
+    monkeypatch.setattr(qr_route, "LOOKAHEAD", ((4096, 8, 132), (1 << 30, 1 << 30, 0)))
+    assert qr_route.lookahead_ctas(4096, 2) == 132 and qr_route.lookahead_ctas(2048, 8) == 132
+    assert qr_route.lookahead_ctas(1024, 60) == 0
+
+
 def _slarft(G: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     """The column-by-column recurrence, as LAPACK writes it."""
     b, w = tau.shape
