@@ -58,6 +58,7 @@
 #include "compact_wy.cuh"
 #include "panel_team.cuh"
 #include "device_utils.cuh"
+#include "launch.cuh"
 
 namespace {
 
@@ -286,24 +287,24 @@ int rows_per_thread(int m, int threads, int cluster) {
 }
 
 template <int R, int W>
-cudaError_t launch_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+cudaError_t launch_panel(popkit::Launcher* to, float* A, float* tau, float* Vt, float* T, int batch, int n, int k0,
+                         int w) {
     const int threads = ((n - k0 + R - 1) / R + 31) / 32 * 32;
-    qr_panel_kernel<R, W><<<batch, threads>>>(A, tau, Vt, T, n, k0, w);
-    return cudaGetLastError();
+    return popkit::launch(to, qr_panel_kernel<R, W>, batch, threads, 0, A, tau, Vt, T, n, k0, w);
 }
 
 template <int R, int CL>
-cudaError_t launch_cluster_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+cudaError_t launch_cluster_panel(popkit::Launcher* to, float* A, float* tau, float* Vt, float* T, int batch, int n,
+                                 int k0, int w) {
     const int threads = ((n - k0 + R * CL - 1) / (R * CL) + 31) / 32 * 32;
-    qr_panel_cluster_kernel<R, CL><<<batch * CL, threads>>>(A, tau, Vt, T, n, k0, w);
-    return cudaGetLastError();
+    return popkit::launch(to, qr_panel_cluster_kernel<R, CL>, batch * CL, threads, 0, A, tau, Vt, T, n, k0, w);
 }
 
 template <int CL>
-cudaError_t launch_cluster_panel(int rows, float* A, float* tau, float* Vt, float* T, int batch, int n, int k0,
-                                 int w) {
-    return rows == 1 ? launch_cluster_panel<1, CL>(A, tau, Vt, T, batch, n, k0, w)
-                     : launch_cluster_panel<2, CL>(A, tau, Vt, T, batch, n, k0, w);
+cudaError_t launch_cluster_panel(popkit::Launcher* to, int rows, float* A, float* tau, float* Vt, float* T, int batch,
+                                 int n, int k0, int w) {
+    return rows == 1 ? launch_cluster_panel<1, CL>(to, A, tau, Vt, T, batch, n, k0, w)
+                     : launch_cluster_panel<2, CL>(to, A, tau, Vt, T, batch, n, k0, w);
 }
 
 }  // namespace
@@ -320,29 +321,36 @@ POPKIT_EXPORT int qr_panel_width(int m, int max_threads, int cluster) {
 }
 
 POPKIT_EXPORT int qr_panel_columns_fits(int m, int cluster);
-POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                                   int cluster);
+POPKIT_EXPORT int qr_panel_columns(popkit::Launcher* to, float* A, float* tau, float* Vt, float* T, int batch, int n,
+                                   int k0, int w, int cluster);
 
 // One panel of every matrix on `cluster` CTAs of at most max_threads threads; a panel of at most
-// columns_max_rows rows a CTA goes to householder_panel_columns.cu's kernel (0: never).
-POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                           int max_threads, int cluster, int columns_max_rows) {
+// columns_max_rows rows a CTA goes to householder_panel_columns.cu's kernel (0: never). The kernel is
+// launched now when `to` is null, else recorded in to's graph (launch.cuh).
+POPKIT_EXPORT int qr_panel_to(popkit::Launcher* to, float* A, float* tau, float* Vt, float* T, int batch, int n, int k0,
+                              int w, int max_threads, int cluster, int columns_max_rows) {
     const int m = n - k0;
     if (batch < 1 || n < 1 || k0 < 0 || k0 >= n || w < 1 || w > qr_panel_width(m, max_threads, cluster) || w > m)
         return (int)cudaErrorInvalidValue;
     if (m <= cluster * columns_max_rows && qr_panel_columns_fits(m, cluster))
-        return qr_panel_columns(A, tau, Vt, T, batch, n, k0, w, cluster);
+        return qr_panel_columns(to, A, tau, Vt, T, batch, n, k0, w, cluster);
     const int rows = rows_per_thread(m, max_threads, cluster);
     switch (cluster) {
-        case 2: return (int)launch_cluster_panel<2>(rows, A, tau, Vt, T, batch, n, k0, w);
-        case 4: return (int)launch_cluster_panel<4>(rows, A, tau, Vt, T, batch, n, k0, w);
-        case 8: return (int)launch_cluster_panel<8>(rows, A, tau, Vt, T, batch, n, k0, w);
+        case 2: return (int)launch_cluster_panel<2>(to, rows, A, tau, Vt, T, batch, n, k0, w);
+        case 4: return (int)launch_cluster_panel<4>(to, rows, A, tau, Vt, T, batch, n, k0, w);
+        case 8: return (int)launch_cluster_panel<8>(to, rows, A, tau, Vt, T, batch, n, k0, w);
         default: break;
     }
     switch (rows) {
-        case 1: return (int)launch_panel<1, 32>(A, tau, Vt, T, batch, n, k0, w);
-        case 2: return (int)launch_panel<2, 32>(A, tau, Vt, T, batch, n, k0, w);
-        case 4: return (int)launch_panel<4, 16>(A, tau, Vt, T, batch, n, k0, w);
-        default: return (int)launch_panel<8, 8>(A, tau, Vt, T, batch, n, k0, w);
+        case 1: return (int)launch_panel<1, 32>(to, A, tau, Vt, T, batch, n, k0, w);
+        case 2: return (int)launch_panel<2, 32>(to, A, tau, Vt, T, batch, n, k0, w);
+        case 4: return (int)launch_panel<4, 16>(to, A, tau, Vt, T, batch, n, k0, w);
+        default: return (int)launch_panel<8, 8>(to, A, tau, Vt, T, batch, n, k0, w);
     }
+}
+
+// qr_panel_to, launched now (route.factor_panel_cuda's entry point).
+POPKIT_EXPORT int qr_panel(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
+                           int max_threads, int cluster, int columns_max_rows) {
+    return qr_panel_to(nullptr, A, tau, Vt, T, batch, n, k0, w, max_threads, cluster, columns_max_rows);
 }

@@ -35,6 +35,7 @@
 
 #include "compact_wy.cuh"
 #include "device_utils.cuh"
+#include "launch.cuh"
 #include "panel_team.cuh"
 
 namespace {
@@ -198,19 +199,21 @@ qr_panel_columns_cluster_kernel(float* A, float* tau, float* Vt, float* T, int n
 }
 
 template <int RW, int CL>
-int launch_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+int launch_columns(popkit::Launcher* to, float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
     const int warps = (n - k0 + CL * RW - 1) / (CL * RW);
-    if constexpr (CL == 1) qr_panel_columns_kernel<RW><<<batch, warps * 32>>>(A, tau, Vt, T, n, k0, w);
-    else qr_panel_columns_cluster_kernel<RW, CL><<<batch * CL, warps * 32>>>(A, tau, Vt, T, n, k0, w);
-    return (int)cudaGetLastError();
+    if constexpr (CL == 1)
+        return (int)popkit::launch(to, qr_panel_columns_kernel<RW>, batch, warps * 32, 0, A, tau, Vt, T, n, k0, w);
+    else
+        return (int)popkit::launch(to, qr_panel_columns_cluster_kernel<RW, CL>, batch * CL, warps * 32, 0, A, tau,
+                                   Vt, T, n, k0, w);
 }
 
 template <int CL>
-int launch_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
+int launch_columns(popkit::Launcher* to, float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w) {
     const int m = n - k0;
-    if (m <= CL * kColumnsMaxWarps * 8) return launch_columns<8, CL>(A, tau, Vt, T, batch, n, k0, w);
-    if (m <= CL * kColumnsMaxWarps * 16) return launch_columns<16, CL>(A, tau, Vt, T, batch, n, k0, w);
-    return launch_columns<32, CL>(A, tau, Vt, T, batch, n, k0, w);
+    if (m <= CL * kColumnsMaxWarps * 8) return launch_columns<8, CL>(to, A, tau, Vt, T, batch, n, k0, w);
+    if (m <= CL * kColumnsMaxWarps * 16) return launch_columns<16, CL>(to, A, tau, Vt, T, batch, n, k0, w);
+    return launch_columns<32, CL>(to, A, tau, Vt, T, batch, n, k0, w);
 }
 
 }  // namespace
@@ -221,16 +224,17 @@ POPKIT_EXPORT int qr_panel_columns_fits(int m, int cluster) {
 }
 
 // householder_panel.cu's qr_panel for a panel of m = n - k0 <= 512 cluster rows (cluster = 1, 2, 4 or 8
-// CTAs a matrix) and w <= 32 columns (else cudaErrorInvalidValue), the same outputs.
-POPKIT_EXPORT int qr_panel_columns(float* A, float* tau, float* Vt, float* T, int batch, int n, int k0, int w,
-                                   int cluster) {
+// CTAs a matrix) and w <= 32 columns (else cudaErrorInvalidValue), the same outputs; launched now when `to`
+// is null, else recorded in to's graph (launch.cuh).
+POPKIT_EXPORT int qr_panel_columns(popkit::Launcher* to, float* A, float* tau, float* Vt, float* T, int batch, int n,
+                                   int k0, int w, int cluster) {
     const int m = n - k0;
     if (batch < 1 || k0 < 0 || !qr_panel_columns_fits(m, cluster) || w < 1 || w > kColumnsWidth || w > m)
         return (int)cudaErrorInvalidValue;
     switch (cluster) {
-        case 1: return launch_columns<1>(A, tau, Vt, T, batch, n, k0, w);
-        case 2: return launch_columns<2>(A, tau, Vt, T, batch, n, k0, w);
-        case 4: return launch_columns<4>(A, tau, Vt, T, batch, n, k0, w);
-        default: return launch_columns<8>(A, tau, Vt, T, batch, n, k0, w);
+        case 1: return launch_columns<1>(to, A, tau, Vt, T, batch, n, k0, w);
+        case 2: return launch_columns<2>(to, A, tau, Vt, T, batch, n, k0, w);
+        case 4: return launch_columns<4>(to, A, tau, Vt, T, batch, n, k0, w);
+        default: return launch_columns<8>(to, A, tau, Vt, T, batch, n, k0, w);
     }
 }

@@ -34,6 +34,7 @@
 
 #include "async_copy.cuh"
 #include "device_utils.cuh"
+#include "launch.cuh"
 #include "tensor_core_tf32.cuh"
 
 namespace {
@@ -289,30 +290,32 @@ int row_split(int tiles, int chunks, int target_ctas) {
 }
 
 template <int W, int kVec, int S>
-cudaError_t launch_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc) {
+cudaError_t launch_update(popkit::Launcher* to, float* C, int ldc, int stride, const float* Vt, const float* T,
+                          int batch, int m, int nc) {
     static int granted = 0;
     const int bytes = update_smem_bytes<W>(pipeline_stages(S));
     const dim3 grid((nc + kTileCols - 1) / kTileCols * S, batch);
     if constexpr (S == 1) {
         cudaError_t err = popkit::allow_dynamic_smem(qr_update_kernel<W, kVec>, bytes, granted);
         if (err != cudaSuccess) return err;
-        qr_update_kernel<W, kVec><<<grid, kUpdateThreads, bytes>>>(C, ldc, stride, Vt, T, m, nc);
+        return popkit::launch(to, qr_update_kernel<W, kVec>, grid, kUpdateThreads, bytes, C, ldc, stride, Vt, T, m,
+                              nc);
     } else {
         cudaError_t err = popkit::allow_dynamic_smem(qr_update_split_kernel<W, kVec, S>, bytes, granted);
         if (err != cudaSuccess) return err;
-        qr_update_split_kernel<W, kVec, S><<<grid, kUpdateThreads, bytes>>>(C, ldc, stride, Vt, T, m, nc);
+        return popkit::launch(to, qr_update_split_kernel<W, kVec, S>, grid, kUpdateThreads, bytes, C, ldc, stride,
+                              Vt, T, m, nc);
     }
-    return cudaGetLastError();
 }
 
 template <int W, int kVec>
-int launch_update(int split, float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m,
-                  int nc) {
+int launch_update(popkit::Launcher* to, int split, float* C, int ldc, int stride, const float* Vt, const float* T,
+                  int batch, int m, int nc) {
     switch (split) {
-        case 2: return (int)launch_update<W, kVec, 2>(C, ldc, stride, Vt, T, batch, m, nc);
-        case 4: return (int)launch_update<W, kVec, 4>(C, ldc, stride, Vt, T, batch, m, nc);
-        case 8: return (int)launch_update<W, kVec, 8>(C, ldc, stride, Vt, T, batch, m, nc);
-        default: return (int)launch_update<W, kVec, 1>(C, ldc, stride, Vt, T, batch, m, nc);
+        case 2: return (int)launch_update<W, kVec, 2>(to, C, ldc, stride, Vt, T, batch, m, nc);
+        case 4: return (int)launch_update<W, kVec, 4>(to, C, ldc, stride, Vt, T, batch, m, nc);
+        case 8: return (int)launch_update<W, kVec, 8>(to, C, ldc, stride, Vt, T, batch, m, nc);
+        default: return (int)launch_update<W, kVec, 1>(to, C, ldc, stride, Vt, T, batch, m, nc);
     }
 }
 
@@ -320,19 +323,31 @@ bool aligned16(const void* p) { return ((size_t)p & 15) == 0; }
 
 }  // namespace
 
+// CTAs a tile (1, 2, 4 or 8) for the update of batch x (m x nc) blocks: its rows split over several CTAs while
+// the launch has fewer CTAs than target_ctas (0 or 1: never).
+POPKIT_EXPORT int qr_update_split(int batch, int m, int nc, int target_ctas) {
+    return row_split(batch * ((nc + kTileCols - 1) / kTileCols), (m + kChunkRows - 1) / kChunkRows, target_ctas);
+}
+
 // Q_panel^T applied to C (m x nc: row r, column j of matrix b at C[b stride + r ldc + j]) for every
-// matrix, with Vt (batch x w x m) and T (batch x w x w) as qr_panel wrote them; w = 16 or 32 (else
-// cudaErrorInvalidValue). target_ctas: split the rows of a tile over 2, 4 or 8 CTAs while the launch
-// has fewer CTAs than this (0 or 1: never).
+// matrix, with Vt (batch x w x m) and T (batch x w x w) as qr_panel wrote them; w = 16 or 32, each tile's
+// rows on `split` CTAs (1, 2, 4 or 8; else cudaErrorInvalidValue). A column's result depends on split
+// (the order of its W0 partials), not on which other columns share the launch. Launched now when `to`
+// is null, else recorded in to's graph (launch.cuh).
+POPKIT_EXPORT int qr_update_to(popkit::Launcher* to, float* C, int ldc, int stride, const float* Vt, const float* T,
+                               int batch, int m, int nc, int w, int split) {
+    if (batch < 1 || m < 1 || nc < 1 || ldc < nc || (split != 1 && split != 2 && split != 4 && split != 8))
+        return (int)cudaErrorInvalidValue;
+    const bool vec = aligned16(C) && aligned16(Vt) && ldc % 4 == 0 && stride % 4 == 0 && m % 4 == 0;
+    if (w == 32) return vec ? launch_update<32, 4>(to, split, C, ldc, stride, Vt, T, batch, m, nc)
+                            : launch_update<32, 1>(to, split, C, ldc, stride, Vt, T, batch, m, nc);
+    if (w == 16) return vec ? launch_update<16, 4>(to, split, C, ldc, stride, Vt, T, batch, m, nc)
+                            : launch_update<16, 1>(to, split, C, ldc, stride, Vt, T, batch, m, nc);
+    return (int)cudaErrorInvalidValue;
+}
+
+// qr_update_to launched now, its split by qr_update_split (route.update_tf32x3_cuda's entry point).
 POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, const float* T, int batch, int m, int nc,
                             int w, int target_ctas) {
-    if (batch < 1 || m < 1 || nc < 1 || ldc < nc) return (int)cudaErrorInvalidValue;
-    const bool vec = aligned16(C) && aligned16(Vt) && ldc % 4 == 0 && stride % 4 == 0 && m % 4 == 0;
-    const int tiles = batch * ((nc + kTileCols - 1) / kTileCols), chunks = (m + kChunkRows - 1) / kChunkRows;
-    const int split = row_split(tiles, chunks, target_ctas);
-    if (w == 32) return vec ? launch_update<32, 4>(split, C, ldc, stride, Vt, T, batch, m, nc)
-                            : launch_update<32, 1>(split, C, ldc, stride, Vt, T, batch, m, nc);
-    if (w == 16) return vec ? launch_update<16, 4>(split, C, ldc, stride, Vt, T, batch, m, nc)
-                            : launch_update<16, 1>(split, C, ldc, stride, Vt, T, batch, m, nc);
-    return (int)cudaErrorInvalidValue;
+    return qr_update_to(nullptr, C, ldc, stride, Vt, T, batch, m, nc, w, qr_update_split(batch, m, nc, target_ctas));
 }

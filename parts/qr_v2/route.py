@@ -35,8 +35,10 @@ PANEL_WIDTH = 32
 PANEL_MAX_THREADS = 512
 # ... and by n and batch, the first row (max n, min batch, threads) that fits: a batch that fills the
 # GPU's SMs twice over takes 256 up to n = 512 (two rows a thread, still 32 columns): 640x512 0.984x
-# (sweep_route after the lazy panel scaling, run 31d).
-PANEL_THREADS_BY_BATCH = ((512, 264, 256),)
+# (sweep_route after the lazy panel scaling, run 31d). Above n = 1024 the panel runs beside the look-ahead
+# update (LOOKAHEAD) and takes 256, which leaves an SM room for both: with look-ahead at 132, against
+# 512-thread panels, 2x4096 0.94x, 8x2048 0.98x (sweep_route, run 33d, logs/device/20261202T0255Z-*).
+PANEL_THREADS_BY_BATCH = ((512, 264, 256), (1024, 1, 512), (4096, 1, 256))
 
 
 def panel_threads(n: int, batch: int) -> int:
@@ -103,6 +105,19 @@ UPDATE_WIDTHS = (16, 32)  # the panel widths householder_update.cu is compiled f
 # 396 1.02x / 1.00x / 0.99x; 792 and up slower (8x2048 0.84x): the split halves each CTA's rows, but
 # the W0 sums through distributed shared memory and the cluster scheduling eat most of the gain.
 UPDATE_TARGET_CTAS = 264
+# Look-ahead (householder_blocked.cu's qr_blocked_lookahead, one CUDA graph a factorization) by n and batch:
+# the first row (max n, max batch, beside CTAs) that fits; beside CTAs is the row-split target of the part
+# of each update that runs beside the next panel (0: no look-ahead, the one-call loop). At UPDATE_TARGET_CTAS
+# the outputs are bitwise the loop's (same_outputs on all 12 benchmark cases, run 33d); lower leaves the
+# panel room. H200, sweep_route at 6e03454 (run 33d, logs/device/20261202T0255Z-*), against the loop:
+# 132 (about two of the 128-thread update CTAs an SM) with 256-thread panels above n = 1024: 2x4096 0.95x,
+# 8x2048 0.97x, 60x1024 0.96x; 264: 1.03x / 1.01x / 0.99x. On from n > 512 and up to the batches measured
+# (60); n <= 512 and larger batches keep the loop (not measured).
+LOOKAHEAD = ((512, 1 << 30, 0), (1 << 30, 64, 132), (1 << 30, 1 << 30, 0))
+
+
+def lookahead_ctas(n: int, batch: int) -> int:
+    return next(ctas for max_n, max_batch, ctas in LOOKAHEAD if n <= max_n and batch <= max_batch)
 
 
 def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> None:
@@ -116,14 +131,19 @@ def update_tf32x3_cuda(Vt: torch.Tensor, T: torch.Tensor, C: torch.Tensor) -> No
 
 def blocked_one_call_cuda(A: torch.Tensor):
     """householder_blocked.cu: the whole blocked factorization in one call (model.blocked_qr with the
-    tf32x3 update); Vt and T in one workspace for every panel."""
+    tf32x3 update); Vt and T in one workspace for every panel, two with look-ahead (by panel parity)."""
     b, n, _ = A.shape
     H = A.clone()
     tau = torch.empty(b, n, dtype=A.dtype, device=A.device)
-    Vt = torch.empty(b, UPDATE_WIDTHS[-1], n, dtype=A.dtype, device=A.device)
-    T = torch.empty(b, UPDATE_WIDTHS[-1], UPDATE_WIDTHS[-1], dtype=A.dtype, device=A.device)
-    CUDA.call("qr_blocked", H, tau, Vt, T, b, n, panel_threads(n, b), panel_cluster(n, b), columns_max_rows(n),
-              UPDATE_TARGET_CTAS)
+    beside = lookahead_ctas(n, b)
+    buffers, w = (2 if beside else 1), UPDATE_WIDTHS[-1]
+    Vt = torch.empty(buffers, b, w, n, dtype=A.dtype, device=A.device)
+    T = torch.empty(buffers, b, w, w, dtype=A.dtype, device=A.device)
+    common = (H, tau, Vt, T, b, n, panel_threads(n, b), panel_cluster(n, b), columns_max_rows(n), UPDATE_TARGET_CTAS)
+    if beside:
+        CUDA.call("qr_blocked_lookahead", *common, beside)
+    else:
+        CUDA.call("qr_blocked", *common)
     return H, tau
 
 
