@@ -248,19 +248,20 @@ def test_a_route_table_value_the_route_does_not_know_is_refused():
 
 def test_panel_threads_takes_256_where_the_batch_fills_the_gpu_or_the_panel_runs_beside_the_lookahead():
     # 256 threads up to n = 512 is two rows a thread at 32 columns; n = 1024 keeps 512 (32-column panels);
-    # above, a 256-thread panel leaves an SM room for the look-ahead's update CTAs beside it.
+    # up to 2048, a 256-thread panel leaves an SM room for the look-ahead's update CTAs beside it.
     assert qr_route.panel_threads(512, 640) == 256
     assert qr_route.panel_threads(512, 40) == qr_route.PANEL_MAX_THREADS
     assert qr_route.panel_threads(1024, 640) == qr_route.PANEL_MAX_THREADS
     assert qr_route.panel_threads(1024, 60) == qr_route.PANEL_MAX_THREADS
-    assert qr_route.panel_threads(2048, 8) == 256 and qr_route.panel_threads(4096, 2) == 256
+    assert qr_route.panel_threads(2048, 8) == 256
+    assert qr_route.panel_threads(4096, 2) == qr_route.PANEL_MAX_THREADS
 
 
 def test_lookahead_runs_above_n_512_on_the_batches_measured_and_a_row_turns_it_on_per_shape(monkeypatch):
-    # Look-ahead (qr_blocked_lookahead) was measured on the small batches of n > 512 only (run 33d).
-    for n, batch in ((176, 40), (352, 40), (512, 640), (1024, 640), (4096, 65)):
+    # Look-ahead (qr_blocked_lookahead) gained on the small batches of 512 < n <= 2048 only (runs 33d, 34a).
+    for n, batch in ((176, 40), (352, 40), (512, 640), (1024, 640), (4096, 2)):
         assert qr_route.lookahead_ctas(n, batch) == 0
-    for n, batch in ((1024, 60), (2048, 8), (4096, 2)):
+    for n, batch in ((1024, 60), (2048, 8)):
         assert qr_route.lookahead_ctas(n, batch) == 132
     monkeypatch.setattr(qr_route, "LOOKAHEAD", ((4096, 8, 132), (1 << 30, 1 << 30, 0)))
     assert qr_route.lookahead_ctas(4096, 2) == 132 and qr_route.lookahead_ctas(2048, 8) == 132
