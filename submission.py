@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 060b33e59c0354c6ab78dcfc6fe15d91ff69c496
+# toolkit commit: dc518b340dce07248fd9e6133d9d616bc120551d
 # part common/device_utils.cuh sha256 cab98ec14c538053c961c39b6ce3768c400adb7d37a652c0daf93dccf5e02ec1
 # part common/launch.cuh sha256 a65fea1b6048842938f5eefa30fc4af93850bbb3cc7710723363af62e956e00d
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
