@@ -21,9 +21,10 @@
 // (qr_update_split on all nc columns), so at beside_ctas == update_ctas the outputs are bitwise those of
 // qr_blocked (the order of independent launches is all that changes). A lower beside_ctas changes the
 // rest's split, hence the order of its fp32 partial sums (same products: model.blocked_qr either way).
-// Why faster where the batch is small (2x4096, 8x2048, 60x1024): there a panel keeps a few dozen CTAs
-// busy (2x4096: 16 CTAs, ~half of the 15.4 ms) and the latency-bound update leaves SMs idle; with the
-// panel beside the bulk of the update, the critical path is roughly panel + narrow update per panel.
+// Why faster where the batch is small: there a panel keeps a few dozen CTAs busy and the latency-bound
+// update leaves SMs idle; with the panel beside the bulk of the update, the critical path is roughly
+// panel + narrow update per panel. H200, grader-style diff (run 34a): 60x1024 0.96x, 8x2048 0.95x; but
+// 2x4096 1.045x slower (route.LOOKAHEAD keeps the loop there; why is open, docs/priors.md).
 // The graph is built and instantiated once per shape and route parameters (and alignment of H and Vt,
 // which picks kernels), then kept; a call with other buffers rebinds its nodes' arguments
 // (cudaGraphExecKernelNodeSetParams, node by node in launch order) instead of building it again.
