@@ -20,7 +20,17 @@ try:
     if (ROOT / "build.py").is_file() and str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
 
+    def _print_version(ctx: click.Context, _param, value: bool) -> None:
+        # Eager: prints and exits before any verb runs; the commit is what the evidence records would name.
+        if not value or ctx.resilient_parsing:
+            return
+        from popcorn.evidence.logs import git_commit, toolkit_version
+        click.echo(f"popkit {toolkit_version()} (commit {git_commit() or 'unknown: no git and no POPKIT_COMMIT'})")
+        ctx.exit()
+
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})
+    @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+                  help="Print popkit's version and the commit its records would name, and exit.")
     def main():
         """popkit: build, check, time, compare and submit GPU MODE kernel solutions."""
 

@@ -60,6 +60,20 @@ def git_commit(cwd: Path = ROOT) -> str | None:
     return sha + ("-dirty" if dirty else "")
 
 
+def toolkit_version() -> str:
+    """popkit's version: the installed package's, else pyproject.toml's beside this tree, else 'unknown'."""
+    from importlib import metadata
+    try:
+        return metadata.version("popkit")
+    except metadata.PackageNotFoundError:       # a copy run as `python -m popcorn` without pip install
+        pass
+    try:
+        import tomllib
+        return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    except (ImportError, OSError, ValueError, KeyError):
+        return "unknown"
+
+
 def file_sha256(path: Path | str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
