@@ -192,12 +192,20 @@ def run_bench_case(problem, kernel, spec, device, baseline, send, reuse: dict | 
         send(("progress", f"{short_spec(spec)} baseline: {reuse['baseline_us']:,.1f} us, logged at {reuse['time']}"))
         result.update(baselines.reused_fields(reuse))
     elif baseline:
-        native = checker(problem)
-        rule = stop_rule(device, slow_call_s=timing.SLOW_CALL_S)
-        _, base = time_kernel(problem, native.baseline, inputs, device, rule, send,
-                              f"{short_spec(spec)} {native.BASELINE_NAME}", recheck=False)
-        result.update(baselines.timed_fields(base.mean / 1e3, base.runs, rule.bounded(base)))
+        base, bounded = time_baseline(problem, inputs, device, send, short_spec(spec))
+        result.update(baselines.timed_fields(base.mean / 1e3, base.runs, bounded))
     return result
+
+
+def time_baseline(problem, inputs, device, send, label) -> tuple[timing.Stats, bool]:
+    """The checker's torch baseline on a case's inputs, as bench times it: no re-check, the grader's rule bounded
+    for calls of seconds (slow_call_s). Returns its Stats and whether that bound decided when it stopped.
+    scripts/sweep_route.py --baseline calls it too."""
+    native = checker(problem)
+    rule = stop_rule(device, slow_call_s=timing.SLOW_CALL_S)
+    _, stats = time_kernel(problem, native.baseline, inputs, device, rule, send, f"{label} {native.BASELINE_NAME}",
+                           recheck=False)
+    return stats, rule.bounded(stats)
 
 
 class SideFailed(Exception):
@@ -221,20 +229,7 @@ def error_line(exc: BaseException) -> str:
 def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
     """Candidate vs incumbent in alternating rounds of grader-style timing, on the same inputs."""
     inputs = checker(problem).benchmark_inputs(spec, device)
-    reports, samples = {}, {name: [] for name in kernels}
-    rule = stop_rule(device, **DIFF_RULE)
-
-    def measure(name):
-        def run():
-            label = f"{short_spec(spec)} {name} round {len(samples[name]) + 1}/{rounds}"
-            try:
-                reports[name], stats = time_kernel(problem, kernels[name], inputs, device, rule, send, label)
-            except Exception as exc:
-                raise SideFailed(f"{name}: {error_line(exc)}") from exc
-            samples[name].append(stats.mean)
-            return stats.mean
-        return run
-    timing.alternate({name: measure(name) for name in kernels}, rounds)
+    reports, samples = time_rounds(problem, kernels, inputs, device, rounds, send, short_spec(spec))
     cand = timing.Stats.from_samples(samples["candidate"])
     inc = timing.Stats.from_samples(samples["incumbent"])
     verdict = verdicts.case_verdict(cand, inc)
@@ -245,6 +240,39 @@ def run_diff_case(problem, kernels, spec, device, rounds, send) -> dict:
             "residuals": reports["candidate"].residuals, "incumbent_residuals": reports["incumbent"].residuals,
             **cand.as_us_dict(), **inc.as_incumbent_dict(), "ratio": verdict.ratio,
             "verdict": verdict.verdict, "regression": verdict.regression, "margin_regressions": margins}
+
+
+def time_rounds(problem, kernels: dict, inputs, device, rounds, send, label,
+                before=lambda name: None, failures: dict | None = None) -> tuple[dict, dict[str, list[float]]]:
+    """A diff's timing of one case, for any number of kernels: ROUNDS rounds in the order timing.alternate moves,
+    each kernel's sample in a round the mean ns a call of one grader-style loop (time_kernel under DIFF_RULE) on
+    the same INPUTS. Returns each kernel's gate report (its last round's, first input) and its samples.
+
+    BEFORE(name) runs just before each of name's loops, outside every timed region (scripts/sweep_route.py sets
+    a variant's route globals there). A kernel that raises or fails a gate ends the rounds as SideFailed naming
+    it (diff: the case fails), unless FAILURES is a dict: then its error line goes there under its name and it
+    sits out the later rounds while the others go on (the sweep: one variant's failure costs only its cell)."""
+    reports, samples = {}, {name: [] for name in kernels}
+    rule = stop_rule(device, **DIFF_RULE)
+
+    def measure(name):
+        def run():
+            if failures is not None and name in failures:
+                return None
+            before(name)
+            round_label = f"{label} {name} round {len(samples[name]) + 1}/{rounds}"
+            try:
+                reports[name], stats = time_kernel(problem, kernels[name], inputs, device, rule, send, round_label)
+            except Exception as exc:
+                if failures is None:
+                    raise SideFailed(f"{name}: {error_line(exc)}") from exc
+                failures[name] = error_line(exc)
+                return None
+            samples[name].append(stats.mean)
+            return stats.mean
+        return run
+    timing.alternate({name: measure(name) for name in kernels}, rounds)
+    return reports, samples
 
 
 def main(conn, job: dict) -> None:

@@ -1,29 +1,31 @@
-"""Try a route's tunables: time each variant of a built submission beside the problem's baseline.
+"""Try a route's tunables: time variants of a built submission's globals as `popkit diff` times its two sides.
 
 Usage (GPU host, repository root):
-  python3 scripts/sweep_route.py SUBMISSION PROBLEM VARIANTS.json [--case SPEC ...] [--reps K] [--calls N]
+  python3 scripts/sweep_route.py SUBMISSION PROBLEM VARIANTS.json [--case SPEC ...] [--reps K] [--baseline]
                                  [--json OUT]
 VARIANTS.json maps a variant name to module globals to set on the built submission, e.g. for cholesky
   {"default": {}, "split": {"TRAILING_PRODUCT": [[1073741824, 4611686018427387904, "split_tf32"]]}}
-Every variant runs on the same inputs (the problem's benchmark list unless --case is given; without a
-GPU, the cases small enough for the CPU path, as `popkit check --device cpu` picks them) and is
-checked once against the native gates (the worst fraction of a limit shows a variant that spends the
-margin). Timing is the grader's timed region (checks/timing.py's clock: L2 flush, events), in K rounds: each round
-times the baseline and every variant once, in an order that rotates and reverses from round to round
-(checks.timing.alternate), so drift over the run and what ran just before spread evenly over the candidates;
-the table shows each candidate's median. Use K >= 2 x candidates for cases under a millisecond. --calls N
-makes each sample the mean of N calls in a row (each on a fresh copy, its own L2 flush and events), as the
-grader's loop repeats one kernel: at N = 1 a sub-millisecond case reads slower, likely a cold start after
-the other candidates' runs (H200, 40x176: 278 us a call here, 236 us in `popkit diff`, and a 1.09x gain here
-was 0.95x there); use N >= 10 under a millisecond. This is exploration: a choice it suggests becomes
-evidence only through `popkit bench` / `popkit diff`. --json OUT writes the rows, rewritten after each
-case, so a run cut short keeps the cases it timed.
+Every case (the problem's benchmark list unless --case is given; without a GPU, the cases small enough for the
+CPU path, as `popkit check --device cpu` picks them) is timed by the checker's own code for a diff case
+(checks/worker.py time_rounds): the case's benchmark inputs, made once; K rounds (default 5) in an order that
+rotates and reverses (checks.timing.alternate); in each round every variant runs, under its globals, one
+grader-style loop as a diff side does (pristine copies; every input called, then checked; repeats of: L2 flush,
+events around one call on each input in turn, a re-check of every output; the diff's stop rule, up to 50 repeats
+or 1 s of samples; on a CPU the bounded rule). So a sweep costs about what a diff of as many files costs. A cell
+is the variant's mean us a call over its rounds (--json adds err_us, best_us, worst_us) and the worst fraction of
+a gate's limit on the first input (a variant that spends the margin); a variant that raises or fails a gate shows
+"failed", its line below, and sits out the later rounds. --baseline times the problem's torch baseline on the
+same inputs after the rounds, as `popkit bench --baseline` does (~: bounded, calls over 1 s). All variants share
+one imported module (one CUDA library and its state), where a diff imports two files. Until 2026-12-02 a sample
+was one call on a fresh clone of one input, the baseline inside the rotation: twice it disagreed with `popkit
+diff` (docs/priors.md, "Toolkit lessons"). Exploration only: a choice it suggests becomes evidence through
+`popkit bench` / `popkit diff`. --json OUT writes the rows, rewritten after each case, so a run cut short keeps
+the cases it timed.
 """
 from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 from pathlib import Path
 from typing import Callable
@@ -31,9 +33,9 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks import runner  # noqa: E402
+from checks import runner, worker  # noqa: E402
 from checks.problems import load_problem, short_spec  # noqa: E402
-from checks.timing import MIN_REPEATS, Clock, CudaEventClock, PerfCounterClock, alternate  # noqa: E402
+from checks.timing import MIN_REPEATS, Stats  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.logs import strict_json  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
@@ -67,49 +69,41 @@ def unknown_globals(module, variants: dict[str, dict]) -> list[str]:
     return sorted({key for overrides in variants.values() for key in overrides if not hasattr(module, key)})
 
 
-def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: int, clock: Clock,
-          device: str = "cuda", report: Callable[[dict], None] = lambda row: None, calls: int = 1) -> list[dict]:
-    """Check and time every variant on every case (a sample: the mean of CALLS calls in a row); returns one
-    row per case. The module's globals are restored afterwards, whatever happens."""
+def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: int, device: str = "cuda",
+          report: Callable[[dict], None] = lambda row: None, baseline: bool = False) -> list[dict]:
+    """Check and time every variant on every case through worker.time_rounds, `popkit diff`'s timing of a case;
+    returns one row per case. The module's globals are restored afterwards, whatever happens."""
     defaults = {key: getattr(module, key) for overrides in variants.values() for key in overrides}
 
     def use(overrides: dict) -> None:
         for key, value in {**defaults, **overrides}.items():
             setattr(module, key, as_global(value))
 
-    def timed(fn: Callable, A: torch.Tensor, overrides: dict | None = None) -> Callable[[], float]:
-        def sample() -> float:
-            if overrides is not None:
-                use(overrides)
-            total = 0.0
-            for _ in range(calls):
-                X = A.clone()
-                total += clock.measure(lambda: fn(X))[0] / 1e3
-            return total / calls
-        return sample
+    def quiet(message) -> None:       # the worker's progress lines: the table is this script's output
+        pass
 
     rows = []
     try:
         for spec in specs:
-            A = prob.native.generate(spec, device)
-            row = {"spec": spec, "variants": {}}
-            candidates = {"baseline": timed(prob.native.baseline, A)}
-            for name, overrides in variants.items():
-                use(overrides)
-                try:                  # a variant that raises is reported in its cell; the others still run
-                    gates = prob.native.check_output(A, module.custom_kernel(A.clone()))   # also the warm-up
-                except Exception as exc:  # noqa: BLE001 - whatever the route raises under these globals
-                    row["variants"][name] = {"passed": False, "error": f"{type(exc).__name__}: {exc}"}
-                    continue
-                row["variants"][name] = {"passed": gates.passed, "worst_fraction": worst_fraction(gates)}
-                candidates[name] = timed(module.custom_kernel, A, overrides)
-            samples = alternate(candidates, max(rounds, MIN_REPEATS))
-            row["baseline_us"] = statistics.median(samples.pop("baseline"))
-            for name, times in samples.items():
-                row["variants"][name]["us"] = statistics.median(times)
+            inputs = prob.native.benchmark_inputs(spec, device)
+            failures: dict[str, str] = {}
+            reports, samples = worker.time_rounds(prob.name, {name: module.custom_kernel for name in variants},
+                                                  inputs, device, rounds, quiet, short_spec(spec),
+                                                  before=lambda name: use(variants[name]), failures=failures)
+            row = {"spec": spec, "baseline_us": None, "variants": {}}
+            for name in variants:
+                if name in failures:
+                    row["variants"][name] = {"passed": False, "error": failures[name]}
+                else:
+                    row["variants"][name] = {"passed": reports[name].passed,
+                                             "worst_fraction": worst_fraction(reports[name]),
+                                             **Stats.from_samples(samples[name]).as_us_dict()}
+            if baseline:
+                stats, bounded = worker.time_baseline(prob.name, inputs, device, quiet, short_spec(spec))
+                row.update(baseline_us=stats.mean / 1e3, baseline_bounded=bounded)
             rows.append(row)
             report(row)
-            del A
+            del inputs         # freed before the next case's are made, as the worker's case functions free theirs
     finally:
         use({})
     return rows
@@ -125,7 +119,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("variants")
     parser.add_argument("--case", action="append", default=[])
     parser.add_argument("--reps", type=int, default=5, help="alternating rounds per case (at least 3; default 5)")
-    parser.add_argument("--calls", type=int, default=1, help="calls in a row a sample, averaged (default 1)")
+    parser.add_argument("--baseline", action="store_true",
+                        help="also time the problem's torch baseline on each case, after the rounds (as bench)")
     parser.add_argument("--json")
     args = parser.parse_args(argv)
     path = built_file(args.submission)
@@ -134,8 +129,6 @@ def main(argv: list[str] | None = None) -> None:
     try:
         if args.reps < MIN_REPEATS:       # it was raised to the minimum without a word
             raise PopkitError(f"--reps {args.reps}: at least {MIN_REPEATS} alternating rounds a case")
-        if args.calls < 1:
-            raise PopkitError(f"--calls {args.calls}: at least one call a sample")
         variants = read_variants(args.variants)
         if args.json and Path(args.json).is_dir():
             raise PopkitError(f"--json {args.json}: a folder; name the file to write")
@@ -158,22 +151,19 @@ def main(argv: list[str] | None = None) -> None:
     done: list[dict] = []
 
     def print_row(row: dict) -> None:        # a variant's cell: CELL characters, under its name
-        cells = "".join(f"{'raised':>{CELL}}" if "error" in v else
-                        f"{v['us']:>12.1f} {'ok' if v['passed'] else 'FAIL':>4} {v['worst_fraction']:.3f}"
-                        for v in row["variants"].values())
-        print(f"{short_spec(row['spec']):<22}{row['baseline_us']:>14.1f}{cells}", flush=True)
+        cells = "".join(f"{'failed':>{CELL}}" if "error" in v else
+                        f"{v['mean_us']:>12.1f}   ok {v['worst_fraction']:.3f}" for v in row["variants"].values())
+        base = "-" if row["baseline_us"] is None else f"{row['baseline_us']:.1f}" + "~" * row["baseline_bounded"]
+        print(f"{short_spec(row['spec']):<22}{base:>14}{cells}", flush=True)
         for name, v in row["variants"].items():
             if "error" in v:
-                print(f"  {name} raised: {v['error'].splitlines()[0][:300]}", flush=True)
+                print(f"  {name} failed: {v['error'][:300]}", flush=True)
         done.append(row)
         if args.json:         # after every case, so a run cut short keeps the cases it timed
             write_atomic(args.json, json.dumps(strict_json(done), indent=1))
-        if gpu:
-            torch.cuda.empty_cache()
 
     print(f"{'case':<22}{'baseline us':>14}" + "".join(f"{name:>{CELL}}" for name in variants), flush=True)
-    sweep(module, prob, variants, specs, args.reps, CudaEventClock() if gpu else PerfCounterClock(),
-          "cuda" if gpu else "cpu", print_row, args.calls)
+    sweep(module, prob, variants, specs, args.reps, "cuda" if gpu else "cpu", print_row, args.baseline)
 
 
 if __name__ == "__main__":
