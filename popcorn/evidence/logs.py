@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popcorn.errors import PopkitError
-from popcorn.evidence.files import locked, write_atomic
+from popcorn.evidence.files import folder_error, locked, write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]   # popcorn/evidence/logs.py -> the project root
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
@@ -206,7 +206,7 @@ def refuse_non_log(path: Path | str, outcome: str) -> None:
 
 
 def require_appendable(path: Path | str) -> None:
-    """Before a long run: its record can be appended to PATH (the folder exists or is made now, and it or the
+    """Before a long run: its record can be appended to PATH (its folder exists or can be made, and it or the
     file is writable, and it is not clearly something else, like submission.py); else a PopkitError, so that
     no run ends by losing its record or by writing it into another file."""
     refuse_non_log(path, "nothing was run")
@@ -216,11 +216,12 @@ def require_appendable(path: Path | str) -> None:
 
 
 def unappendable(path: Path | str) -> str | None:
-    """Why no line can be appended to PATH (a folder, not writable ...); None when one can. Its folder is made
-    now when missing."""
+    """Why no line can be appended to PATH (a folder, not writable ...); None when one can. A missing folder is
+    not made now (files.folder_error): the append makes it, with the record."""
     path = Path(path)
+    if not path.parent.is_dir():
+        return folder_error(path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():
             return "a folder"
         # Opened as the append will open it: os.access says yes to root on a read-only mount or in /sys.
