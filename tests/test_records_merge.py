@@ -122,6 +122,17 @@ def test_merge_into_a_new_log_and_after_a_torn_line(tmp_path):
     assert len(records) == 2 and problems == [f"{torn}:2: not JSON (Expecting value)"]
 
 
+@pytest.mark.parametrize("lines", [[], ["not json", json.dumps(record("yesterday"))]])
+def test_a_merge_of_nothing_into_a_new_log_leaves_no_log_and_no_folder(tmp_path, lines):
+    # The log's lock made the file (and its folder) before the merge found nothing to add: an empty NEW.jsonl
+    # stayed behind, also when the merge was refused.
+    incoming = write(tmp_path / "gpu.jsonl", lines)
+    fresh = tmp_path / "new" / "performance.jsonl"
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(fresh)])
+    assert result.exit_code == (1 if lines else 0), result.output
+    assert not (tmp_path / "new").exists()
+
+
 def test_tables_are_copied_under_the_run_time(tmp_path, target):
     out = tmp_path / "out"
     out.mkdir()

@@ -367,7 +367,8 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
     merged out of order), because readers take the last record as the newest. The file is replaced
     in one step, so a reader never sees half a merge, and under its lock, so no writer's record is
     lost. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET. Sources with
-    bad lines and no valid record at all are refused (PopkitError) before anything is written."""
+    bad lines and no valid record at all are refused (PopkitError) before anything is written; sources without
+    a record leave TARGET as it was (one that did not exist is not made: the lock made it, empty)."""
     target = Path(target)
     paths = [Path(p) for p in sources]
     for path in paths:
@@ -376,33 +377,36 @@ def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tabl
         if path.is_dir():
             raise PopkitError(f"{path}: a folder, not a log file; nothing merged")
     refuse_non_log(target, "nothing merged")
-    result = Merge()
+    result, incoming, times = Merge(), [], []
+    for path in paths:
+        records, bad = read_strict(path)
+        result.read += len(records)
+        result.bad += bad
+        incoming += records
+        times += [r["time"] for r in records]
+    if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
+        raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
+                          f"the first {result.bad[0]}; nothing merged")
+    copies = _table_copies(Path(tables), target.parent / "device", times, paths) if tables is not None else []
+    if not incoming:        # nor a table (it needs a record to be named after): a log that was not there stays so
+        return result
     with locked(target):        # held until the file is replaced: a record appended meanwhile would be lost
         # Read and parsed once, keeping only each line's keys: a log of hundreds of MB was read twice, as records.
         old = target.read_bytes().splitlines() if target.is_file() else []
         keys = [_line_keys(line) for line in old]
         seen = {key for _, key in keys if key is not None}
-        incoming, times = [], []
-        for path in paths:
-            records, bad = read_strict(path)
-            result.read += len(records)
-            result.bad += bad
-            times += [r["time"] for r in records]
-            for record in records:
-                if identity(record) in seen:
-                    result.present += 1
-                else:
-                    seen.add(identity(record))
-                    incoming.append(record)
-        if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
-            raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
-                              f"the first {result.bad[0]}; nothing merged")
-        copies = _table_copies(Path(tables), target.parent / "device", times, paths) if tables is not None else []
-        if incoming:
-            write_atomic(target, _in_time_order(old, [time for time, _ in keys], incoming))
+        new = []
+        for record in incoming:
+            if identity(record) in seen:
+                result.present += 1
+            else:
+                seen.add(identity(record))
+                new.append(record)
+        if new:
+            write_atomic(target, _in_time_order(old, [time for time, _ in keys], new))
         for source, dest in copies:
             write_atomic(dest, source.read_bytes())
-    result.added, result.tables = len(incoming), [dest for _, dest in copies]
+    result.added, result.tables = len(new), [dest for _, dest in copies]
     return result
 
 
