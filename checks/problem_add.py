@@ -77,7 +77,7 @@ class AddResult:
     benchmarks: int
     entry_points: list[str]
     packages: list[str]         # third-party modules the folder's own files import
-    has_ref_kernel: bool        # the folder's reference.py defines ref_kernel, so the route may call it
+    no_ref_kernel: str | None   # why the folder's reference.py offers no ref_kernel for the route; None: it does
     created: list[Path] = field(default_factory=list)
     kept: list[Path] = field(default_factory=list)
     replaced: bool = False
@@ -214,12 +214,13 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
     previous = record_path.read_text(encoding="utf-8") if exists else None
     text = render_record(name, record, previous, record_path)
     third_party = packages.folder_packages(folder.own_sources, {Path(f["name"]).stem for f in folder.files})
+    no_ref_kernel = folder.no_ref_kernel
     scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"],
-                              placed_modules(folder.files, folder.main), third_party, folder.has_ref_kernel)
+                              placed_modules(folder.files, folder.main), third_party, no_ref_kernel is None)
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
-                       record["entry_points"], third_party, folder.has_ref_kernel, kept=sorted(p for p in scaffold if p.exists()),
-                       replaced=exists)
+                       record["entry_points"], third_party, no_ref_kernel,
+                       kept=sorted(p for p in scaffold if p.exists()), replaced=exists)
     part_folder = PARTS_DIR / name
     made_folder = not part_folder.exists()
     config = task_folder.LOCAL_CONFIG

@@ -115,10 +115,11 @@ def require_reference_kernel(prob: Problem, role: str = "baseline") -> None:
         raise PopkitError(f"{prob.name}'s eval.py calls {', '.join(prob.entry_points)}, not {ENTRY_POINT}, so the "
                           "folder's reference.ref_kernel cannot stand in for a submission: nothing to time it "
                           "against but a file of your own (diff --incumbent FILE)")
-    if not task_folder.defines_ref_kernel(task_folder.harness_folder(prob), prob.harness.get("files") or []):
+    why = task_folder.no_ref_kernel(task_folder.harness_folder(prob), prob.harness.get("files") or [])
+    if why:
         instead = ("bench without --baseline times the file alone" if role == "baseline" else
                    f"pass --incumbent FILE, a file of your own (`popkit promote {prob.name}` installs one)")
-        raise PopkitError(f"{prob.name}'s reference has no ref_kernel (its reference.py defines none), so there is no "
+        raise PopkitError(f"{prob.name}'s reference has no ref_kernel ({why}), so there is no "
                           f"{role} to time: nothing ran; {instead}")
 
 

@@ -67,9 +67,9 @@ class TaskFolder:
         return [ENTRY_POINT]
 
     @property
-    def has_ref_kernel(self) -> bool:
-        """Whether the folder's reference.py defines ref_kernel: the scaffold's route imports it."""
-        return defines_ref_kernel(self.path, self.files)
+    def no_ref_kernel(self) -> str | None:
+        """Why the folder has no ref_kernel for the scaffold's route to import (no_ref_kernel); None: it has one."""
+        return no_ref_kernel(self.path, self.files)
 
     @property
     def own_sources(self) -> list[Path]:
@@ -169,15 +169,21 @@ def _validate_facts(task: dict, task_yml: Path) -> None:
                            f"({', '.join(RANKINGS)})")
 
 
-def defines_ref_kernel(folder: Path, files: list[dict]) -> bool:
-    """Whether the reference.py the runner places beside the submission (FILES: task.yml's {name, source}, sources
-    relative to FOLDER) defines ref_kernel at its top level, parsed, never imported (an import may need the GPU).
-    A missing or unparsable one has none."""
+def no_ref_kernel(folder: Path, files: list[dict]) -> str | None:
+    """Why the reference.py the runner places beside the submission (FILES: task.yml's {name, source}, sources
+    relative to FOLDER) has no ref_kernel at its top level, or None when it has one. The file is parsed, never
+    imported (an import may need the GPU); one that does not parse says so with its line, not that it defines none."""
     sources = [f["source"] for f in files if f["name"] == "reference.py"]
+    if not sources:
+        return "task.yml places no reference.py"
     try:
-        return bool(sources) and defines(ast.parse((folder / sources[0]).read_bytes()), "ref_kernel")
-    except (OSError, SyntaxError, ValueError):
-        return False
+        tree = ast.parse((folder / sources[0]).read_bytes())
+    except OSError as exc:
+        return f"its reference.py cannot be read: {exc.strerror or exc}"
+    except (SyntaxError, ValueError) as exc:      # a null byte: a ValueError on older Pythons, with no line
+        line = f", line {exc.lineno}" if getattr(exc, "lineno", None) else ""
+        return f"its reference.py does not parse{line}: {getattr(exc, 'msg', exc)}"
+    return None if defines(tree, "ref_kernel") else "its reference.py defines none"
 
 
 def reference_root(path: Path) -> Path | None:

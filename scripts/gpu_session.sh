@@ -15,8 +15,10 @@
 # that finished. Ctrl-C stops the verb running (which logs nothing) and the batch, exit 130; the verbs before it
 # keep their records and tables in DIR. Bring DIR back to your working copy and run
 #   popkit merge DIR/performance.jsonl --tables DIR
-# to add the records to logs/performance.jsonl and the tables to logs/device/. Run it from the repository
-# root; a copy without .git records the commit from POPKIT_COMMIT (commit first, pass its sha).
+# to add the records to logs/performance.jsonl and the tables to logs/device/ (or bring FILE.tgz back and run
+# `popkit merge FILE.tgz`: the same, and the builds unpacked to .popkit/builds/, each with its promote command).
+# Run it from the repository root; a copy without .git records the commit from POPKIT_COMMIT (commit first,
+# pass its sha).
 # PYTHON picks the interpreter (default: .venv/bin/python when present, else python3).
 set -u -o pipefail
 export PYTHONUNBUFFERED=1
@@ -127,5 +129,5 @@ for command in "$@"; do
   fi
 done
 echo "=== $step commands, $failed failed, $SECONDS s in all; records and tables in $out${archive:+ (archive: $archive)}"
-echo "merge them where you keep logs/: popkit merge $out/performance.jsonl --tables $out"
+echo "merge them where you keep logs/: popkit merge $out/performance.jsonl --tables $out${archive:+ (or: popkit merge $archive)}"
 [ "$failed" -eq 0 ]

@@ -744,8 +744,8 @@ def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_t
           (toy / "reference.py").read_text().replace("def ref_kernel", "def reference_kernel"))
     added_cli = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)])
     assert added_cli.exit_code == 0, added_cli.output
-    assert ("note: its reference.py has no ref_kernel to start from: a scaffolded route's custom_kernel raises "
-            "NotImplementedError until you write it") in added_cli.output.splitlines()
+    assert ("note: no ref_kernel to start from (its reference.py defines none): a scaffolded route's custom_kernel "
+            "raises NotImplementedError until you write it") in added_cli.output.splitlines()
     assert problems.load_problem("addone").entry_points == ["custom_kernel"]
     monkeypatch.setattr(build, "PARTS", tmp_path / "parts")
     monkeypatch.setattr(build, "CASES_DIR", problems.CASES_DIR)
@@ -756,6 +756,27 @@ def test_a_reference_without_ref_kernel_is_scaffolded_as_a_stub_that_says_what_t
     exec(compile(scaffolded.text, "scaffolded.py", "exec"), namespace)      # imports nothing of the folder's
     with pytest.raises(NotImplementedError, match="custom_kernel is not written yet: parts/addone/route.py"):
         namespace["custom_kernel"]([1])
+
+
+def test_a_reference_that_does_not_parse_is_named_as_such_not_as_one_without_ref_kernel(toy):
+    # A syntax error in reference.py read as 'its reference.py has no ref_kernel', which sent the reader looking for
+    # a missing function in a file that defines it.
+    reference = toy / "reference.py"
+    write(reference, reference.read_text().replace("def ref_kernel(data):", "def ref_kernel(data)"))
+    added_cli = CliRunner().invoke(main, ["problem", "add", "addone", "--from", str(toy)])
+    assert added_cli.exit_code == 0, added_cli.output
+    line = next(line for line in added_cli.output.splitlines() if line.startswith("note:"))
+    assert line.startswith("note: no ref_kernel to start from (its reference.py does not parse, line 11: "), line
+    assert "defines none" not in line
+    with pytest.raises(runner.PopkitError, match=r"addone's reference has no ref_kernel \(its reference.py does "
+                                                 r"not parse, line 11: .*\), so there is no baseline to time"):
+        runner.require_reference_kernel(problems.load_problem("addone"))
+    write(reference, "")
+    assert task_folder.no_ref_kernel(toy, [{"name": "reference.py", "source": "reference.py"}]) == \
+        "its reference.py defines none"
+    assert task_folder.no_ref_kernel(toy, [{"name": "reference.py", "source": "absent.py"}]) == \
+        "its reference.py cannot be read: No such file or directory"
+    assert task_folder.no_ref_kernel(toy, []) == "task.yml places no reference.py"
 
 
 def test_robust_for_a_harness_problem_is_refused_before_any_build(toy, tmp_path, monkeypatch):

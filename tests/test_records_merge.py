@@ -1,16 +1,21 @@
 """popcorn.evidence.logs.merge_logs and `popkit merge`: records from a GPU host join logs/ once, validated."""
 from __future__ import annotations
 
+import io
 import json
 import os
+import re
+import shutil
 import stat
+import subprocess
+import tarfile
 
 import pytest
 from click.testing import CliRunner
 
 from popcorn.cli import main
 from popcorn.errors import PopkitError
-from popcorn.evidence import logs
+from popcorn.evidence import archive, logs
 
 SPEC = {"batch": 2, "n": 8, "cond": 1, "seed": 3, "case": "mixed"}
 
@@ -120,6 +125,17 @@ def test_merge_into_a_new_log_and_after_a_torn_line(tmp_path):
     logs.merge_logs([incoming], torn)
     records, problems = logs.read_records(torn)
     assert len(records) == 2 and problems == [f"{torn}:2: not JSON (Expecting value)"]
+
+
+@pytest.mark.parametrize("lines", [[], ["not json", json.dumps(record("yesterday"))]])
+def test_a_merge_of_nothing_into_a_new_log_leaves_no_log_and_no_folder(tmp_path, lines):
+    # The log's lock made the file (and its folder) before the merge found nothing to add: an empty NEW.jsonl
+    # stayed behind, also when the merge was refused.
+    incoming = write(tmp_path / "gpu.jsonl", lines)
+    fresh = tmp_path / "new" / "performance.jsonl"
+    result = CliRunner().invoke(main, ["merge", str(incoming), "--log", str(fresh)])
+    assert result.exit_code == (1 if lines else 0), result.output
+    assert not (tmp_path / "new").exists()
 
 
 def test_tables_are_copied_under_the_run_time(tmp_path, target):
@@ -344,3 +360,212 @@ def test_tables_of_a_run_without_a_record_are_refused(tmp_path, target):
                                           r"tables are named after its first record's time\); nothing merged$"):
         logs.merge_logs([incoming], target, tables=run)
     assert not (target.parent / "device").exists()
+
+
+# ---- a device run's archive (gpu_session.sh -a FILE.tgz) ----------------------------------------------------------
+
+BUILT = b"#!POPCORN leaderboard qr_v2\ndef custom_kernel(data):\n    return data\n"
+
+
+def run_folder(folder, *times):
+    """A run folder as gpu_session.sh leaves it: records, a table a verb, gpu.txt, builds/qr_v2.py."""
+    (folder / "builds").mkdir(parents=True)
+    write(folder / "performance.jsonl", [record(time, sha=f"{k:064x}") for k, time in enumerate(times)])
+    for k in range(len(times)):
+        (folder / f"{k + 1:02d}-check-qr_v2.txt").write_text(f"table {k} of {folder}\n")
+    (folder / "gpu.txt").write_text("NVIDIA H200\n")
+    (folder / "builds" / "qr_v2.py").write_bytes(BUILT + str(folder).encode())
+    return folder
+
+
+def pack(path, *folders, mode="w:gz", extra=(), base=None):
+    """FOLDERS packed as gpu_session.sh packs its DIR (`tar -C PARENT NAME`), or under their paths from BASE, then
+    EXTRA members (a tarfile.TarInfo and its bytes)."""
+    with tarfile.open(path, mode) as tar:
+        for folder in folders:
+            tar.add(folder, arcname=folder.relative_to(base or folder.parent))
+        for info, data in extra:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return path
+
+
+def member(name, data=b"x", kind=tarfile.REGTYPE, linkname=""):
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname, info.size = kind, linkname, len(data) if kind == tarfile.REGTYPE else 0
+    return info, data if kind == tarfile.REGTYPE else None
+
+
+@pytest.fixture
+def run(tmp_path):
+    return run_folder(tmp_path / "back" / "gs", "2026-12-01T11:00:00Z", "2026-12-01T10:30:05Z")
+
+
+def untouched(tmp_path, target, before):
+    """Nothing of a refused merge was written: the log as it was, no table, no build."""
+    return (target.read_bytes() == before and not (target.parent / "device").exists()
+            and not (tmp_path / "builds").exists())
+
+
+@pytest.mark.parametrize("name, mode", [("gs.tgz", "w:gz"), ("gs.tar.gz", "w:gz"), ("gs.tar", "w")])
+def test_an_archive_merges_as_its_folder_does_and_its_builds_are_kept_by_run(tmp_path, target, run, name, mode):
+    result = archive.merge_files([pack(tmp_path / name, run, mode=mode)], target, builds=tmp_path / "builds")
+    assert (result.read, result.added, result.present, result.bad) == (2, 2, 0, [])
+    assert len(logs.read_records(target)[0]) == 3
+    [build] = result.builds
+    assert build == tmp_path / "builds" / "20261201T103005Z" / "qr_v2.py"
+    assert build.read_bytes() == (run / "builds" / "qr_v2.py").read_bytes()
+    # The tables as `merge DIR/performance.jsonl --tables DIR` copies them: the same names, the same bytes.
+    by_hand = tmp_path / "by-hand" / "performance.jsonl"
+    logs.merge_logs([run / "performance.jsonl"], by_hand, tables=run)
+    device, hand = target.parent / "device", by_hand.parent / "device"
+    assert sorted(p.name for p in device.iterdir()) == sorted(p.name for p in hand.iterdir()) == [
+        "20261201T103005Z-01-check-qr_v2.txt", "20261201T103005Z-02-check-qr_v2.txt", "20261201T103005Z-gpu.txt"]
+    assert all((device / p.name).read_bytes() == p.read_bytes() for p in hand.iterdir())
+    assert sorted(result.tables) == sorted(device.iterdir())
+    again = archive.merge_files([tmp_path / name], target, builds=tmp_path / "builds")    # adds nothing ...
+    assert (again.added, again.present, again.tables, again.builds) == (0, 2, [], [build])    # ... and shows the build
+
+
+@pytest.mark.skipif(shutil.which("tar") is None, reason="no tar command")
+def test_an_archive_written_as_gpu_session_writes_it_is_merged(tmp_path, target, run):
+    # scripts/gpu_session.sh's save_archive: GNU tar's own headers and folder members, not Python's.
+    packed = tmp_path / "gs.tgz"
+    subprocess.run(["tar", "-czf", str(packed), "-C", str(run.parent), run.name], check=True)
+    result = archive.merge_files([packed], target, builds=tmp_path / "builds")
+    assert (result.added, len(result.tables), [build.name for build in result.builds]) == (2, 3, ["qr_v2.py"])
+
+
+def test_two_runs_in_one_archive_keep_their_own_names(tmp_path, target):
+    first = run_folder(tmp_path / "s1" / "gs", "2026-12-01T10:00:00Z")
+    second = run_folder(tmp_path / "s2" / "gs", "2026-12-01T12:00:00Z")
+    both = pack(tmp_path / "both.tgz", first, second, base=tmp_path)
+    result = archive.merge_files([both], target, builds=tmp_path / "builds")
+    assert result.added == 2
+    assert sorted(p.name for p in (target.parent / "device").iterdir()) == [
+        "20261201T100000Z-01-check-qr_v2.txt", "20261201T100000Z-gpu.txt",
+        "20261201T120000Z-01-check-qr_v2.txt", "20261201T120000Z-gpu.txt"]
+    assert [p.relative_to(tmp_path / "builds").as_posix() for p in result.builds] == [
+        "20261201T100000Z/qr_v2.py", "20261201T120000Z/qr_v2.py"]
+    assert result.builds[1].read_bytes() == (second / "builds" / "qr_v2.py").read_bytes()
+
+
+@pytest.mark.parametrize("extra, why", [
+    (member("../evil.txt"), "../evil.txt: outside the archive's folder (an absolute path or '..')"),
+    (member("gs/../../evil.txt"), "gs/../../evil.txt: outside the archive's folder"),
+    (member("/tmp/evil.txt"), "/tmp/evil.txt: outside the archive's folder"),
+    (member("gs/builds/eigh.py", kind=tarfile.SYMTYPE, linkname="/etc/passwd"),
+     "gs/builds/eigh.py: a link to /etc/passwd (a run's archive holds only files and folders)"),
+    (member("gs/gpu2.txt", kind=tarfile.LNKTYPE, linkname="gs/gpu.txt"), "gs/gpu2.txt: a link to gs/gpu.txt"),
+    (member("gs/pipe.txt", kind=tarfile.FIFOTYPE), "gs/pipe.txt: neither a file nor a folder"),
+    (member("./gs/gpu.txt"), "./gs/gpu.txt: twice in the archive"),          # the first one would be lost
+])
+def test_an_archive_with_a_member_outside_it_or_a_link_is_refused_and_nothing_written(tmp_path, target, run, extra,
+                                                                                        why):
+    before = target.read_bytes()
+    bad = pack(tmp_path / "bad.tgz", run, extra=[extra])
+    with pytest.raises(PopkitError, match=f"^{re.escape(f'{bad}: {why}')}.*; nothing merged$"):
+        archive.merge_files([bad], target, builds=tmp_path / "builds")
+    assert untouched(tmp_path, target, before) and not (tmp_path / "evil.txt").exists()
+
+
+def test_a_truncated_or_corrupt_archive_is_refused_in_one_line(tmp_path, target, run):
+    before = target.read_bytes()
+    whole = pack(tmp_path / "whole.tgz", run).read_bytes()
+    plain = pack(tmp_path / "whole.tar", run, mode="w").read_bytes()
+    with tarfile.open(tmp_path / "whole.tar") as tar:        # a tar cut right before a member reads as a whole one
+        log = tar.getmember("gs/performance.jsonl")
+    damaged = bytearray(whole)
+    damaged[len(whole) // 2] ^= 0xFF
+    for name, data, why in (("cut.tgz", whole[:len(whole) // 2], "Compressed file ended before the end-of-stream"),
+                            ("damaged.tgz", bytes(damaged), ""),
+                            ("cut.tar", plain[:log.offset], "it ends before its closing blocks: truncated"),
+                            ("cut-in-a-file.tar", plain[:log.offset_data + 10], "unexpected end of data"),
+                            ("empty.tar", b"", "empty file"),
+                            ("words.tar", b"not an archive\n" * 100, "")):
+        path = tmp_path / name
+        path.write_bytes(data)
+        result = CliRunner().invoke(main, ["merge", str(path), "--log", str(target), "--builds", str(tmp_path / "b")])
+        assert result.exit_code == 1, result.output
+        [line] = result.output.splitlines()
+        assert line.startswith(f"error: {path}: not a readable archive ({why}") and line.endswith("; nothing merged")
+    assert untouched(tmp_path, target, before) and not (tmp_path / "b").exists()
+
+
+
+def test_an_archive_without_records_is_refused(tmp_path, target, run):
+    before = target.read_bytes()
+    (run / "performance.jsonl").unlink()                # a session stopped before its first verb ended
+    without = pack(tmp_path / "without.tgz", run)
+    with pytest.raises(PopkitError, match=r"without.tgz: no performance.jsonl in it \(a run's folder has one once its "
+                                          r"first verb has ended\); nothing merged$"):
+        archive.merge_files([without], target, builds=tmp_path / "builds")
+    write(run / "performance.jsonl", ["not json"])
+    bad = pack(tmp_path / "bad.tgz", run)
+    with pytest.raises(PopkitError, match=re.escape(f"no valid record in {bad}:gs/performance.jsonl: 1 bad line(s), "
+                                                    f"the first {bad}:gs/performance.jsonl:1: not strict JSON")):
+        archive.merge_files([bad], target, builds=tmp_path / "builds")
+    assert untouched(tmp_path, target, before)
+
+
+def test_an_archive_over_the_size_limit_is_refused(tmp_path, target, run, monkeypatch):
+    monkeypatch.setattr(archive, "MAX_BYTES", 1 << 20)
+    (run / "builds" / "qr_v2.py").write_bytes(b"#" * (2 << 20))
+    before = target.read_bytes()
+    packed, plain = pack(tmp_path / "big.tgz", run), pack(tmp_path / "big.tar", run, mode="w")
+    assert packed.stat().st_size < 1 << 20 < plain.stat().st_size
+    for path, why in ((packed, "over 1 MB unpacked"), (plain, "over 1 MB")):
+        with pytest.raises(PopkitError, match=f"^{path}: {why}, more than a run's archive holds; nothing merged$"):
+            archive.merge_files([path], target, builds=tmp_path / "builds")
+    assert untouched(tmp_path, target, before)
+
+
+def test_nothing_is_half_merged_when_one_run_of_an_archive_is_refused(tmp_path, target):
+    first = run_folder(tmp_path / "s1" / "gs", "2026-12-01T10:00:00Z")
+    second = run_folder(tmp_path / "s2" / "gs", "2026-12-01T12:00:00Z")
+    device = target.parent / "device"
+    device.mkdir()
+    (device / "20261201T120000Z-gpu.txt").write_text("another GPU\n")     # the second run's table, changed
+    before = target.read_bytes()
+    with pytest.raises(PopkitError, match=r"20261201T120000Z-gpu.txt exists with other content: move it away; "
+                                          r"nothing merged$"):
+        archive.merge_files([pack(tmp_path / "both.tgz", first, second, base=tmp_path)], target,
+                            builds=tmp_path / "builds")
+    assert target.read_bytes() == before and sorted(device.iterdir()) == [device / "20261201T120000Z-gpu.txt"]
+    assert not (tmp_path / "builds").exists()
+
+
+def test_two_runs_that_would_write_one_file_differently_are_refused(tmp_path, target):
+    # Two runs whose first records share a second: their tables and builds would have one name.
+    first = run_folder(tmp_path / "s1" / "gs", "2026-12-01T10:00:00Z")
+    second = run_folder(tmp_path / "s2" / "gs", "2026-12-01T10:00:00Z")
+    before = target.read_bytes()
+    with pytest.raises(PopkitError, match=r"two runs of this merge give it different content: merge them one at a "
+                                          r"time; nothing merged$"):
+        archive.merge_files([pack(tmp_path / "both.tgz", first, second, base=tmp_path)], target,
+                            builds=tmp_path / "builds")
+    assert untouched(tmp_path, target, before)
+
+
+def test_archives_are_merged_alone(tmp_path, target, run):
+    packed = pack(tmp_path / "gs.tgz", run)
+    for files, tables in (([packed, run / "performance.jsonl"], None), ([packed], run)):
+        with pytest.raises(PopkitError, match="^an archive brings its own records, tables and builds: merge archives "
+                                              "alone, without performance.jsonl files or --tables; nothing merged$"):
+            archive.merge_files(files, target, tables, builds=tmp_path / "builds")
+    with pytest.raises(PopkitError, match="nope.tgz: no such file"):
+        archive.merge_files([tmp_path / "nope.tgz"], target, builds=tmp_path / "builds")
+
+
+def test_cli_merge_of_an_archive_names_its_tables_and_the_promote_command_of_each_build(tmp_path, target, run):
+    packed = pack(tmp_path / "gs.tgz", run)
+    builds = tmp_path / "builds"
+    result = CliRunner().invoke(main, ["merge", str(packed), "--log", str(target), "--builds", str(builds)])
+    assert result.exit_code == 0, result.output
+    device, build = target.parent / "device", builds / "20261201T103005Z" / "qr_v2.py"
+    assert result.output.splitlines() == [
+        f"merged into {target}: 2 record(s) added, 0 already there, 0 bad line(s) skipped (of 2 valid record(s) read)",
+        f"table: {device / '20261201T103005Z-01-check-qr_v2.txt'}",
+        f"table: {device / '20261201T103005Z-02-check-qr_v2.txt'}",
+        f"table: {device / '20261201T103005Z-gpu.txt'}",
+        f"build: {build}",
+        f"  promote it: popkit promote qr_v2 --submission {build}"]

@@ -320,6 +320,20 @@ def test_a_log_that_cannot_be_written_is_refused_before_the_run(built, tmp_path,
                                           f"(Not a directory): nothing was run"]
 
 
+def test_a_log_in_a_missing_folder_makes_the_folder_only_with_its_record(tmp_path):
+    # Asking whether the log could be written made its folder: a verb refused after that (an unknown problem, a
+    # wrong option) left an empty folder behind.
+    from popcorn.evidence import files, logs
+    log = tmp_path / "new" / "logs" / "perf.jsonl"
+    result = run("check", "no_such_problem", "--device", "cpu", "--log", log)
+    assert result.exit_code == 1 and "no_such_problem" in result.output, result.output
+    logs.require_appendable(log)
+    assert files.write_error(log) is None
+    assert not (tmp_path / "new").exists() and list(tmp_path.iterdir()) == []       # no probe left either
+    logs.append_record(logs.new_record("qr_v2", "check"), log)
+    assert len(logs.read_records(log)[0]) == 1
+
+
 def test_a_log_the_system_will_not_create_is_refused_before_the_run(built, tmp_path, monkeypatch):
     # As root os.access says yes to any folder, also on a read-only mount or in /sys: every case ran, then
     # the record was lost in one 'Permission denied' line.

@@ -152,6 +152,16 @@ def test_each_verb_ends_with_its_outcome_and_seconds_and_the_batch_with_its_tota
                         lines[-2])
 
 
+def test_the_last_line_says_how_to_merge_the_folder_and_its_archive(tmp_path):
+    python = stand_in_python(tmp_path, QUICK)
+    out, packed = tmp_path / "out", tmp_path / "back" / "s.tgz"
+    done = subprocess.run(["bash", str(SCRIPT), "-o", str(out), "-a", str(packed), "check qr_v2"], cwd=ROOT,
+                          env={**os.environ, "PYTHON": str(python)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1] == (f"merge them where you keep logs/: popkit merge {out}/performance.jsonl "
+                                            f"--tables {out} (or: popkit merge {packed.parent.resolve() / 's.tgz'})")
+
+
 WRITES = """#!{python}
 # Stands in for the interpreter: `-m popcorn build` writes the built file; a verb appends a record to its --log
 # and prints a table; `bench` then hangs, as a verb killed at a device call's limit would.

@@ -48,9 +48,9 @@ def register(main):
         if result.entry_points != [ENTRY_POINT]:
             click.echo(f"note: its eval.py calls {', '.join(result.entry_points)}, not {ENTRY_POINT}: a scaffolded "
                        "route has a stub for each, which fails until you write it")
-        elif not result.has_ref_kernel:
-            click.echo(f"note: its reference.py has no ref_kernel to start from: a scaffolded route's {ENTRY_POINT} "
-                       "raises NotImplementedError until you write it")
+        elif result.no_ref_kernel:
+            click.echo(f"note: no ref_kernel to start from ({result.no_ref_kernel}): a scaffolded route's "
+                       f"{ENTRY_POINT} raises NotImplementedError until you write it")
         kind = _kind(load_problem(name))
         click.echo(f"kind: {kind} ({'our gates' if kind == 'native' else 'the folder' + chr(39) + 's eval.py'}); "
                    f"next: popkit build {name} && popkit check {name}")

@@ -33,15 +33,30 @@ def _make_folder(path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
 
 
+def folder_error(folder: Path) -> str | None:
+    """Why FOLDER, which does not exist, could not be made (a file in the way, a read-only place), or None. Probed
+    with a temporary folder made and removed in the nearest folder above it that exists; FOLDER itself is made only
+    by the write that needs it: made by this question, it stayed behind, empty, when the command was then refused."""
+    above = folder
+    while not above.exists() and above != above.parent:
+        above = above.parent
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".popkit-probe.", dir=above))
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return None
+
+
 def write_error(path: Path | str) -> str | None:
     """Why write_atomic(PATH) would fail (its folder cannot be made or takes no new file), or None: asked before
     a long run whose end writes PATH. Probed as write_atomic writes, with a temporary file in the folder (as root
-    os.access says yes on a read-only mount)."""
+    os.access says yes on a read-only mount); a missing folder is probed by folder_error, not made."""
     path = Path(path)
     if is_special(path):
         return None
+    if not path.parent.is_dir():
+        return folder_error(path.parent)
     try:
-        _make_folder(path)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
         os.close(fd)
         os.unlink(tmp)

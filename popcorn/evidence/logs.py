@@ -6,7 +6,7 @@ cases[...], geomean_us, baseline_geomean_us, baseline. Extra keys are allowed;
 "device" (the torch device a local run used) says, with "gpu", where it ran; a leaderboard
 record's "leaderboard" names the board, its "problem" the problem whose file went there (a
 record older than that key has the board as its problem).
-Records made on another machine come in through merge_logs.
+Records made on another machine come in through merge_logs and merge_runs (archive.py: a run's archive).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popcorn.errors import PopkitError
-from popcorn.evidence.files import locked, write_atomic
+from popcorn.evidence.files import folder_error, locked, write_atomic
 
 ROOT = Path(__file__).resolve().parents[2]   # popcorn/evidence/logs.py -> the project root
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
@@ -220,7 +220,7 @@ def refuse_non_log(path: Path | str, outcome: str) -> None:
 
 
 def require_appendable(path: Path | str) -> None:
-    """Before a long run: its record can be appended to PATH (the folder exists or is made now, and it or the
+    """Before a long run: its record can be appended to PATH (its folder exists or can be made, and it or the
     file is writable, and it is not clearly something else, like submission.py); else a PopkitError, so that
     no run ends by losing its record or by writing it into another file."""
     refuse_non_log(path, "nothing was run")
@@ -230,11 +230,12 @@ def require_appendable(path: Path | str) -> None:
 
 
 def unappendable(path: Path | str) -> str | None:
-    """Why no line can be appended to PATH (a folder, not writable ...); None when one can. Its folder is made
-    now when missing."""
+    """Why no line can be appended to PATH (a folder, not writable ...); None when one can. A missing folder is
+    not made now (files.folder_error): the append makes it, with the record."""
     path = Path(path)
+    if not path.parent.is_dir():
+        return folder_error(path.parent)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
         if path.is_dir():
             return "a folder"
         # Opened as the append will open it: os.access says yes to root on a read-only mount or in /sys.
@@ -338,12 +339,24 @@ def identity(record: dict) -> tuple:
 
 @dataclass
 class Merge:
-    """What merge_logs did: records read, added and already present, and each bad line as file:line."""
+    """What a merge did: records read, added and already present, and each bad line as file:line."""
     read: int = 0
     added: int = 0
     present: int = 0
     bad: list[str] = field(default_factory=list)
     tables: list[Path] = field(default_factory=list)     # the table copies written
+    builds: list[Path] = field(default_factory=list)     # where each built file of the runs now lies
+
+
+@dataclass
+class Run:
+    """Records made on another machine and the files that came with them, read whole (a run is a few MB): its logs
+    as (the name a bad line is shown under, the content), its .txt tables and its built files by file name. WHERE
+    names it in a refusal ('--tables DIR', 'FILE.tgz:gs')."""
+    logs: list[tuple[str, bytes]]
+    where: str
+    tables: dict[str, bytes] = field(default_factory=dict)
+    builds: dict[str, bytes] = field(default_factory=dict)
 
 
 def _refuse_constant(name: str):
@@ -352,71 +365,139 @@ def _refuse_constant(name: str):
 
 def read_strict(path: Path) -> tuple[list[dict], list[str]]:
     """The contract records of a file; every other line as 'file:line: why'."""
+    return parse_strict(path.read_bytes(), str(path))
+
+
+def parse_strict(data: bytes, name: str) -> tuple[list[dict], list[str]]:
+    """The contract records of DATA, a log's content; every other line as 'NAME:line: why'."""
     records, bad = [], []
-    for number, raw in enumerate(path.read_bytes().splitlines(), start=1):
+    for number, raw in enumerate(data.splitlines(), start=1):
         if not raw.strip():
             continue
         try:
             value = json.loads(raw.decode("utf-8"), parse_constant=_refuse_constant)
         except UnicodeDecodeError:
-            bad.append(f"{path}:{number}: not UTF-8")
+            bad.append(f"{name}:{number}: not UTF-8")
             continue
         except ValueError as exc:      # JSONDecodeError, or NaN / Infinity
-            bad.append(f"{path}:{number}: not strict JSON ({getattr(exc, 'msg', exc)})")
+            bad.append(f"{name}:{number}: not strict JSON ({getattr(exc, 'msg', exc)})")
             continue
         why = record_problem(value)
         if why:
-            bad.append(f"{path}:{number}: {why}")
+            bad.append(f"{name}:{number}: {why}")
         else:
             records.append(value)
     return records, bad
 
 
-def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tables: Path | str | None = None) -> Merge:
-    """Add the valid records of SOURCES (performance.jsonl files made elsewhere) to TARGET.
-
-    Records already in TARGET (same time, problem, mode and submission_sha256) are skipped; the new
-    ones join the file in time order, also when they are older than records already there (folders
-    merged out of order), because readers take the last record as the newest. The file is replaced
-    in one step, so a reader never sees half a merge, and under its lock, so no writer's record is
-    lost. TABLES (a folder) also copies that run's .txt tables to device/ beside TARGET. Sources with
-    bad lines and no valid record at all are refused (PopkitError) before anything is written."""
-    target = Path(target)
-    paths = [Path(p) for p in sources]
+def require_sources(paths: list[Path]) -> None:
+    """Each of PATHS, files to merge, is there and is not a folder (a PopkitError otherwise)."""
     for path in paths:
         if not path.exists():
             raise PopkitError(f"{path}: no such file")
         if path.is_dir():
             raise PopkitError(f"{path}: a folder, not a log file; nothing merged")
+
+
+def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tables: Path | str | None = None) -> Merge:
+    """Add the valid records of SOURCES (performance.jsonl files made elsewhere) to TARGET, as one run (merge_runs).
+    TABLES, the run's folder, also copies its .txt tables to device/ beside TARGET."""
+    paths = [Path(p) for p in sources]
+    require_sources(paths)
+    folder = Path(tables) if tables is not None else None
+    run = Run([(str(path), path.read_bytes()) for path in paths], f"--tables {folder}",
+              _tables_in(folder) if folder is not None else {})
+    return merge_runs([run], target)
+
+
+def _tables_in(folder: Path) -> dict[str, bytes]:
+    """The .txt tables of FOLDER (merge --tables) by name. A wrong folder (the one above the run's, say) copied
+    nothing, without a word: a folder without a table is refused."""
+    if not folder.is_dir():
+        raise PopkitError(f"--tables {folder}: no such folder")
+    tables = {path.name: path.read_bytes() for path in sorted(folder.glob("*.txt")) if path.is_file()}
+    if not tables:
+        raise PopkitError(f"--tables {folder}: no .txt table in it (a GPU session writes them beside its "
+                          "performance.jsonl, e.g. 01-check-qr_v2.txt); nothing merged")
+    return tables
+
+
+def merge_runs(runs: list[Run], target: Path | str = DEFAULT_LOG, builds: Path | None = None) -> Merge:
+    """Add the valid records of RUNS to TARGET, each run's tables to device/ beside it and its builds (if it has
+    any: an archive's) to BUILDS.
+
+    Records already in TARGET (same time, problem, mode and submission_sha256) are skipped; the new
+    ones join the file in time order, also when they are older than records already there (folders
+    merged out of order), because readers take the last record as the newest. The file is replaced
+    in one step, so a reader never sees half a merge, and under its lock, so no writer's record is
+    lost. Everything is checked before anything is written (PopkitError): logs with bad lines and no valid record
+    at all, and a table or build that would replace a file of other content (_placed). Runs without a record
+    leave TARGET as it was (one that did not exist is not made: the lock made it, empty)."""
+    target = Path(target)
     refuse_non_log(target, "nothing merged")
-    result = Merge()
+    result, incoming, times = Merge(), [], []
+    for run in runs:
+        times.append([])
+        for name, data in run.logs:
+            records, bad = parse_strict(data, name)
+            result.read += len(records)
+            result.bad += bad
+            incoming += records
+            times[-1] += [r["time"] for r in records]
+    if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
+        names = [name for run in runs for name, _ in run.logs]
+        raise PopkitError(f"no valid record in {', '.join(names)}: {len(result.bad)} bad line(s), "
+                          f"the first {result.bad[0]}; nothing merged")
+    tables, built = _placed(runs, times, target.parent / "device", builds)
+    copies = {dest: data for dest, data in {**tables, **built}.items() if not dest.exists()}   # identical: left
+    if not incoming:        # nor a table (it needs a record to be named after): a log that was not there stays so
+        return result
     with locked(target):        # held until the file is replaced: a record appended meanwhile would be lost
         # Read and parsed once, keeping only each line's keys: a log of hundreds of MB was read twice, as records.
         old = target.read_bytes().splitlines() if target.is_file() else []
         keys = [_line_keys(line) for line in old]
         seen = {key for _, key in keys if key is not None}
-        incoming, times = [], []
-        for path in paths:
-            records, bad = read_strict(path)
-            result.read += len(records)
-            result.bad += bad
-            times += [r["time"] for r in records]
-            for record in records:
-                if identity(record) in seen:
-                    result.present += 1
-                else:
-                    seen.add(identity(record))
-                    incoming.append(record)
-        if result.bad and not result.read:      # a corrupt or wrong file: say so rather than merge nothing quietly
-            raise PopkitError(f"no valid record in {', '.join(map(str, paths))}: {len(result.bad)} bad line(s), "
-                              f"the first {result.bad[0]}; nothing merged")
-        copies = _table_copies(Path(tables), target.parent / "device", times, paths) if tables is not None else []
-        if incoming:
-            write_atomic(target, _in_time_order(old, [time for time, _ in keys], incoming))
-        for source, dest in copies:
-            write_atomic(dest, source.read_bytes())
-    result.added, result.tables = len(incoming), [dest for _, dest in copies]
+        new = []
+        for record in incoming:
+            if identity(record) in seen:
+                result.present += 1
+            else:
+                seen.add(identity(record))
+                new.append(record)
+        if new:
+            write_atomic(target, _in_time_order(old, [time for time, _ in keys], new))
+        for dest, data in copies.items():
+            write_atomic(dest, data)
+    result.added, result.tables, result.builds = len(new), [dest for dest in tables if dest in copies], list(built)
     return result
+
+
+def _placed(runs: list[Run], times: list[list[str]], device: Path, builds: Path | None) -> tuple[dict, dict]:
+    """Where each run's tables and builds go, with their content: device/STAMP-NAME and BUILDS/STAMP/NAME, STAMP
+    the run's first record time (TIMES, per run), so that the numbered tables of different runs never overwrite
+    each other. A file of other content already there, or from another run of the merge, is refused."""
+    tables, built = {}, {}
+    for run, run_times in zip(runs, times):
+        if not (run.tables or run.builds):
+            continue
+        if not run_times:        # named after the merge's own time, they were copied again at every merge
+            raise PopkitError(f"{run.where}: no record in {', '.join(name for name, _ in run.logs)} names the run "
+                              "(its tables are named after its first record's time); nothing merged")
+        stamp = min(run_times).replace(":", "").replace("-", "")
+        _place({device / f"{stamp}-{name}": data for name, data in run.tables.items()}, tables)
+        _place({builds / stamp / name: data for name, data in run.builds.items()}, built)
+    return tables, built
+
+
+def _place(files: dict[Path, bytes], placed: dict[Path, bytes]) -> None:
+    """Add FILES (destination: content) to PLACED, refusing one whose destination holds other content."""
+    for dest, data in files.items():
+        if placed.get(dest, data) != data:
+            raise PopkitError(f"{dest}: two runs of this merge give it different content: merge them one at a time; "
+                              "nothing merged")
+        if dest.exists() and dest.read_bytes() != data:
+            raise PopkitError(f"{dest} exists with other content: move it away; nothing merged")
+        placed[dest] = data
 
 
 def _line_keys(line: bytes) -> tuple[str | None, tuple | None]:
@@ -446,27 +527,3 @@ def _in_time_order(old_lines: list[bytes], old_times: list[str | None], incoming
         keyed.append((record["time"], 1, index, json.dumps(record, allow_nan=False).encode()))
     keyed.sort(key=lambda item: item[:3])
     return b"".join(line + b"\n" for *_, line in keyed)
-
-
-def _table_copies(folder: Path, device_dir: Path, times: list[str], sources: list[Path]) -> list[tuple[Path, Path]]:
-    """(source, destination) for each .txt file in FOLDER, prefixed with the run's first record time (of TIMES,
-    those of SOURCES' records) so the numbered tables of different runs never overwrite each other. Checked
-    before anything is written; an identical copy already there is left alone."""
-    if not folder.is_dir():
-        raise PopkitError(f"--tables {folder}: no such folder")
-    if not times:        # named after the merge's own time, they were copied again at every merge
-        raise PopkitError(f"--tables {folder}: no record in {', '.join(map(str, sources))} names the run (its "
-                          "tables are named after its first record's time); nothing merged")
-    stamp = min(times).replace(":", "").replace("-", "")
-    tables = [source for source in sorted(folder.glob("*.txt")) if source.is_file()]
-    if not tables:        # a wrong folder (the one above the run's, say) copied nothing, without a word
-        raise PopkitError(f"--tables {folder}: no .txt table in it (a GPU session writes them beside its "
-                          "performance.jsonl, e.g. 01-check-qr_v2.txt); nothing merged")
-    copies = []
-    for source in tables:
-        dest = device_dir / f"{stamp}-{source.name}"
-        if dest.exists() and dest.read_bytes() != source.read_bytes():
-            raise PopkitError(f"{dest} exists with other content: move it away, or merge without --tables")
-        if not dest.exists():
-            copies.append((source, dest))
-    return copies
