@@ -252,6 +252,7 @@ def run_folder(session: Session, rel: str, folder: task_folder.TaskFolder, name:
     force = record_path(name, session.scratch / "checks" / "cases").is_file()
     if force:       # a problem popkit knows: its own parts would be built instead of the newcomer's scaffold
         shutil.rmtree(session.scratch / "parts" / name, ignore_errors=True)
+    # A native problem's check and bench run our own checker unless told to run the folder's eval.py.
     harness = ["--harness", "official"] if native_checker(name) is not None else []
     first = format_spec(folder.task["benchmarks"][0])
     verbs = {"add": ["problem", "add", name, "--from", str(folder.path)] + (["--force"] if force else [])
