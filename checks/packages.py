@@ -69,11 +69,12 @@ def declared(text: str) -> list[str]:
     return []
 
 
-def require_folder_installed(sources: dict[str, Path]) -> None:
-    """The third-party packages the runner's files (SOURCES: name in the run folder -> its file) import at their top
-    level must be importable here: eval.py imports them before any case runs, whatever the submission imports. An
-    import inside a function or a try is optional, and a file that cannot be read or parsed is left to the run."""
+def absent_folder_packages(sources: dict[str, Path]) -> dict[str, list[str]]:
+    """{file: the third-party packages it imports at its top level that this Python cannot import} for the runner's
+    files (SOURCES: name in the run folder -> its file), only the files that have some. An import inside a function
+    or a try is optional, and a file that cannot be read or parsed is left to the run."""
     placed = {Path(name).stem for name in sources}
+    by_file = {}
     for name, path in sources.items():
         try:
             body = ast.parse(path.read_bytes()).body
@@ -83,10 +84,18 @@ def require_folder_installed(sources: dict[str, Path]) -> None:
                  for module, _ in imports(node)}
         absent = sorted(m for m in found - STANDARD - placed - {""} if importlib.util.find_spec(m) is None)
         if absent:
-            them = "it" if len(absent) == 1 else "them"
-            raise PopkitError(f"the folder's {name} imports {', '.join(absent)}, not installed for {sys.executable}: "
-                              f"install {them} here, or run on a host that has {them} (the leaderboard's runner does); "
-                              "nothing ran")
+            by_file[name] = absent
+    return by_file
+
+
+def require_folder_installed(sources: dict[str, Path]) -> None:
+    """The third-party packages the runner's files (SOURCES) import at their top level must be importable here:
+    eval.py imports them before any case runs, whatever the submission imports (absent_folder_packages)."""
+    for name, absent in absent_folder_packages(sources).items():
+        them = "it" if len(absent) == 1 else "them"
+        raise PopkitError(f"the folder's {name} imports {', '.join(absent)}, not installed for {sys.executable}: "
+                          f"install {them} here, or run on a host that has {them} (the leaderboard's runner does); "
+                          "nothing ran")
 
 
 def require_installed(path: Path) -> None:

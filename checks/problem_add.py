@@ -132,18 +132,18 @@ def placed_modules(files: list[dict], main: str) -> list[str]:
 
 
 def scaffold_files(name: str, leaderboard: str, source: str, entry_points: list[str],
-                   imports: list[str], third_party: list[str], has_ref_kernel: bool = True) -> dict[Path, str]:
-    """parts/NAME/: a route that calls the folder's reference.ref_kernel, or stubs where eval.py calls other
-    functions than custom_kernel or the reference has no ref_kernel (nothing stands in for them then; an import
-    of it would fail the built file at import); the manifest lets the parts import IMPORTS, the modules the
-    runner places, and THIRD_PARTY, its packages."""
+                   imports: list[str], third_party: list[str], reference_stands_in: bool = True) -> dict[Path, str]:
+    """parts/NAME/: a route that calls the folder's reference.ref_kernel where it can stand in (TaskFolder's
+    reference_stands_in), or stubs for ENTRY_POINTS where eval.py calls other functions than custom_kernel or the
+    reference has no ref_kernel (an import of it would fail the built file at import); the manifest lets the parts
+    import IMPORTS, the modules the runner places, and THIRD_PARTY, its packages."""
     folder = PARTS_DIR / name
     # The title goes into the built file: a folder's path holding the banned word is left out of it. Quoted, as
     # a path may hold ': ' or ' #', which YAML reads otherwise.
     title = leaderboard if BANNED.search(source.encode()) else f"{leaderboard} (from {source})"
     values = {"name": name, "title": json.dumps(title, ensure_ascii=False), "entry_list": ", ".join(entry_points),
               "imports": ", ".join(imports), "packages": ", ".join(third_party)}
-    route = (ROUTE_TEMPLATE.format(**values) if entry_points == [problems.ENTRY_POINT] and has_ref_kernel else
+    route = (ROUTE_TEMPLATE.format(**values) if reference_stands_in else
              STUB_ROUTE_TEMPLATE.format(**values) + "".join(STUB.format(entry=e, **values) for e in entry_points))
     return {folder / "__init__.py": "",
             folder / "manifest.yml": MANIFEST_TEMPLATE.format(**values),
@@ -216,7 +216,7 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
     third_party = packages.folder_packages(folder.own_sources, {Path(f["name"]).stem for f in folder.files})
     no_ref_kernel = folder.no_ref_kernel
     scaffold = scaffold_files(name, record["leaderboard"], folder.relative or str(folder.path), record["entry_points"],
-                              placed_modules(folder.files, folder.main), third_party, no_ref_kernel is None)
+                              placed_modules(folder.files, folder.main), third_party, folder.reference_stands_in)
     planned = {path: body for path, body in scaffold.items() if not path.exists()}
     result = AddResult(name, record_path, record["leaderboard"], len(record["tests"]), len(record["benchmarks"]),
                        record["entry_points"], third_party, no_ref_kernel,

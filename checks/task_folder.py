@@ -72,6 +72,12 @@ class TaskFolder:
         return no_ref_kernel(self.path, self.files)
 
     @property
+    def reference_stands_in(self) -> bool:
+        """Whether the folder's ref_kernel can stand in for a submission: eval.py calls custom_kernel and reference.py
+        defines ref_kernel. Then the scaffold's route calls it; else the scaffold is stubs that fail until written."""
+        return self.entry_points == [ENTRY_POINT] and self.no_ref_kernel is None
+
+    @property
     def own_sources(self) -> list[Path]:
         """The folder's own Python a submission starts from or calls: every template task.yml names (any
         language), its submission.py and template.py, and reference.py; only the files that are there."""

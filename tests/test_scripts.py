@@ -231,7 +231,7 @@ def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py", "peers.py",
-              "same_outputs.py"]
+              "same_outputs.py", "folders_on_gpu.py"]
 
 
 @pytest.mark.parametrize("name", PY_SCRIPTS)
