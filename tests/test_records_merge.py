@@ -569,3 +569,20 @@ def test_cli_merge_of_an_archive_names_its_tables_and_the_promote_command_of_eac
         f"table: {device / '20261201T103005Z-gpu.txt'}",
         f"build: {build}",
         f"  promote it: popkit promote qr_v2 --submission {build}"]
+
+
+def test_cli_merge_with_tables_names_the_promote_command_of_each_build_left_in_the_folder(tmp_path, target):
+    # The two-step form (a run folder brought back whole): its builds stay in DIR/builds, named for promote.
+    out = tmp_path / "gs"
+    (out / "builds").mkdir(parents=True)
+    write(out / "performance.jsonl", [record("2026-12-01T10:30:05Z")])
+    (out / "01-check-qr_v2.txt").write_text("check table\n")
+    build = out / "builds" / "qr_v2.py"
+    build.write_text("# built\n")
+    (out / "builds" / "notes.txt").write_text("not a build\n")
+    result = CliRunner().invoke(main, ["merge", str(out / "performance.jsonl"), "--tables", str(out),
+                                       "--log", str(target)])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-2:] == [f"build: {build}",
+                                               f"  promote it: popkit promote qr_v2 --submission {build}"]
+    assert build.read_text() == "# built\n"

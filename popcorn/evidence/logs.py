@@ -401,13 +401,18 @@ def require_sources(paths: list[Path]) -> None:
 
 def merge_logs(sources: list[Path | str], target: Path | str = DEFAULT_LOG, tables: Path | str | None = None) -> Merge:
     """Add the valid records of SOURCES (performance.jsonl files made elsewhere) to TARGET, as one run (merge_runs).
-    TABLES, the run's folder, also copies its .txt tables to device/ beside TARGET."""
+    TABLES, the run's folder, also copies its .txt tables to device/ beside TARGET; the builds that ran
+    (TABLES/builds/*.py, as gpu_session.sh leaves them) stay where they are and are named in the result, for
+    promote."""
     paths = [Path(p) for p in sources]
     require_sources(paths)
     folder = Path(tables) if tables is not None else None
     run = Run([(str(path), path.read_bytes()) for path in paths], f"--tables {folder}",
               _tables_in(folder) if folder is not None else {})
-    return merge_runs([run], target)
+    result = merge_runs([run], target)
+    if folder is not None:
+        result.builds = sorted(path for path in (folder / "builds").glob("*.py") if path.is_file())
+    return result
 
 
 def _tables_in(folder: Path) -> dict[str, bytes]:
