@@ -1,11 +1,11 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: dc518b340dce07248fd9e6133d9d616bc120551d
+# toolkit commit: d86a325c6d26d042c765519ab9fe8056eafa48db
 # part common/device_utils.cuh sha256 cab98ec14c538053c961c39b6ce3768c400adb7d37a652c0daf93dccf5e02ec1
-# part common/launch.cuh sha256 6c5e4b72f84f09e30e686e22748f02a45aafd5673885bb19e0ec67aec7215fcb
+# part common/launch.cuh sha256 171fb3c933df7c52317c755137b0d732cb87c7e0abb9a11bd34ce497b1c05240
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
-# part qr_v2/householder_warp.cu sha256 d2506ace55acb155029af00de5832bd23e066a1c8225d0bbaadbaf7d6423c241
+# part qr_v2/householder_warp.cu sha256 23216931ae75ea03e66abe45618e4f41b8fca573474731f5c80ce7f22fbafb40
 # part qr_v2/compact_wy.cuh sha256 c2e62d67ed853e0c7ec17a0a88307d96dd33719d7a186931fb293ee0835463d5
 # part qr_v2/panel_team.cuh sha256 19581a6848c3e2cbe0e166d39c9139f39f26c559fe6d98f2ab516d9606d6b97b
 # part qr_v2/householder_panel_columns.cu sha256 d16adecf6cb1afda43c6c9c6716001ab4565e9a613eae68c98dccd4994c77496
@@ -169,8 +169,8 @@ __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
 // one-call loops and a graph whose independent nodes run side by side on one device, with no queue to name.
 // Kernels with compile-time __cluster_dims__ should keep their clusters as nodes: the runtime documents the
 // cluster shape as a required attribute of the function (cudaFuncAttributeRequiredClusterWidth, fixed at
-// compile time, checked at launch), not of the launch. Seen on the H200 (run 33d): qr_v2's graph, cluster
-// panels included, gave bitwise the direct launches' outputs on all 12 benchmark cases
+// compile time, checked at launch), not of the launch. Seen on the H200 (run 33d): a graph with cluster
+// kernels among its nodes gave bitwise the direct launches' outputs on every benchmark case
 // (scripts/same_outputs.py; a lost cluster would fault in cluster.sync or change the outputs).
 #include <cuda_runtime.h>
 
@@ -347,7 +347,7 @@ namespace {
 
 constexpr int kWarpMaxN = 32;
 constexpr int kWarpMatrices = 4;
-constexpr int kColumnGroup = 8;             // columns a copy of the column loop's body
+constexpr int kWarpColumnGroup = 8;             // columns a copy of the column loop's body
 
 __global__ void __launch_bounds__(32 * kWarpMatrices)
 qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int batch, int n) {
@@ -362,16 +362,16 @@ qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __rest
 #pragma unroll
     for (int j = 0; j < kWarpMaxN; ++j) a[j] = (lane < n && j < n) ? Ab[(size_t)lane * n + j] : 0.f;
 
-    // Columns in groups of kColumnGroup, as householder_panel.cu's column loop: the group loop unrolled,
+    // Columns in groups of kWarpColumnGroup, as householder_panel.cu's column loop: the group loop unrolled,
     // the column loop rolled; column c is picked and written back by selects over its group's 8 columns
     // (not all 32), and the update skips the columns left of the group (their coefficients are zero).
 #pragma unroll
-    for (int g0 = 0; g0 < kWarpMaxN; g0 += kColumnGroup) {
+    for (int g0 = 0; g0 < kWarpMaxN; g0 += kWarpColumnGroup) {
 #pragma unroll 1
-        for (int c = g0; c < min(n, g0 + kColumnGroup); ++c) {
+        for (int c = g0; c < min(n, g0 + kWarpColumnGroup); ++c) {
             float xc = 0.f;                                    // a chain: a select tree spilled 8 bytes here
 #pragma unroll
-            for (int j = g0; j < g0 + kColumnGroup; ++j) xc = (j == c) ? a[j] : xc;
+            for (int j = g0; j < g0 + kWarpColumnGroup; ++j) xc = (j == c) ? a[j] : xc;
             const float x = (lane > c) ? xc : 0.f;
             float p[kWarpMaxN];
 #pragma unroll
@@ -400,7 +400,7 @@ qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __rest
             const float v = (lane > c) ? x * ref.scale : (lane == c) ? 1.f : 0.f;
             const float stored = (lane > c) ? v : ref.beta;
 #pragma unroll
-            for (int j = g0; j < g0 + kColumnGroup; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
+            for (int j = g0; j < g0 + kWarpColumnGroup; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
 #pragma unroll
             for (int j = g0; j < kWarpMaxN; ++j) a[j] -= s_coef[warp][j] * v;  // zero for j <= c
             __syncwarp();                                      // s_row and s_coef are rewritten next column

@@ -7,8 +7,8 @@
 // one-call loops and a graph whose independent nodes run side by side on one device, with no queue to name.
 // Kernels with compile-time __cluster_dims__ should keep their clusters as nodes: the runtime documents the
 // cluster shape as a required attribute of the function (cudaFuncAttributeRequiredClusterWidth, fixed at
-// compile time, checked at launch), not of the launch. Seen on the H200 (run 33d): qr_v2's graph, cluster
-// panels included, gave bitwise the direct launches' outputs on all 12 benchmark cases
+// compile time, checked at launch), not of the launch. Seen on the H200 (run 33d): a graph with cluster
+// kernels among its nodes gave bitwise the direct launches' outputs on every benchmark case
 // (scripts/same_outputs.py; a lost cluster would fault in cluster.sync or change the outputs).
 #pragma once
 #include <cuda_runtime.h>

@@ -19,7 +19,7 @@ namespace {
 
 constexpr int kWarpMaxN = 32;
 constexpr int kWarpMatrices = 4;
-constexpr int kColumnGroup = 8;             // columns a copy of the column loop's body
+constexpr int kWarpColumnGroup = 8;         // columns a copy of the column loop's body
 
 __global__ void __launch_bounds__(32 * kWarpMatrices)
 qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int batch, int n) {
@@ -34,16 +34,16 @@ qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __rest
 #pragma unroll
     for (int j = 0; j < kWarpMaxN; ++j) a[j] = (lane < n && j < n) ? Ab[(size_t)lane * n + j] : 0.f;
 
-    // Columns in groups of kColumnGroup, as householder_panel.cu's column loop: the group loop unrolled,
+    // Columns in groups of kWarpColumnGroup, as householder_panel.cu's column loop: the group loop unrolled,
     // the column loop rolled; column c is picked and written back by selects over its group's 8 columns
     // (not all 32), and the update skips the columns left of the group (their coefficients are zero).
 #pragma unroll
-    for (int g0 = 0; g0 < kWarpMaxN; g0 += kColumnGroup) {
+    for (int g0 = 0; g0 < kWarpMaxN; g0 += kWarpColumnGroup) {
 #pragma unroll 1
-        for (int c = g0; c < min(n, g0 + kColumnGroup); ++c) {
+        for (int c = g0; c < min(n, g0 + kWarpColumnGroup); ++c) {
             float xc = 0.f;                                    // a chain: a select tree spilled 8 bytes here
 #pragma unroll
-            for (int j = g0; j < g0 + kColumnGroup; ++j) xc = (j == c) ? a[j] : xc;
+            for (int j = g0; j < g0 + kWarpColumnGroup; ++j) xc = (j == c) ? a[j] : xc;
             const float x = (lane > c) ? xc : 0.f;
             float p[kWarpMaxN];
 #pragma unroll
@@ -72,7 +72,7 @@ qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __rest
             const float v = (lane > c) ? x * ref.scale : (lane == c) ? 1.f : 0.f;
             const float stored = (lane > c) ? v : ref.beta;
 #pragma unroll
-            for (int j = g0; j < g0 + kColumnGroup; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
+            for (int j = g0; j < g0 + kWarpColumnGroup; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
 #pragma unroll
             for (int j = g0; j < kWarpMaxN; ++j) a[j] -= s_coef[warp][j] * v;  // zero for j <= c
             __syncwarp();                                      // s_row and s_coef are rewritten next column
