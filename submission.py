@@ -1,11 +1,11 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: d86a325c6d26d042c765519ab9fe8056eafa48db
+# toolkit commit: e5d0e2b4d292a7ef4f04be033475c264c8788970
 # part common/device_utils.cuh sha256 cab98ec14c538053c961c39b6ce3768c400adb7d37a652c0daf93dccf5e02ec1
 # part common/launch.cuh sha256 171fb3c933df7c52317c755137b0d732cb87c7e0abb9a11bd34ce497b1c05240
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
-# part qr_v2/householder_warp.cu sha256 23216931ae75ea03e66abe45618e4f41b8fca573474731f5c80ce7f22fbafb40
+# part qr_v2/householder_warp.cu sha256 5f26198a081ed462155fb899b99d14d1a3c4bf3e5f774d3e0dc5601b5dc5adf7
 # part qr_v2/compact_wy.cuh sha256 c2e62d67ed853e0c7ec17a0a88307d96dd33719d7a186931fb293ee0835463d5
 # part qr_v2/panel_team.cuh sha256 19581a6848c3e2cbe0e166d39c9139f39f26c559fe6d98f2ab516d9606d6b97b
 # part qr_v2/householder_panel_columns.cu sha256 d16adecf6cb1afda43c6c9c6716001ab4565e9a613eae68c98dccd4994c77496
@@ -347,7 +347,7 @@ namespace {
 
 constexpr int kWarpMaxN = 32;
 constexpr int kWarpMatrices = 4;
-constexpr int kWarpColumnGroup = 8;             // columns a copy of the column loop's body
+constexpr int kWarpColumnGroup = 8;         // columns a copy of the column loop's body
 
 __global__ void __launch_bounds__(32 * kWarpMatrices)
 qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int batch, int n) {
