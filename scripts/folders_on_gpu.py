@@ -60,7 +60,7 @@ from checks.native import native_checker  # noqa: E402
 from checks.problems import format_spec, record_path, world_size  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
-from popcorn.evidence.logs import git_commit  # noqa: E402
+from popcorn.evidence.logs import NO_COMMIT, git_commit  # noqa: E402
 from popcorn.evidence.tables import render_table  # noqa: E402
 from scripts.command_line import run_main  # noqa: E402
 
@@ -422,7 +422,7 @@ def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | 
         raise PopkitError(f"{out} already holds a run (summary.json or performance.jsonl): give -o a new folder")
     commit = git_commit(SOURCE)
     if commit is None:
-        print("warning: no git repository and no POPKIT_COMMIT: the records will name no commit", file=sys.stderr)
+        print(f"warning: {NO_COMMIT}: the records will name no commit", file=sys.stderr)
     host = host or this_host()
     out.mkdir(parents=True, exist_ok=True)
     if archive is not None:

@@ -1,6 +1,7 @@
 """`popkit --version`: the version and the commit the evidence records would name."""
 from __future__ import annotations
 
+import subprocess
 from importlib import metadata
 
 import pytest
@@ -17,10 +18,19 @@ def test_version_names_the_package_version_and_the_records_commit(monkeypatch):
     assert result.output == f"popkit {logs.toolkit_version()} (commit 0123abc)\n"
 
 
-def test_version_runs_before_any_verb_and_says_when_no_commit_is_known(monkeypatch):
-    monkeypatch.setattr(logs, "git_commit", lambda: None)
+def test_version_runs_before_any_verb_and_says_when_no_commit_is_known(monkeypatch, tmp_path):
+    # A copy nested in another checkout (a snapshot under vendor/) has git, but no commit of its own: it said
+    # "no git", which was false there.
+    outer = tmp_path / "outer"
+    (outer / "copy").mkdir(parents=True)
+    subprocess.run(["git", "init", "-q"], cwd=outer, check=True, capture_output=True)
+    monkeypatch.delenv("POPKIT_COMMIT", raising=False)
+    real = logs.git_commit
+    monkeypatch.setattr(logs, "git_commit", lambda: real(outer / "copy"))
     result = CliRunner().invoke(main, ["--version", "check", "no-such-problem"])
-    assert result.exit_code == 0 and "no git and no POPKIT_COMMIT" in result.output
+    assert result.exit_code == 0
+    assert result.output.endswith("(commit unknown: this copy is not the top of a git work tree and POPKIT_COMMIT "
+                                  "is unset)\n")
 
 
 def test_an_uninstalled_copy_reads_its_version_from_pyproject(monkeypatch):

@@ -24,8 +24,8 @@ try:
         # Eager: prints and exits before any verb runs; the commit is what the evidence records would name.
         if not value or ctx.resilient_parsing:
             return
-        from popcorn.evidence.logs import git_commit, toolkit_version
-        click.echo(f"popkit {toolkit_version()} (commit {git_commit() or 'unknown: no git and no POPKIT_COMMIT'})")
+        from popcorn.evidence.logs import NO_COMMIT, git_commit, toolkit_version
+        click.echo(f"popkit {toolkit_version()} (commit {git_commit() or 'unknown: ' + NO_COMMIT})")
         ctx.exit()
 
     @click.group(context_settings={"help_option_names": ["-h", "--help"]})

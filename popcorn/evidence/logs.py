@@ -60,6 +60,10 @@ def git_commit(cwd: Path = ROOT) -> str | None:
     return sha + ("-dirty" if dirty else "")
 
 
+# Why git_commit found none, in the words of its rule: a copy nested in another checkout has git, but not its own.
+NO_COMMIT = "this copy is not the top of a git work tree and POPKIT_COMMIT is unset"
+
+
 def toolkit_version() -> str:
     """popkit's version: the installed package's, else pyproject.toml's beside this tree, else 'unknown'."""
     from importlib import metadata
