@@ -568,7 +568,7 @@ def test_cli_merge_of_an_archive_names_its_tables_and_the_promote_command_of_eac
         f"table: {device / '20261201T103005Z-02-check-qr_v2.txt'}",
         f"table: {device / '20261201T103005Z-gpu.txt'}",
         f"build: {build}",
-        f"  promote it: popkit promote qr_v2 --submission {build}"]
+        f"  promote it: popkit promote qr_v2 --submission {build} --log {target}"]
 
 
 def test_cli_merge_with_tables_names_the_promote_command_of_each_build_left_in_the_folder(tmp_path, target):
@@ -583,6 +583,16 @@ def test_cli_merge_with_tables_names_the_promote_command_of_each_build_left_in_t
     result = CliRunner().invoke(main, ["merge", str(out / "performance.jsonl"), "--tables", str(out),
                                        "--log", str(target)])
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[-2:] == [f"build: {build}",
-                                               f"  promote it: popkit promote qr_v2 --submission {build}"]
+    assert result.output.splitlines()[-2:] == [
+        f"build: {build}", f"  promote it: popkit promote qr_v2 --submission {build} --log {target}"]
     assert build.read_text() == "# built\n"
+
+
+def test_the_promote_line_reads_the_log_merged_into_and_pastes_as_one_command(tmp_path):
+    # Merged into --log FILE, the line said `popkit promote qr_v2 --submission B`: promote then read logs/ and
+    # refused for want of the very diff just merged; a folder with a space split the path in two.
+    from popcorn.cli.records import promote_command
+    build = tmp_path / "my runs" / "qr_v2.py"
+    scratch = tmp_path / "scratch log.jsonl"
+    assert promote_command(build, scratch) == f"popkit promote qr_v2 --submission '{build}' --log '{scratch}'"
+    assert promote_command(build, logs.DEFAULT_LOG) == f"popkit promote qr_v2 --submission '{build}'"

@@ -1,6 +1,7 @@
 """The `merge` verb: evidence made on another machine (a GPU host) into logs/ (popcorn.evidence.archive.merge_files)."""
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 
 import click
@@ -38,4 +39,13 @@ def register(main):
         for path in result.tables:
             click.echo(f"table: {path}")
         for path in result.builds:
-            click.echo(f"build: {path}\n  promote it: popkit promote {path.stem} --submission {path}")
+            click.echo(f"build: {path}\n  promote it: {promote_command(path, log_path)}")
+
+
+def promote_command(build: Path, log_path: Path) -> str:
+    """The promote command of a merged BUILD, ready to paste: it reads the log the evidence was merged into (promote
+    reads logs/performance.jsonl unless told), and a path with a space stays one argument."""
+    argv = ["popkit", "promote", build.stem, "--submission", str(build)]
+    if Path(log_path).resolve() != DEFAULT_LOG.resolve():
+        argv += ["--log", str(log_path)]
+    return shlex.join(argv)
