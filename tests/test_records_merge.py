@@ -596,3 +596,14 @@ def test_the_promote_line_reads_the_log_merged_into_and_pastes_as_one_command(tm
     scratch = tmp_path / "scratch log.jsonl"
     assert promote_command(build, scratch) == f"popkit promote qr_v2 --submission '{build}' --log '{scratch}'"
     assert promote_command(build, logs.DEFAULT_LOG) == f"popkit promote qr_v2 --submission '{build}'"
+
+
+def test_an_archive_s_tables_and_builds_come_out_by_name_whatever_the_order_packed(tmp_path, target):
+    # GNU tar packs a folder in its directory order: the merge listed 02-bench before 01-check.
+    members = [member("gs/performance.jsonl", (json.dumps(record("2026-12-01T10:30:05Z")) + "\n").encode())]
+    members += [member(f"gs/{name}") for name in ("02-bench-qr_v2.txt", "01-check-qr_v2.txt")]
+    members += [member(f"gs/builds/{name}", BUILT) for name in ("qr_v2.py", "eigh.py")]
+    result = archive.merge_files([pack(tmp_path / "gs.tgz", extra=members)], target, builds=tmp_path / "builds")
+    assert [path.name for path in result.tables] == ["20261201T103005Z-01-check-qr_v2.txt",
+                                                     "20261201T103005Z-02-bench-qr_v2.txt"]
+    assert [path.name for path in result.builds] == ["eigh.py", "qr_v2.py"]

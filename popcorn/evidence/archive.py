@@ -61,7 +61,8 @@ def archive_runs(path: Path) -> list[Run]:
                           "ended); nothing merged")
 
     def inside(folder: PurePosixPath, suffix: str) -> dict[str, bytes]:
-        return {PurePosixPath(name).name: data for name, data in files.items()
+        # By name, not in the archive's order (GNU tar's is the folder's, which listed 02-bench before 01-check).
+        return {PurePosixPath(name).name: files[name] for name in sorted(files)
                 if PurePosixPath(name).parent == folder and name.endswith(suffix)}
     return [Run([(f"{path}:{log}", files[str(log)])], f"{path}:{log.parent}", inside(log.parent, ".txt"),
                 inside(log.parent / "builds", ".py")) for log in logs]
