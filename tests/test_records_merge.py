@@ -607,3 +607,15 @@ def test_an_archive_s_tables_and_builds_come_out_by_name_whatever_the_order_pack
     assert [path.name for path in result.tables] == ["20261201T103005Z-01-check-qr_v2.txt",
                                                      "20261201T103005Z-02-bench-qr_v2.txt"]
     assert [path.name for path in result.builds] == ["eigh.py", "qr_v2.py"]
+
+
+def test_builds_given_with_a_performance_jsonl_is_refused_not_ignored(tmp_path, target, run):
+    # The two-step form ignored --builds without a word: the builds stayed in DIR/builds, not where it said.
+    before = target.read_bytes()
+    result = CliRunner().invoke(main, ["merge", str(run / "performance.jsonl"), "--tables", str(run), "--log",
+                                       str(target), "--builds", str(tmp_path / "builds")])
+    assert result.exit_code == 1
+    assert result.output == (f"error: --builds {tmp_path / 'builds'}: only an archive's builds are unpacked there; a "
+                             "performance.jsonl merge leaves them in its run folder's builds/ (--tables DIR names "
+                             "them): drop --builds or merge the run's archive; nothing merged\n")
+    assert untouched(tmp_path, target, before)

@@ -21,9 +21,11 @@ def register(main):
                        "(logs/device/; named after the run's first record time)")
     @click.option("--log", "log_path", type=click.Path(dir_okay=False, path_type=Path), default=DEFAULT_LOG,
                   show_default=True, help="the evidence log to merge into")
-    @click.option("--builds", type=click.Path(file_okay=False, path_type=Path), default=BUILDS, show_default=True,
+    # No click default: given with performance.jsonl files, whose builds stay in their folder, it is refused.
+    @click.option("--builds", type=click.Path(file_okay=False, path_type=Path),
                   help="where an archive's built files go, a folder per run named after its first record time "
-                       "(git-ignored by default: promote copies the one it installs into logs/incumbents/)")
+                       "(git-ignored by default: promote copies the one it installs into logs/incumbents/)  "
+                       f"[default: {BUILDS}]")
     @fail_cleanly
     def merge_cmd(files, tables, log_path, builds):
         """Merge performance.jsonl FILES made on another machine into the evidence log, or a run's archive

@@ -37,19 +37,23 @@ def is_archive(path: Path | str) -> bool:
 
 
 def merge_files(files: list[Path | str], target: Path | str, tables: Path | str | None = None,
-                builds: Path = BUILDS) -> Merge:
+                builds: Path | None = None) -> Merge:
     """`popkit merge FILES`: performance.jsonl files (logs.merge_logs, TABLES their run's folder), or run archives,
-    every run in them with its tables, and its builds to BUILDS. Not the two kinds at once: an archive brings its
-    own tables, which --tables would mix with another run's."""
+    every run in them with its tables, and its builds to BUILDS (default: .popkit/builds). Not the two kinds at
+    once: an archive brings its own tables, which --tables would mix with another run's."""
     paths = [Path(file) for file in files]
     archives = [path for path in paths if is_archive(path)]
     if not archives:
+        if builds is not None:        # it was ignored without a word: the builds stayed in DIR/builds
+            raise PopkitError(f"--builds {builds}: only an archive's builds are unpacked there; a performance.jsonl "
+                              "merge leaves them in its run folder's builds/ (--tables DIR names them): drop --builds "
+                              "or merge the run's archive; nothing merged")
         return merge_logs(paths, target, tables)
     if len(archives) < len(paths) or tables is not None:
         raise PopkitError("an archive brings its own records, tables and builds: merge archives alone, without "
                           "performance.jsonl files or --tables; nothing merged")
     require_sources(archives)
-    return merge_runs([run for archive in archives for run in archive_runs(archive)], target, builds)
+    return merge_runs([run for archive in archives for run in archive_runs(archive)], target, builds or BUILDS)
 
 
 def archive_runs(path: Path) -> list[Run]:
