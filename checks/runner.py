@@ -552,7 +552,8 @@ def not_a_submission(prob: Problem, path: Path, text: str) -> str | None:
 
 def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -> None:
     """The file exists, is a submission (not_a_submission) and, when it names a leaderboard, names this problem's;
-    ROLE "incumbent" says what to pass instead of the incumbent."""
+    ROLE says what to pass instead: "incumbent" (--incumbent), "candidate" (--submission) or "file" (a script's
+    argument)."""
     if not path.is_file():
         raise PopkitError(f"{path}: no such submission file (run `popkit build {prob.name}` first)")
     size = path.stat().st_size
@@ -562,8 +563,9 @@ def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -
     text = path.read_text(encoding="utf-8", errors="replace")
     why = not_a_submission(prob, path, text)
     if why is not None:
-        instead = ("--incumbent a built file (`popkit promote` installs one)" if role == "incumbent"
-                   else "--submission the file it writes (or leave --submission out)")
+        instead = {"incumbent": "--incumbent a built file (`popkit promote` installs one)",
+                   "file": "the file it writes (-o FILE.py)"}.get(role, "--submission the file it writes (or leave "
+                                                                     "--submission out)")
         raise PopkitError(f"{path} is not a submission ({why}): `popkit build {prob.name}` makes one; pass {instead}")
     board = leading_directives(text).get("leaderboard")
     if board is not None and board != prob.leaderboard:
@@ -572,7 +574,8 @@ def require_submission_for(prob: Problem, path: Path, role: str = "candidate") -
         if role == "incumbent":
             raise PopkitError(f"the incumbent {wrong}: pass --incumbent a file built for {prob.name} (`popkit "
                               f"promote {prob.name}` installs one, or --incumbent {REFERENCE_INCUMBENT})")
-        raise PopkitError(f"{wrong}: run `popkit build {prob.name} -o FILE.py` and pass --submission FILE.py")
+        option = "" if role == "file" else "--submission "
+        raise PopkitError(f"{wrong}: run `popkit build {prob.name} -o FILE.py` and pass {option}FILE.py")
 
 
 def make_outcome(mode: str, prob: Problem, submissions: dict[str, Path], results: list[dict], info: dict,

@@ -136,6 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: sweep_route.py checks each variant against a "
                               f"native checker's gates (checks/native/PROBLEM.py), which {prob.name} has not")
+        runner.require_submission_for(prob, Path(path), "file")   # another problem's file failed every cell, exit 0
         specs, notes = runner.select_specs(prob, "benchmarks", args.case, 0, "cuda" if gpu else "cpu")
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -253,7 +253,7 @@ def test_a_problem_case_or_variants_it_cannot_run_is_one_line_before_the_import(
     # Each was a traceback (ProblemError, AttributeError, TypeError), after the built file's import: on a GPU
     # host a CUDA compile.
     monkeypatch.chdir(tmp_path)
-    (tmp_path / "built.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "built.py").write_text("def custom_kernel(A):\n    return A\n\nraise SystemExit('imported')\n")
     (tmp_path / "variants.json").write_text('{"default": {}}')
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(SystemExit) as stop:
@@ -300,3 +300,30 @@ def test_a_failed_variant_s_cell_says_so_and_its_line_follows(sweep_script, tmp_
     header, row, why = capsys.readouterr().out.splitlines()[-3:]
     assert row[36:36 + sweep_script.CELL].split()[1] == "ok" and row[36 + sweep_script.CELL:].split() == ["failed"]
     assert why.startswith("  wrong failed: input 1 of 50: reconstruction: ")
+
+
+def test_a_file_built_for_another_problem_is_refused_before_the_import(sweep_script, tmp_path, monkeypatch, capsys):
+    # qr_v2's build swept as cholesky was imported and timed: every cell "failed" on its output's shape, exit 0.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "built.py").write_text("#!POPCORN leaderboard qr_v2\ndef custom_kernel(A):\n    return A\n\n"
+                                       "raise SystemExit('imported')\n")
+    (tmp_path / "variants.json").write_text('{"default": {}}')
+    with pytest.raises(SystemExit) as stop:
+        sweep_script.main(["built.py", "cholesky", "variants.json"])
+    err = capsys.readouterr().err
+    board = load_problem("cholesky").leaderboard
+    assert stop.value.code == 2 and err == (f"error: built.py is built for leaderboard qr_v2 (its #!POPCORN "
+                                            f"leaderboard line), not {board}: run `popkit build cholesky -o FILE.py` "
+                                            "and pass FILE.py\n")
+
+
+def test_a_file_that_is_no_submission_is_refused_before_the_import(sweep_script, tmp_path, monkeypatch, capsys):
+    # Imported, it ended in an AttributeError traceback (module.custom_kernel) or, on a GPU host, after a compile.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "built.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "variants.json").write_text('{"default": {}}')
+    with pytest.raises(SystemExit) as stop:
+        sweep_script.main(["built.py", "cholesky", "variants.json"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and err.startswith("error: built.py is not a submission (defines no custom_kernel ")
+    assert err.endswith("`popkit build cholesky` makes one; pass the file it writes (-o FILE.py)\n")
