@@ -113,15 +113,18 @@ CELL = 23     # '     6537.7   ok 0.004': time, status, the worst gate fraction
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("submission")
-    parser.add_argument("problem")
-    parser.add_argument("variants")
-    parser.add_argument("--case", action="append", default=[])
-    parser.add_argument("--reps", type=int, default=5, help="alternating rounds per case (at least 3; default 5)")
+    # The whole docstring: its first line alone left out the variants' format and how a case is timed.
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("submission", metavar="SUBMISSION", help="a built file (popkit build PROBLEM -o FILE.py)")
+    parser.add_argument("problem", metavar="PROBLEM", help="a native problem (qr_v2, eigh, cholesky ...)")
+    parser.add_argument("variants", metavar="VARIANTS.json", help="variant names and the globals each sets")
+    parser.add_argument("--case", action="append", default=[], metavar="SPEC",
+                        help="a case instead of the benchmark list, in popkit's --case form (repeatable)")
+    parser.add_argument("--reps", type=int, default=5,
+                        help="alternating rounds per case (at least 3; default 5)")
     parser.add_argument("--baseline", action="store_true",
                         help="also time the problem's torch baseline on each case, after the rounds (as bench)")
-    parser.add_argument("--json")
+    parser.add_argument("--json", metavar="OUT", help="the rows as JSON, rewritten after each case")
     args = parser.parse_args(argv)
     path = built_file(args.submission)
     gpu = torch.cuda.is_available()

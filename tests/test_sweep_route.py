@@ -327,3 +327,12 @@ def test_a_file_that_is_no_submission_is_refused_before_the_import(sweep_script,
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.startswith("error: built.py is not a submission (defines no custom_kernel ")
     assert err.endswith("`popkit build cholesky` makes one; pass the file it writes (-o FILE.py)\n")
+
+
+def test_help_shows_the_variants_format_and_what_each_option_is(sweep_script, capsys):
+    # --help printed the docstring's first line only: no word of VARIANTS.json's form, --case or --json.
+    with pytest.raises(SystemExit) as stop:
+        sweep_script.main(["--help"])
+    out = capsys.readouterr().out
+    assert stop.value.code == 0 and "VARIANTS.json maps a variant name to module globals" in out
+    assert "--case SPEC" in out and "--json OUT" in out and "rewritten after each case" in out
