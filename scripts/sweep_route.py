@@ -20,7 +20,8 @@ one imported module (one CUDA library and its state), where a diff imports two f
 was one call on a fresh clone of one input, the baseline inside the rotation: twice it disagreed with `popkit
 diff` (docs/priors.md, "Toolkit lessons"). Exploration only: a choice it suggests becomes evidence through
 `popkit bench` / `popkit diff`. --json OUT writes the rows, rewritten after each case, so a run cut short keeps
-the cases it timed.
+the cases it timed. The table goes to stdout; notes (on a CPU: that its timings say nothing of a GPU's) and
+progress, as the verbs show it (each case, every 10th repeat of a loop), to stderr.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks import runner, worker  # noqa: E402
 from checks.problems import load_problem, short_spec  # noqa: E402
-from checks.timing import MIN_REPEATS, Stats  # noqa: E402
+from checks.timing import MIN_REPEATS, Stats, cpu_bound_text  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.logs import strict_json  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
@@ -70,25 +71,28 @@ def unknown_globals(module, variants: dict[str, dict]) -> list[str]:
 
 
 def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: int, device: str = "cuda",
-          report: Callable[[dict], None] = lambda row: None, baseline: bool = False) -> list[dict]:
+          report: Callable[[dict], None] = lambda row: None, baseline: bool = False,
+          progress: Callable[[str], None] = lambda text: None) -> list[dict]:
     """Check and time every variant on every case through worker.time_rounds, `popkit diff`'s timing of a case;
-    returns one row per case. The module's globals are restored afterwards, whatever happens."""
+    returns one row per case (each to REPORT as it is done), and says what runs to PROGRESS as the verbs do. The
+    module's globals are restored afterwards, whatever happens."""
     defaults = {key: getattr(module, key) for overrides in variants.values() for key in overrides}
 
     def use(overrides: dict) -> None:
         for key, value in {**defaults, **overrides}.items():
             setattr(module, key, as_global(value))
 
-    def quiet(message) -> None:       # the worker's progress lines: the table is this script's output
-        pass
+    def send(message: tuple) -> None:      # the worker's ("progress", text): a case of 5 rounds takes minutes
+        progress(message[1])
 
     rows = []
     try:
-        for spec in specs:
+        for index, spec in enumerate(specs, 1):
+            progress(f"case {index}/{len(specs)}: {short_spec(spec)}")
             inputs = prob.native.benchmark_inputs(spec, device)
             failures: dict[str, str] = {}
             reports, samples = worker.time_rounds(prob.name, {name: module.custom_kernel for name in variants},
-                                                  inputs, device, rounds, quiet, short_spec(spec),
+                                                  inputs, device, rounds, send, short_spec(spec),
                                                   before=lambda name: use(variants[name]), failures=failures)
             row = {"spec": spec, "baseline_us": None, "variants": {}}
             for name in variants:
@@ -99,7 +103,7 @@ def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: in
                                              "worst_fraction": worst_fraction(reports[name]),
                                              **Stats.from_samples(samples[name]).as_us_dict()}
             if baseline:
-                stats, bounded = worker.time_baseline(prob.name, inputs, device, quiet, short_spec(spec))
+                stats, bounded = worker.time_baseline(prob.name, inputs, device, send, short_spec(spec))
                 row.update(baseline_us=stats.mean / 1e3, baseline_bounded=bounded)
             rows.append(row)
             report(row)
@@ -144,8 +148,10 @@ def main(argv: list[str] | None = None) -> None:
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)
+    if not gpu:       # as bench and diff say it on a CPU
+        notes.insert(0, f"no GPU: CPU timings say nothing about GPU speed; {cpu_bound_text()}")
     for line in notes:
-        print(line, file=sys.stderr)
+        print(f"note: {line}", file=sys.stderr)
     module = import_built(path, "swept")
     unknown = unknown_globals(module, variants)
     if unknown:
@@ -167,7 +173,8 @@ def main(argv: list[str] | None = None) -> None:
             write_atomic(args.json, json.dumps(strict_json(done), indent=1))
 
     print(f"{'case':<22}{'baseline us':>14}" + "".join(f"{name:>{CELL}}" for name in variants), flush=True)
-    sweep(module, prob, variants, specs, args.reps, "cuda" if gpu else "cpu", print_row, args.baseline)
+    sweep(module, prob, variants, specs, args.reps, "cuda" if gpu else "cpu", print_row, args.baseline,
+          lambda text: print(f"  .. {text}", file=sys.stderr, flush=True))
 
 
 if __name__ == "__main__":

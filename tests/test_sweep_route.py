@@ -336,3 +336,25 @@ def test_help_shows_the_variants_format_and_what_each_option_is(sweep_script, ca
     out = capsys.readouterr().out
     assert stop.value.code == 0 and "VARIANTS.json maps a variant name to module globals" in out
     assert "--case SPEC" in out and "--json OUT" in out and "rewritten after each case" in out
+
+
+def test_progress_names_each_case_and_each_variant_s_rounds_as_they_run(sweep_script, prob, three_repeats):
+    # It printed nothing until a case's row: on a CPU two tiny qr_v2 cases took 90 s in silence.
+    lines = []
+    spec = parse_spec(TINY, prob)
+    sweep_script.sweep(tagged_module([]), prob, {"first": {}, "second": {"TAG": "b"}}, [spec, spec], 3, "cpu",
+                       baseline=True, progress=lines.append)
+    assert lines[0] == "case 1/2: 1x4 dense c1" and "case 2/2: 1x4 dense c1" in lines
+    assert "1x4 dense c1 second round 3/3: repeat 1, mean " in "\n".join(lines)
+    assert any(line.startswith(f"1x4 dense c1 {prob.native.BASELINE_NAME}: repeat 1") for line in lines)
+
+
+def test_on_a_cpu_a_note_says_its_timings_say_nothing_of_a_gpu(sweep_script, tmp_path, monkeypatch, capsys):
+    # bench and diff say so on a CPU; the sweep printed its table of CPU times without a word.
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "built.py").write_text(BUILT)
+    (tmp_path / "variants.json").write_text('{"default": {}}')
+    sweep_script.main(["built.py", "cholesky", "variants.json", "--reps", "3", "--case", TINY])
+    err = capsys.readouterr().err.splitlines()
+    assert err[0] == f"note: no GPU: CPU timings say nothing about GPU speed; {timing.cpu_bound_text()}"
+    assert err[1] == "  .. case 1/1: 1x4 dense c1"
