@@ -26,11 +26,13 @@ folder runs. One line a folder (its path, each stage's seconds, the verdict). --
 that would not finish in what is left (the longest folder so far as the guess) and cuts a stage at the budget.
 DIR (default: a new folder under $TMPDIR or /tmp; one that holds a run is refused) gets performance.jsonl (each
 check's and bench's record, the commit from POPKIT_COMMIT or this tree's git), builds/, out/NAME/STAGE.txt (each
-verb's output), summary.txt (a table) and summary.json (folder, name, verdict: pass / fail / skip / timeout, the
-stage that failed, 'folder' where popkit refuses the folder as problem add would, its first error line or the skip's
-reason, seconds, each stage), rewritten after each folder; -a FILE.tgz keeps one archive of DIR, rewritten after
-each folder, for a transport that returns a few files or a call killed at its limit. Exit 0 when no folder failed
-or timed out, 1 when one did, 2 on bad arguments.
+verb's output), summary.txt (a table) and summary.json (folder, name, verdict: pass / fail / skip / timeout /
+interrupted, the stage that failed, 'folder' where popkit refuses the folder as problem add would, its first error
+line or the skip's reason, seconds, each stage), rewritten after each folder; -a FILE.tgz keeps one archive of DIR,
+rewritten after each folder, for a transport that returns a few files or a call killed at its limit. Ctrl-C (or
+SIGTERM, as a device tool's limit sends it) stops the verb running; its folder goes into the summary and the archive
+as interrupted, and the run ends with exit 130. Else exit 0 when no folder failed or timed out, 1 when one did, 2 on
+bad arguments.
 """
 from __future__ import annotations
 
@@ -101,7 +103,7 @@ def this_host() -> Host:
 @dataclass
 class Stage:
     stage: str                  # add, build, check or bench
-    status: str                 # pass, fail or timeout
+    status: str                 # pass, fail, timeout or interrupted
     seconds: float
     error: str | None = None    # what went wrong, in one line
     output: str | None = None   # the verb's output, relative to DIR
@@ -111,7 +113,7 @@ class Stage:
 class Result:
     folder: str                 # its path under problems/
     name: str | None            # the problem it was added as
-    verdict: str                # pass, fail, skip or timeout
+    verdict: str                # pass, fail, skip, timeout or interrupted
     reason: str | None = None   # a skip's reason, or the failed stage's error line
     stage: str | None = None    # the stage that failed or ran out of time ('folder': popkit refuses the folder)
     seconds: float = 0.0
@@ -266,8 +268,12 @@ def run_folder(session: Session, rel: str, folder: task_folder.TaskFolder, name:
         limit, left = session.timeouts_s[stage], session.left_s()
         output = session.out / "out" / name / f"{stage}.txt"
         output.parent.mkdir(parents=True, exist_ok=True)
-        done = session.runner(stage, verbs[stage], session.scratch, session.env,
-                              limit if left is None else max(1.0, min(limit, left)), output)
+        start = session.clock()
+        try:
+            done = session.runner(stage, verbs[stage], session.scratch, session.env,
+                                  limit if left is None else max(1.0, min(limit, left)), output)
+        except KeyboardInterrupt:       # Ctrl-C or SIGTERM; the verb is stopped: the folder ends here, summed up
+            done = Stage(stage, "interrupted", session.clock() - start, "stopped by Ctrl-C or SIGTERM")
         done.output = output.relative_to(session.out).as_posix()
         if done.status == "timeout":
             cut = left is not None and left < limit
@@ -276,7 +282,7 @@ def run_folder(session: Session, rel: str, folder: task_folder.TaskFolder, name:
         result.stages.append(done)
         session.report(f"{stage} {done.seconds:.1f} s{'' if done.status == 'pass' else ' ' + done.status}, ")
         if done.status != "pass":
-            result.verdict = "timeout" if done.status == "timeout" else "fail"
+            result.verdict = done.status         # fail, timeout or interrupted
             result.reason, result.stage = done.error, stage
             return result
     if stubs:
@@ -309,6 +315,8 @@ def run_folders(session: Session, folders: list[str], host: Host, archive: Path 
         write_summary(session, host, results, len(folders))
         if archive is not None:
             write_archive(session.out, archive)
+        if result.verdict == "interrupted":     # summed up and archived first: a killed call brings it back
+            raise KeyboardInterrupt
     return results
 
 
@@ -333,7 +341,7 @@ def plan(session: Session, rel: str, host: Host, longest: float) -> Result | tas
 
 def write_summary(session: Session, host: Host, results: list[Result], total: int) -> None:
     """DIR/summary.json and DIR/summary.txt for the folders done so far, each replaced whole."""
-    counts = {v: sum(r.verdict == v for r in results) for v in ("pass", "fail", "timeout", "skip")}
+    counts = {v: sum(r.verdict == v for r in results) for v in ("pass", "fail", "timeout", "skip", "interrupted")}
     facts = {"host": asdict(host), "reference_kernels": str(session.root), "commit": session.env.get("POPKIT_COMMIT"),
              "timeouts_s": session.timeouts_s, "folders_total": total, "folders_done": len(results), **counts}
     rows = [{"folder": r.folder, "name": r.name, "verdict": r.verdict, "stage": r.stage, "reason": r.reason,
@@ -350,8 +358,12 @@ def write_summary(session: Session, host: Host, results: list[Result], total: in
 def write_archive(out: Path, archive: Path) -> None:
     """DIR as one archive, replaced whole (written to a temporary name, then moved): a kill leaves the last one."""
     partial = archive.with_name(archive.name + ".partial")
-    with tarfile.open(partial, "w:gz") as tar:
-        tar.add(out, arcname=out.name)
+    try:
+        with tarfile.open(partial, "w:gz") as tar:
+            tar.add(out, arcname=out.name)
+    except BaseException:       # Ctrl-C half-way left FILE.tgz.partial beside the archive
+        partial.unlink(missing_ok=True)
+        raise
     os.replace(partial, archive)
 
 

@@ -302,6 +302,53 @@ def test_the_summary_and_the_archive_are_rewritten_after_each_folder(fog, tree, 
     assert not archive.with_name("folders.tgz.partial").exists()
 
 
+def test_ctrl_c_sums_up_the_folder_in_progress_in_the_summary_and_the_archive(fog, tree, tmp_path, capsys):
+    # Ctrl-C (or a device call's SIGTERM) during a folder's check left no summary and no archive at all when it was
+    # the first folder to run, and the last archive without it otherwise: the transport brought back nothing of it.
+    make_folder(tree, "pmpp_v2/sub_py", "sub_v2", ["H100"])
+    archive = tmp_path / "back" / "folders.tgz"
+
+    class CtrlC(Verbs):
+        def __call__(self, stage, argv, cwd, env, timeout_s, output):
+            done = super().__call__(stage, argv, cwd, env, timeout_s, output)
+            if stage == "check":          # run_verb stops the verb, then lets Ctrl-C go on
+                raise KeyboardInterrupt
+            return done
+
+    verbs = CtrlC(clock=Clock())
+    with pytest.raises(KeyboardInterrupt):
+        run(fog, tree, tmp_path / "out", H200, verbs, "-a", str(archive), clock=verbs.clock)
+    assert verbs.stages("sub_v2") == []                               # the next folder never starts
+    held = archived(archive)
+    facts = json.loads(held["summary.json"])
+    assert (facts["folders_done"], facts["interrupted"], facts["skip"]) == (6, 1, 5)
+    row = facts["folders"][-1]
+    assert (row["folder"], row["verdict"], row["stage"]) == ("pmpp_v2/add_py", "interrupted", "check")
+    assert row["reason"] == "stopped by Ctrl-C or SIGTERM"
+    assert [(s["stage"], s["status"]) for s in row["stages"]] == [("add", "pass"), ("build", "pass"),
+                                                                  ("check", "interrupted")]
+    assert held["out/add_v2/check.txt"] == b"check add_v2: ok\n"       # what the verb printed before it stopped
+    assert (tmp_path / "out" / "summary.json").read_bytes() == held["summary.json"]
+    assert capsys.readouterr().out.splitlines()[-1] == ("[6/7] pmpp_v2/add_py: add 1.0 s, build 1.0 s, check 1.0 s "
+                                                        "interrupted, interrupted (stopped by Ctrl-C or SIGTERM) in "
+                                                        "3.0 s")
+
+
+def test_an_archive_cut_by_ctrl_c_while_written_leaves_the_last_one_and_no_partial_file(fog, tmp_path, monkeypatch):
+    out, archive = tmp_path / "out", tmp_path / "folders.tgz"
+    out.mkdir()
+    (out / "summary.txt").write_text("first\n")
+    fog.write_archive(out, archive)
+
+    def ctrl_c(self, *args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(tarfile.TarFile, "add", ctrl_c)
+    with pytest.raises(KeyboardInterrupt):
+        fog.write_archive(out, archive)
+    assert archived(archive) == {"summary.txt": b"first\n"}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["folders.tgz", "out"]
+
+
 @pytest.mark.parametrize("args, says", [
     (["--folder", "nvidia/*"], "--folder nvidia/* matches no folder under"),
     (["--timeout", "check=0"], "--timeout check=0: give STAGE=SECONDS, STAGE one of add, build, check, bench"),
