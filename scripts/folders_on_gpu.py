@@ -439,7 +439,8 @@ def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | 
     out.mkdir(parents=True, exist_ok=True)
     if archive is not None:
         archive.parent.mkdir(parents=True, exist_ok=True)
-    print(f"host: {host.describe()}; {len(folders)} folders of {root}; output in {out}", flush=True)
+    print(f"host: {host.describe()}; {len(folders)} folder{'s' * (len(folders) != 1)} of {root}; output in {out}",
+          flush=True)
     start = clock()
     with tempfile.TemporaryDirectory(prefix="popkit-folders-scratch-") as scratch:
         copy = Path(scratch) / "popkit"

@@ -241,6 +241,12 @@ def test_a_failed_stage_ends_its_folder_and_the_next_folder_runs(fog, tree, tmp_
         "(--timeout check=SECONDS)) in 3.0 s"]
 
 
+def test_the_first_line_names_the_host_and_counts_the_folders_in_good_english(fog, tree, tmp_path, capsys):
+    run(fog, tree, tmp_path / "out", H200, Verbs(), "--folder", "pmpp_v2/*")          # it said "1 folders"
+    assert capsys.readouterr().out.splitlines()[0] == (f"host: NVIDIA H200 (1 GPU, sm_90); 1 folder of {tree}; "
+                                                       f"output in {tmp_path / 'out'}")
+
+
 def test_the_budget_caps_each_stage_and_starts_no_folder_that_would_not_finish(fog, tree, tmp_path):
     make_folder(tree, "pmpp_v2/sub_py", "sub_v2", ["H100"])
     verbs = Verbs(clock=Clock(), step=100.0)
