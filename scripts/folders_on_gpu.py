@@ -420,6 +420,10 @@ def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | 
     args = parser.parse_args(argv)
     root, out = args.root.expanduser().resolve(), args.out.expanduser().resolve()
     archive = args.archive.expanduser().resolve() if args.archive else None
+    if not root.exists():         # the default's path alone did not say where it came from, nor what to do
+        raise PopkitError(f"{root}: no such folder (ROOT, else $POPKIT_REFERENCE_KERNELS, else "
+                          "vendor/reference-kernels): `git clone https://github.com/gpu-mode/reference-kernels` and "
+                          "pass its path")
     if not (root / "problems").is_dir():
         raise PopkitError(f"{root}: not a reference-kernels checkout (no problems/ folder)")
     folders = find_folders(root, args.folder)

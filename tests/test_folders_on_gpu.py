@@ -384,6 +384,16 @@ def test_a_root_without_problems_is_refused(fog, tmp_path):
         run(fog, tmp_path, tmp_path / "out", H200, Verbs())
 
 
+def test_a_root_that_is_not_there_says_where_the_default_comes_from_and_what_to_do(fog, tmp_path, monkeypatch):
+    monkeypatch.delenv("POPKIT_REFERENCE_KERNELS", raising=False)
+    monkeypatch.setattr(fog.task_folder, "VENDOR_ROOT", tmp_path / "vendor" / "reference-kernels")
+    with pytest.raises(fog.PopkitError) as refused:
+        fog.main(["-o", str(tmp_path / "out")], runner=Verbs(), host=fog.Host(**H200))
+    assert str(refused.value) == (f"{tmp_path / 'vendor' / 'reference-kernels'}: no such folder (ROOT, else "
+                                  "$POPKIT_REFERENCE_KERNELS, else vendor/reference-kernels): `git clone "
+                                  "https://github.com/gpu-mode/reference-kernels` and pass its path")
+
+
 def fake_popcorn(folder: Path, body: str) -> Path:
     """FOLDER with a popcorn package whose `python -m popcorn` runs BODY: what run_verb starts there."""
     (folder / "popcorn").mkdir(parents=True)
