@@ -494,10 +494,13 @@ def test_a_truncated_or_corrupt_archive_is_refused_in_one_line(tmp_path, target,
 
 def test_an_archive_without_records_is_refused(tmp_path, target, run):
     before = target.read_bytes()
-    (run / "performance.jsonl").unlink()                # a session stopped before its first verb ended
+    # A session stopped before its first verb ended, or whose verbs were all refused (a bad --case): the second
+    # was told "a run's folder has one once its first verb has ended", which it had.
+    (run / "performance.jsonl").unlink()
     without = pack(tmp_path / "without.tgz", run)
-    with pytest.raises(PopkitError, match=r"without.tgz: no performance.jsonl in it \(a run's folder has one once its "
-                                          r"first verb has ended\); nothing merged$"):
+    with pytest.raises(PopkitError, match=r"without.tgz: no performance.jsonl in it: no verb of the run logged a "
+                                          r"record \(each was refused before it ran, or the run was cut before the "
+                                          r"first one ended; its tables say which\); nothing merged$"):
         archive.merge_files([without], target, builds=tmp_path / "builds")
     write(run / "performance.jsonl", ["not json"])
     bad = pack(tmp_path / "bad.tgz", run)

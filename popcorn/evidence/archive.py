@@ -61,8 +61,10 @@ def archive_runs(path: Path) -> list[Run]:
     files = read_archive(path)
     logs = sorted(PurePosixPath(name) for name in files if PurePosixPath(name).name == "performance.jsonl")
     if not logs:
-        raise PopkitError(f"{path}: no performance.jsonl in it (a run's folder has one once its first verb has "
-                          "ended); nothing merged")
+        # Not "once its first verb has ended": a verb refused before it ran ends and logs nothing.
+        raise PopkitError(f"{path}: no performance.jsonl in it: no verb of the run logged a record (each was refused "
+                          "before it ran, or the run was cut before the first one ended; its tables say which); "
+                          "nothing merged")
 
     def inside(folder: PurePosixPath, suffix: str) -> dict[str, bytes]:
         # By name, not in the archive's order (GNU tar's is the folder's, which listed 02-bench before 01-check).
