@@ -40,3 +40,18 @@ def test_an_uninstalled_copy_reads_its_version_from_pyproject(monkeypatch):
     tomllib = pytest.importorskip("tomllib")                 # Python 3.11 on; 3.10 reads 'unknown'
     expected = tomllib.loads((logs.ROOT / "pyproject.toml").read_text())["project"]["version"]
     assert logs.toolkit_version() == expected
+
+
+def test_the_tree_s_own_version_wins_over_a_package_installed_from_another_checkout(monkeypatch, tmp_path):
+    # A worktree run with the main checkout's editable venv named main's version beside the worktree's commit.
+    pytest.importorskip("tomllib")
+    (tmp_path / "pyproject.toml").write_text('[project]\nname = "popkit"\nversion = "9.9.9"\n')
+    monkeypatch.setattr(logs, "ROOT", tmp_path)
+    monkeypatch.setattr(metadata, "version", lambda name: "0.1.0")
+    assert logs.toolkit_version() == "9.9.9"
+
+
+def test_a_wheel_without_pyproject_beside_it_reads_the_installed_version(monkeypatch, tmp_path):
+    monkeypatch.setattr(logs, "ROOT", tmp_path)
+    monkeypatch.setattr(metadata, "version", lambda name: "0.1.0")
+    assert logs.toolkit_version() == "0.1.0"

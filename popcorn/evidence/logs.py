@@ -65,16 +65,19 @@ NO_COMMIT = "this copy is not the top of a git work tree and POPKIT_COMMIT is un
 
 
 def toolkit_version() -> str:
-    """popkit's version: the installed package's, else pyproject.toml's beside this tree, else 'unknown'."""
-    from importlib import metadata
-    try:
-        return metadata.version("popkit")
-    except metadata.PackageNotFoundError:       # a copy run as `python -m popcorn` without pip install
-        pass
+    """popkit's version: pyproject.toml's beside this tree, else the installed package's, else 'unknown'.
+
+    The tree's own first: a venv installed (editable) from another checkout, as a worktree borrows, named that
+    checkout's version beside this tree's commit. The installed package's serves a wheel, which has no pyproject."""
     try:
         import tomllib
         return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
-    except (ImportError, OSError, ValueError, KeyError):
+    except (ImportError, OSError, ValueError, KeyError):      # Python 3.10, or no pyproject.toml beside the code
+        pass
+    from importlib import metadata
+    try:
+        return metadata.version("popkit")
+    except metadata.PackageNotFoundError:
         return "unknown"
 
 
