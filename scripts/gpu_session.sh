@@ -129,5 +129,10 @@ for command in "$@"; do
   fi
 done
 echo "=== $step commands, $failed failed, $SECONDS s in all; records and tables in $out${archive:+ (archive: $archive)}"
-echo "merge them where you keep logs/: popkit merge $out/performance.jsonl --tables $out${archive:+ (or: popkit merge $archive)}"
+if [ -s "$out/performance.jsonl" ]; then
+  merge="popkit merge $out/performance.jsonl --tables $out"
+  echo "merge them where you keep logs/: $merge${archive:+ (or: popkit merge $archive)}"
+else    # the merge it named would be refused: a verb refused before it ran (a bad --case) logs nothing
+  echo "no verb logged a record (each one's table in $out says why): nothing to merge"
+fi
 [ "$failed" -eq 0 ]

@@ -129,12 +129,18 @@ def test_ctrl_c_stops_the_batch_and_keeps_the_verbs_line_in_its_table(tmp_path):
 
 
 QUICK = """#!{python}
-# Stands in for the interpreter: `-m popcorn build ...` succeeds; `check` passes, `bench` fails (exit 1).
+# Stands in for the interpreter: `-m popcorn build ...` succeeds; `check` passes, `bench` fails (exit 1), and each
+# appends a record to its --log; a --case of 'refused' ends the verb before that, as popkit refuses a bad one.
 import sys
-if sys.argv[3] == "build":
+args = sys.argv[3:]
+if args[0] == "build":
     raise SystemExit(0)
-print("ran", *sys.argv[3:5], flush=True)
-raise SystemExit(1 if sys.argv[3] == "bench" else 0)
+if "refused" in args:
+    print("error: case spec refused", file=sys.stderr)
+    raise SystemExit(1)
+open(args[args.index("--log") + 1], "a").write('{{"mode": "%s"}}\\n' % args[0])
+print("ran", *args[:2], flush=True)
+raise SystemExit(1 if args[0] == "bench" else 0)
 """
 
 
@@ -160,6 +166,17 @@ def test_the_last_line_says_how_to_merge_the_folder_and_its_archive(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == (f"merge them where you keep logs/: popkit merge {out}/performance.jsonl "
                                             f"--tables {out} (or: popkit merge {packed.parent.resolve() / 's.tgz'})")
+
+
+def test_a_batch_whose_verbs_logged_nothing_says_there_is_nothing_to_merge(tmp_path):
+    # Every verb refused before it ran: the last line named a merge of DIR/performance.jsonl, which is not there.
+    python = stand_in_python(tmp_path, QUICK)
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(SCRIPT), "-o", str(out), "check qr_v2 --case refused"], cwd=ROOT,
+                          env={**os.environ, "PYTHON": str(python)}, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1 and not (out / "performance.jsonl").exists()
+    assert done.stdout.splitlines()[-1] == (f"no verb logged a record (each one's table in {out} says why): nothing "
+                                            "to merge")
 
 
 WRITES = """#!{python}
