@@ -128,7 +128,7 @@ for command in "$@"; do
     exit 130
   fi
 done
-echo "=== $step commands, $failed failed, $SECONDS s in all; records and tables in $out${archive:+ (archive: $archive)}"
+echo "=== $step command$([ "$step" = 1 ] || echo s), $failed failed, $SECONDS s in all; records and tables in $out${archive:+ (archive: $archive)}"
 if [ -s "$out/performance.jsonl" ]; then
   merge="popkit merge $out/performance.jsonl --tables $out"
   echo "merge them where you keep logs/: $merge${archive:+ (or: popkit merge $archive)}"

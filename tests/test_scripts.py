@@ -166,6 +166,7 @@ def test_the_last_line_says_how_to_merge_the_folder_and_its_archive(tmp_path):
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines()[-1] == (f"merge them where you keep logs/: popkit merge {out}/performance.jsonl "
                                             f"--tables {out} (or: popkit merge {packed.parent.resolve() / 's.tgz'})")
+    assert re.fullmatch(r"=== 1 command, 0 failed, \d+ s in all; .*", done.stdout.splitlines()[-2])   # not "1 commands"
 
 
 def test_a_batch_whose_verbs_logged_nothing_says_there_is_nothing_to_merge(tmp_path):
