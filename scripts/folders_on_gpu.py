@@ -3,6 +3,7 @@
 Usage (repository root, on a GPU host):
   python3 scripts/folders_on_gpu.py [ROOT] [-o DIR] [-a FILE.tgz] [--folder GLOB ...] [--timeout STAGE=SECONDS ...]
                                     [--budget SECONDS]
+  python3 scripts/folders_on_gpu.py [ROOT] [--folder GLOB ...] --plan [--host VENDOR:GPUS[:sm_XY]]
 ROOT is a reference-kernels checkout (default: $POPKIT_REFERENCE_KERNELS, else vendor/reference-kernels). Every
 folder under ROOT/problems that holds a task.yml (or those whose path under problems/ matches a --folder GLOB,
 such as 'pmpp_v2/*') is taken in path order and either skipped, with the reason, where this host cannot run it:
@@ -33,6 +34,9 @@ rewritten after each folder, for a transport that returns a few files or a call 
 SIGTERM, as a device tool's limit sends it) stops the verb running; its folder goes into the summary and the archive
 as interrupted, and the run ends with exit 130. Else exit 0 when no folder failed or timed out, 1 when one did, 2 on
 bad arguments.
+--plan runs nothing and writes nothing: a line a folder says what a run would do with it on this host, or on the
+host --host describes (e.g. nvidia:1:sm_90 for an H200, nvidia:8:sm_100 for eight B200s, amd:8 for MI300x8): plan a
+GPU call from a machine without one (where every folder is a skip).
 """
 from __future__ import annotations
 
@@ -320,23 +324,60 @@ def run_folders(session: Session, folders: list[str], host: Host, archive: Path 
     return results
 
 
-def plan(session: Session, rel: str, host: Host, longest: float) -> Result | task_folder.TaskFolder:
-    """The folder's facts when it is to run; else its verdict: a skip with its reasons, or a fail where popkit refuses
-    the folder (what `problem add` would say)."""
-    path = session.root / "problems" / rel
+def decide(root: Path, rel: str, host: Host) -> Result | task_folder.TaskFolder:
+    """The folder's facts when HOST can run it; else its verdict: a skip with its reasons, or a fail where popkit
+    refuses the folder (what `problem add` would say)."""
+    path = root / "problems" / rel
     try:
         folder = task_folder.read_task_folder(path)
     except ProblemError as exc:
         lang = task_lang(path)
         return Result(rel, None, "skip", str(exc)) if lang != "py" else Result(rel, None, "fail", str(exc), "folder")
     reasons = skip_reasons(folder, host)
-    if reasons:
-        return Result(rel, None, "skip", "; ".join(reasons))
+    return Result(rel, None, "skip", "; ".join(reasons)) if reasons else folder
+
+
+def plan(session: Session, rel: str, host: Host, longest: float) -> Result | task_folder.TaskFolder:
+    """decide(), and a skip for a folder the budget's time left would not see finish."""
+    decided = decide(session.root, rel, host)
+    if isinstance(decided, Result):
+        return decided
     left = session.left_s()
     if left is not None and left < longest:
         return Result(rel, None, "skip", f"not started: {max(left, 0):.0f} s of the budget left, and a folder took "
                                          f"{longest:.0f} s")
-    return folder
+    return decided
+
+
+def print_plan(root: Path, folders: list[str], host: Host) -> None:
+    """--plan: what a run would do with each folder on HOST, a line each, and the counts; nothing runs."""
+    print(f"plan for {host.describe()}: {len(folders)} folder{'s' * (len(folders) != 1)} of {root} (the packages "
+          "installed are this Python's)")
+    counts = {"run": 0, "add and build only": 0, "skip": 0, "fail": 0}
+    for rel in folders:
+        decided = decide(root, rel, host)
+        if isinstance(decided, Result):
+            what, why = decided.verdict, decided.reason
+        elif decided.reference_stands_in:
+            what, why = "run", "add, build, check, bench"
+        else:
+            what, why = "add and build only", "its reference cannot stand in for the functions eval.py calls"
+        counts[what] += 1
+        print(f"{rel}: {what} ({why})")
+    print("; ".join(f"{count} {what}" for what, count in counts.items()))
+
+
+def parse_host(spec: str) -> Host:
+    """--host VENDOR:GPUS[:sm_XY]: nvidia needs its arch (sm_90, sm_100 ...), amd takes none."""
+    parts = spec.split(":")
+    vendor, gpus = parts[0].lower(), parts[1] if len(parts) > 1 else "1"
+    arch = re.fullmatch(r"(?:sm_)?(\d+)(\d)", parts[2]) if len(parts) > 2 else None
+    wanted = (vendor == "nvidia" and len(parts) == 3 and arch) or (vendor == "amd" and len(parts) <= 2)
+    if not wanted or not gpus.isdigit() or int(gpus) < 1:
+        raise PopkitError(f"--host {spec}: say VENDOR:GPUS[:sm_XY], e.g. nvidia:1:sm_90 (an H200), nvidia:8:sm_100, "
+                          "amd:8")
+    capability = (int(arch.group(1)), int(arch.group(2))) if arch else None
+    return Host(vendor, int(gpus), capability, {"nvidia": "NVIDIA", "amd": "AMD"}[vendor])
 
 
 def write_summary(session: Session, host: Host, results: list[Result], total: int) -> None:
@@ -417,6 +458,9 @@ def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | 
     parser.add_argument("--timeout", action="append", default=[], metavar="STAGE=SECONDS",
                         help=f"a stage's time limit (repeatable; default {defaults})")
     parser.add_argument("--budget", type=float, metavar="SECONDS", help="the whole run's time")
+    parser.add_argument("--plan", action="store_true", help="say what a run would do with each folder; run nothing")
+    parser.add_argument("--host", metavar="VENDOR:GPUS[:sm_XY]",
+                        help="with --plan: the host to plan for (default: this one), e.g. nvidia:1:sm_90")
     args = parser.parse_args(argv)
     root, out = args.root.expanduser().resolve(), args.out.expanduser().resolve()
     archive = args.archive.expanduser().resolve() if args.archive else None
@@ -427,6 +471,11 @@ def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | 
     if not (root / "problems").is_dir():
         raise PopkitError(f"{root}: not a reference-kernels checkout (no problems/ folder)")
     folders = find_folders(root, args.folder)
+    if args.host is not None and not args.plan:
+        raise PopkitError(f"--host {args.host}: only with --plan (a run runs on this host)")
+    if args.plan:
+        print_plan(root, folders, parse_host(args.host) if args.host is not None else host or this_host())
+        return 0
     timeouts = parse_timeouts(args.timeout)
     if args.budget is not None and not args.budget > 0:
         raise PopkitError(f"--budget {args.budget:g}: a positive number of seconds")

@@ -370,6 +370,38 @@ def test_bad_arguments_are_refused_before_anything_runs(fog, tree, tmp_path, arg
     assert verbs.calls == [] and not (tmp_path / "out").exists()
 
 
+def test_plan_says_what_a_run_would_do_for_the_host_given_and_runs_and_writes_nothing(fog, tree, tmp_path, capsys):
+    # On a machine without a GPU every folder is a skip: a device call was planned blind.
+    make_folder(tree, "stubs/xent_py", "xent", ["H100"], template="def train_step(model, data):\n    pass\n")
+    verbs = Verbs()
+    assert run(fog, tree, tmp_path / "out", H200, verbs, "--plan", "--host", "nvidia:8:sm_100") == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("plan for NVIDIA (8 GPUs, sm_100): 7 folders of ")
+    assert "dist/all2all: run (add, build, check, bench)" in lines
+    assert "nvfp4/gemv: run (add, build, check, bench)" in lines
+    assert "amd/ident: skip (made for MI300: this host has NVIDIA (8 GPUs, sm_100))" in lines
+    assert "stubs/xent_py: add and build only (its reference cannot stand in for the functions eval.py calls)" in lines
+    assert lines[-1] == "3 run; 1 add and build only; 3 skip; 0 fail"
+    assert verbs.calls == [] and not (tmp_path / "out").exists()
+
+
+def test_plan_without_host_plans_for_this_one(fog, tree, tmp_path, capsys):
+    run(fog, tree, tmp_path / "out", H200, Verbs(), "--plan", "--folder", "nvfp4/*")
+    assert capsys.readouterr().out.splitlines()[1] == ("nvfp4/gemv: skip (its reference.py uses NVFP4 tensors "
+                                                       "(float4_e2m1fn_x2), which need sm_100: this GPU is sm_90)")
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--plan", "--host", "nvidia:1"], "--host nvidia:1: say VENDOR:GPUS[:sm_XY]"),
+    (["--plan", "--host", "amd:0"], "--host amd:0: say VENDOR:GPUS[:sm_XY]"),
+    (["--plan", "--host", "intel:1:sm_90"], "--host intel:1:sm_90: say VENDOR:GPUS[:sm_XY]"),
+    (["--host", "amd:8"], "--host amd:8: only with --plan"),
+])
+def test_a_bad_or_misplaced_host_is_refused(fog, tree, tmp_path, args, says):
+    with pytest.raises(fog.PopkitError, match=says.replace("[", r"\[").replace("]", r"\]")):
+        run(fog, tree, tmp_path / "out", H200, Verbs(), *args)
+
+
 @pytest.mark.parametrize("left", ["summary.json", "performance.jsonl"])
 def test_a_dir_that_holds_a_run_is_refused(fog, tree, tmp_path, left):
     # A warm GPU host keeps /tmp between calls: a second run would mix its records and tables with the first's.
