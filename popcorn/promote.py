@@ -57,15 +57,17 @@ def newest_evidence(records: list[dict], prob: Problem, sha: str, mode: str,
     return None, passed_over
 
 
-def _missing(mode: str, prob: Problem, submission: Path, record: dict | None, passed_over: Counter) -> str:
-    """What one missing piece of evidence is, and the command that makes it."""
+def _missing(mode: str, prob: Problem, submission: Path, record: dict | None, passed_over: Counter,
+             log_path: Path = logs.DEFAULT_LOG) -> str:
+    """What one missing piece of evidence is, and the command that makes it (into the log promote reads)."""
     count = len(getattr(prob, FULL_LIST[mode]))
     kind = "test" if mode == "check" else "benchmark case"
     if mode != "check" and prob.ranking == "last":
         scope = "the last benchmark case, the only one the leaderboard ranks"
     else:
         scope = f"the only {kind}" if count == 1 else f"all {count} {kind}s"
-    command = f"`popkit {mode} {prob.name} --submission {submission}` on a GPU"
+    into = "" if Path(log_path) == logs.DEFAULT_LOG else f" --log {log_path}"
+    command = f"`popkit {mode} {prob.name} --submission {submission}{into}` on a GPU"
     if record is not None:
         return f"the newest GPU {mode} of this file over {scope} failed ({record.get('time')}): fix it and rerun {command}"
     ignored = ", ".join(f"{n} {why}" for why, n in passed_over.items())
@@ -102,7 +104,7 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
             if record is not None and logs.record_passed(record):
                 used[mode] = record.get("time")
             else:
-                missing.append(_missing(mode, prob, submission, record, passed_over))
+                missing.append(_missing(mode, prob, submission, record, passed_over, log_path))
         if missing:
             role = f"the {problem} incumbent" if target.is_file() else f"the first {problem} incumbent"
             raise PopkitError(f"cannot make {submission} ({sha[:12]}) {role}: " + "; ".join(missing)

@@ -154,7 +154,7 @@ def test_first_incumbent_needs_gpu_check_and_bench(candidate, root, log):
     message = str(info.value)
     assert "the first qr_v2 incumbent" in message
     assert f"no GPU check of this file over all {len(QR.tests)} tests" in message
-    assert f"`popkit check qr_v2 --submission {candidate}` on a GPU" in message
+    assert f"`popkit check qr_v2 --submission {candidate} --log {log}` on a GPU" in message   # the log promote reads
     assert f"no GPU bench of this file over all {len(QR.benchmarks)} benchmark cases" in message
     assert not root.exists()
 
@@ -215,7 +215,7 @@ def test_replacing_needs_a_full_gpu_diff(candidate, root, log):
     assert str(info.value) == (
         f"cannot make {candidate} ({logs.file_sha256(candidate)[:12]}) the qr_v2 incumbent: no GPU diff of this "
         f"file over all 12 benchmark cases (ignored: 1 run on chosen cases only, 1 CPU run): run "
-        f"`popkit diff qr_v2 --submission {candidate}` on a GPU (or pass --force)")
+        f"`popkit diff qr_v2 --submission {candidate} --log {log}` on a GPU (or pass --force)")
     assert target.read_text().endswith("# the incumbent\n")
 
     diff = evidence(log, candidate, "diff", time="2026-12-02T00:00:00Z", against=target)
@@ -247,8 +247,8 @@ def test_a_diff_against_another_incumbent_does_not_count(candidate, root, log, t
     with pytest.raises(PopkitError) as info:
         promote("qr_v2", candidate, root, log)
     assert (f"no GPU diff of this file over all 12 benchmark cases (ignored: 1 run against another incumbent than "
-            f"{target.name} ({logs.file_sha256(target)[:12]})): run `popkit diff qr_v2 --submission {candidate}` "
-            "on a GPU") in str(info.value)
+            f"{target.name} ({logs.file_sha256(target)[:12]})): run `popkit diff qr_v2 --submission {candidate} "
+            f"--log {log}` on a GPU") in str(info.value)
     assert target.read_text().endswith("# the incumbent\n")
 
     diff = evidence(log, candidate, "diff", time="2026-12-02T00:00:00Z", against=target)
@@ -402,3 +402,14 @@ def test_a_history_that_takes_no_line_is_refused_before_the_incumbent_changes(ca
     with pytest.raises(PopkitError, match=r"history.jsonl: the promotion cannot be recorded \(a folder\); nothing"):
         promote("qr_v2", candidate, root, log, force=True)
     assert target.read_text() == INCUMBENT and sorted(p.name for p in root.iterdir()) == ["history.jsonl", "qr_v2.py"]
+
+
+def test_the_command_it_asks_for_writes_to_the_default_log_without_naming_it(candidate, root, monkeypatch, tmp_path):
+    # The evidence goes where promote reads it: --log only when promote was given another log.
+    default = tmp_path / "logs" / "performance.jsonl"
+    default.parent.mkdir()
+    default.write_text("")
+    monkeypatch.setattr(logs, "DEFAULT_LOG", default)
+    with pytest.raises(PopkitError) as info:
+        promote("qr_v2", candidate, root, default)
+    assert f"`popkit check qr_v2 --submission {candidate}` on a GPU" in str(info.value)
