@@ -13,7 +13,8 @@ grader-style loop as a diff side does (pristine copies; every input called, then
 events around one call on each input in turn, a re-check of every output; the diff's stop rule, up to 50 repeats
 or 1 s of samples; on a CPU the bounded rule). So a sweep costs about what a diff of as many files costs. A cell
 is the variant's mean us a call over its rounds (--json adds err_us, best_us, worst_us) and the worst fraction of
-a gate's limit on the first input (a variant that spends the margin); a variant that raises or fails a gate shows
+a gate's limit on the first input (a variant that spends the margin); after the table, each later variant's ratio
+to the first and the diff's verdict on it, case by case (--json: vs_first); a variant that raises or fails a gate shows
 "failed", its line below, and sits out the later rounds. --baseline times the problem's torch baseline on the
 same inputs after the rounds, as `popkit bench --baseline` does (~: bounded, calls over 1 s). All variants share
 one imported module (one CUDA library and its state), where a diff imports two files. Until 2026-12-02 a sample
@@ -34,7 +35,7 @@ from typing import Callable
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
-from checks import runner, worker  # noqa: E402
+from checks import runner, verdicts, worker  # noqa: E402
 from checks.problems import load_problem, short_spec  # noqa: E402
 from checks.timing import MIN_REPEATS, Stats, cpu_bound_text  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
@@ -95,13 +96,17 @@ def sweep(module, prob, variants: dict[str, dict], specs: list[dict], rounds: in
                                                   inputs, device, rounds, send, short_spec(spec),
                                                   before=lambda name: use(variants[name]), failures=failures)
             row = {"spec": spec, "baseline_us": None, "variants": {}}
+            stats = {name: Stats.from_samples(samples[name]) for name in variants if name not in failures}
+            first = next(iter(variants))
             for name in variants:
                 if name in failures:
                     row["variants"][name] = {"passed": False, "error": failures[name]}
-                else:
-                    row["variants"][name] = {"passed": reports[name].passed,
-                                             "worst_fraction": worst_fraction(reports[name]),
-                                             **Stats.from_samples(samples[name]).as_us_dict()}
+                    continue
+                row["variants"][name] = {"passed": reports[name].passed,
+                                         "worst_fraction": worst_fraction(reports[name]), **stats[name].as_us_dict()}
+                if name != first and first in stats:      # as the diff would judge it against the first variant
+                    verdict = verdicts.case_verdict(stats[name], stats[first])
+                    row["variants"][name]["vs_first"] = {"ratio": verdict.ratio, "verdict": verdict.verdict}
             if baseline:
                 stats, bounded = worker.time_baseline(prob.name, inputs, device, send, short_spec(spec))
                 row.update(baseline_us=stats.mean / 1e3, baseline_bounded=bounded)
@@ -173,8 +178,20 @@ def main(argv: list[str] | None = None) -> None:
             write_atomic(args.json, json.dumps(strict_json(done), indent=1))
 
     print(f"{'case':<22}{'baseline us':>14}" + "".join(f"{name:>{CELL}}" for name in variants), flush=True)
-    sweep(module, prob, variants, specs, args.reps, "cuda" if gpu else "cpu", print_row, args.baseline,
-          lambda text: print(f"  .. {text}", file=sys.stderr, flush=True))
+    rows = sweep(module, prob, variants, specs, args.reps, "cuda" if gpu else "cpu", print_row, args.baseline,
+                 lambda text: print(f"  .. {text}", file=sys.stderr, flush=True))
+    print_verdicts(rows, list(variants))
+
+
+def print_verdicts(rows: list[dict], names: list[str]) -> None:
+    """Each later variant against the first, case by case, by the diff's rule (ratio and verdict)."""
+    if len(names) < 2:
+        return
+    print(f"\nagainst {names[0]}, as `popkit diff` judges a case (within noise: under 3 combined errors or 0.5%):")
+    for row in rows:
+        cells = [f"{name} " + (f"{v['vs_first']['ratio']:.3f} {v['vs_first']['verdict']}" if "vs_first" in v else "-")
+                 for name, v in ((name, row["variants"][name]) for name in names[1:])]
+        print(f"{short_spec(row['spec']):<22}  " + "; ".join(cells), flush=True)
 
 
 if __name__ == "__main__":

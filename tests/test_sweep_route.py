@@ -282,7 +282,8 @@ def test_each_variant_s_cell_sits_under_its_name(sweep_script, tmp_path, monkeyp
     (tmp_path / "variants.json").write_text('{"first": {}, "second": {"TAG": "x"}}')
     sweep_script.main(["built.py", "cholesky", "variants.json", "--reps", "3", "--case", TINY]
                       + ["--baseline"] * baseline)
-    header, row = capsys.readouterr().out.splitlines()[-2:]
+    lines = capsys.readouterr().out.splitlines()
+    header, row = lines[lines.index("") - 2:lines.index("")]          # the table, then the verdicts after a blank line
     assert len(header) == len(row)
     base = row[22:36].strip()                           # the baseline column
     assert float(base.rstrip("~")) > 0 if baseline else base == "-"
@@ -297,9 +298,11 @@ def test_a_failed_variant_s_cell_says_so_and_its_line_follows(sweep_script, tmp_
     (tmp_path / "built.py").write_text(BUILT.replace("return torch", "return (2 if TAG == 'x' else 1) * torch"))
     (tmp_path / "variants.json").write_text('{"default": {}, "wrong": {"TAG": "x"}}')
     sweep_script.main(["built.py", "cholesky", "variants.json", "--reps", "3", "--case", TINY])
-    header, row, why = capsys.readouterr().out.splitlines()[-3:]
+    lines = capsys.readouterr().out.splitlines()
+    header, row, why = lines[lines.index("") - 3:lines.index("")]
     assert row[36:36 + sweep_script.CELL].split()[1] == "ok" and row[36 + sweep_script.CELL:].split() == ["failed"]
     assert why.startswith("  wrong failed: input 1 of 50: reconstruction: ")
+    assert lines[-1] == "1x4 dense c1            wrong -"                 # no verdict for a variant that failed
 
 
 def test_a_file_built_for_another_problem_is_refused_before_the_import(sweep_script, tmp_path, monkeypatch, capsys):
@@ -358,3 +361,21 @@ def test_on_a_cpu_a_note_says_its_timings_say_nothing_of_a_gpu(sweep_script, tmp
     err = capsys.readouterr().err.splitlines()
     assert err[0] == f"note: no GPU: CPU timings say nothing about GPU speed; {timing.cpu_bound_text()}"
     assert err[1] == "  .. case 1/1: 1x4 dense c1"
+
+
+def test_each_later_variant_is_judged_against_the_first_as_the_diff_judges_a_case(sweep_script, prob, two_inputs,
+                                                                                   monkeypatch, capsys):
+    case = parse_spec("batch: 2; n: 200; cond: 2; seed: 7", prob)
+    samples = iter([[1000.0, 1000.0, 1000.0], [700.0, 700.0, 700.0], [1001.0, 999.0, 1000.0]])
+    reports = {name: SimpleNamespace(passed=True, residuals={"reconstruction": [0.1, 1.0]})
+               for name in ("default", "fast", "same")}
+    monkeypatch.setattr(worker, "time_rounds", lambda *args, **kwargs: (reports, {
+        name: next(samples) for name in ("default", "fast", "same")}))
+    rows = sweep_script.sweep(route, prob, {"default": {}, "fast": {}, "same": {}}, [case], 3, "cpu")
+    result = rows[0]["variants"]
+    assert "vs_first" not in result["default"]
+    assert result["fast"]["vs_first"] == {"ratio": 0.7, "verdict": "faster"}
+    assert result["same"]["vs_first"]["verdict"] == "within noise"
+    sweep_script.print_verdicts(rows, ["default", "fast", "same"])
+    assert capsys.readouterr().out.splitlines()[-1] == ("2x200 dense c2          fast 0.700 faster; "
+                                                        "same 1.000 within noise")
