@@ -2,6 +2,7 @@
 argument handling, and how a run ends (one line for an error, exit 130 and one line for Ctrl-C)."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 from typing import Callable
@@ -29,6 +30,33 @@ def import_built(path: str, module_name: str):
         return import_each({module_name: path})[module_name]
     except ImportFailed as exc:
         raise PopkitError(str(exc)) from None
+
+
+def as_global(value):
+    """A JSON value as the route's tables hold it: lists of rows become tuples of tuples."""
+    return tuple(tuple(row) if isinstance(row, list) else row for row in value) if isinstance(value, list) else value
+
+
+def route_globals(text: str, option: str) -> dict:
+    """OPTION's JSON object of module globals to set (as a sweep_route variant), e.g.
+    '{"UPDATE_RESIDENT": [[1073741824, 1, 4]]}'; anything else is a PopkitError naming OPTION."""
+    try:
+        overrides = json.loads(text)
+    except ValueError as exc:
+        raise PopkitError(f"{option} {text}: not JSON ({exc})") from None
+    if not isinstance(overrides, dict):
+        raise PopkitError(f'{option} {text}: need an object of globals, e.g. {{"BLOCK_NB": [[1073741824, 64]]}}')
+    return overrides
+
+
+def set_globals(module, overrides: dict, label: str) -> None:
+    """Set OVERRIDES on the built MODULE; a name it does not define is a PopkitError (a misspelt tunable
+    would otherwise run the route's default under LABEL)."""
+    unknown = sorted(key for key in overrides if not hasattr(module, key))
+    if unknown:
+        raise PopkitError(f"{label}: the built file defines no {', '.join(unknown)}")
+    for key, value in overrides.items():
+        setattr(module, key, as_global(value))
 
 
 def bench_each_built_file(argv: list[str], doc: str, bench) -> None:

@@ -2,11 +2,15 @@
 (a refactor, a new exchange of the same sums, a launch-shape change), before any timing.
 
 Usage (repository root; GPU host, or CPU for a native problem's CPU path):
-  python3 scripts/same_outputs.py A.py B.py PROBLEM [--case SPEC ...] [--device cpu|cuda]
-Both files are imported into one process; every case's input (the problem's benchmark list unless --case is
+  python3 scripts/same_outputs.py A.py B.py PROBLEM [--case SPEC ...] [--device cpu|cuda] [--set-a JSON]
+                                  [--set-b JSON]
+Both files are imported into one process (A and B may be one file: two imports); every case's input (the problem's benchmark list unless --case is
 given) goes to A's custom_kernel and to B's, each on its own copy. One line a case: "same", or the first
 output that differs, where, and the largest absolute difference. Exit 0 when every case is the same, 1 when
-one differs, 2 on bad arguments. Native problems only (a harness problem's inputs come from its folder).
+one differs, 2 on bad arguments. --set-a / --set-b set module globals on A's or B's import before it runs, as a
+sweep_route variant does, e.g. a route's bitwise reference path against its fast path in one build:
+  --set-a '{"UPDATE_RESIDENT": [[1073741824, 1, -4]]}' --set-b '{"UPDATE_RESIDENT": [[1073741824, 1, 4]]}'
+Native problems only (a harness problem's inputs come from its folder).
 """
 import argparse
 import sys
@@ -18,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout
 from checks.problems import load_problem, short_spec  # noqa: E402
 from checks.runner import checked_specs  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
-from scripts.command_line import built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import built_file, import_built, route_globals, run_main, set_globals  # noqa: E402
 
 
 def as_tensors(output) -> list:
@@ -69,9 +73,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("problem")
     parser.add_argument("--case", action="append", default=[], metavar="SPEC")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--set-a", default="{}", metavar="JSON", help="module globals to set on A (a JSON object)")
+    parser.add_argument("--set-b", default="{}", metavar="JSON", help="module globals to set on B (a JSON object)")
     args = parser.parse_args(argv)
     built_file(args.a), built_file(args.b)
     try:
+        overrides = {"A": route_globals(args.set_a, "--set-a"), "B": route_globals(args.set_b, "--set-b")}
         if args.device == "cuda" and not torch.cuda.is_available():
             raise PopkitError("--device cuda: this machine has no CUDA GPU")
         prob = load_problem(args.problem)
@@ -83,12 +90,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     try:
-        kernel_a = import_built(args.a, "same_outputs_a").custom_kernel
-        kernel_b = import_built(args.b, "same_outputs_b").custom_kernel
+        kernels = {}
+        for side, path in (("A", args.a), ("B", args.b)):
+            module = import_built(path, f"same_outputs_{side.lower()}")
+            set_globals(module, overrides[side], f"--set-{side.lower()}")
+            kernels[side] = module.custom_kernel
     except PopkitError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return 0 if compare(kernel_a, kernel_b, inputs, lambda line: print(line, flush=True)) else 1
+    return 0 if compare(kernels["A"], kernels["B"], inputs, lambda line: print(line, flush=True)) else 1
 
 
 if __name__ == "__main__":

@@ -41,16 +41,11 @@ from checks.timing import MIN_REPEATS, Stats, cpu_bound_text  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.logs import strict_json  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
-from scripts.command_line import built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import as_global, built_file, import_built, run_main  # noqa: E402
 
 
 def worst_fraction(report) -> float:
     return max((value / limit for value, limit in report.residuals.values() if limit), default=0.0)
-
-
-def as_global(value):
-    """A JSON value as the route's tables hold it: lists of rows become tuples of tuples."""
-    return tuple(tuple(row) if isinstance(row, list) else row for row in value) if isinstance(value, list) else value
 
 
 def read_variants(path: str) -> dict[str, dict]:

@@ -58,10 +58,22 @@ def test_two_copies_of_a_built_file_are_the_same_and_a_changed_one_is_not(same, 
     assert "output 1 differs" in capsys.readouterr().out
 
 
+def test_globals_set_on_one_side_of_one_file_show_in_its_outputs(same, tmp_path, capsys):
+    toy = tmp_path / "toy.py"
+    toy.write_text("import torch\n\nSCALE = 1.0\n\n\ndef custom_kernel(A):\n    return torch.linalg.qr(A)[1] * SCALE\n")
+    assert same.main([str(toy), str(toy), "qr_v2", *CASES]) == 0
+    assert same.main([str(toy), str(toy), "qr_v2", *CASES, "--set-b", '{"SCALE": 2.0}']) == 1
+    assert "output 0 differs" in capsys.readouterr().out
+    assert same.main([str(toy), str(toy), "qr_v2", *CASES, "--set-a", '{"SCALE": 2.0}', "--set-b", '{"SCALE": 2.0}']) == 0
+    assert same.main([str(toy), str(toy), "qr_v2", *CASES, "--set-a", '{"SCALLE": 2.0}']) == 2
+    assert "error: --set-a: the built file defines no SCALLE" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("args, says", [
     (["vectoradd"], "vectoradd is a harness problem"),
     (["qr_v2", "--case", "batch: 2"], "lacks 'n'"),
     (["nosuch"], "unknown problem 'nosuch'"),
+    (["qr_v2", "--set-b", "[1]"], "--set-b [1]: need an object of globals"),
     (["qr_v2", "--case", "batch: 1; n: 8; cond: 1; seed: 2", "--case", "batch: 1; n: 8; cond: 1; seed: 2"],
      "given twice"),
 ])

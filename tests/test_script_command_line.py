@@ -64,3 +64,25 @@ def test_a_script_given_a_failing_built_file_ends_in_one_line_without_a_tracebac
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 2, result.stderr
     assert "bad.py: it fails at import: RuntimeError: boom" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_json_rows_become_the_tables_tuples(cli):
+    assert cli.as_global([[1024, 8192, 256], [1 << 30, 1 << 62, 4096]]) == ((1024, 8192, 256),
+                                                                          (1 << 30, 1 << 62, 4096))
+    assert cli.as_global(True) is True
+
+
+@pytest.mark.parametrize("text, says", [("[1, 2]", "need an object of globals"), ("{UPDATE: 1}", "not JSON")])
+def test_route_globals_that_are_not_an_object_name_the_option(cli, text, says):
+    with pytest.raises(PopkitError, match=f"--set-a .*{says}"):
+        cli.route_globals(text, "--set-a")
+
+
+def test_set_globals_sets_tables_as_tuples_and_refuses_a_name_the_module_lacks(cli):
+    module = type(sys)("built")
+    module.TABLE, module.FLAG = ((1, 2),), False
+    cli.set_globals(module, cli.route_globals('{"TABLE": [[3, 4]], "FLAG": true}', "--set-b"), "--set-b")
+    assert module.TABLE == ((3, 4),) and module.FLAG is True
+    with pytest.raises(PopkitError, match="--set-b: the built file defines no TABEL"):
+        cli.set_globals(module, {"TABEL": 1}, "--set-b")
+    assert module.TABLE == ((3, 4),)                 # nothing set when one name is wrong

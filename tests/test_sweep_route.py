@@ -227,12 +227,6 @@ def test_the_sweep_runs_a_case_exactly_as_the_diff_does_and_that_is_the_graders_
     assert len(diff_events) == 1 + 6 * len(loop)
 
 
-def test_json_rows_become_the_tables_tuples(sweep_script):
-    assert sweep_script.as_global([[1024, 8192, 256], [1 << 30, 1 << 62, 4096]]) == ((1024, 8192, 256),
-                                                                                   (1 << 30, 1 << 62, 4096))
-    assert sweep_script.as_global(True) is True
-
-
 def test_a_variant_that_sets_a_name_the_route_lacks_is_named(sweep_script):
     # A misspelt tunable was set as a new global and the variant timed the default under its name.
     variants = {"default": {}, "typo": {"BLOCK_NB": [[1 << 30, 64]], "BLOKC_NB": 1, "ALSO_MISSING": 2}}
