@@ -64,7 +64,8 @@ def test_globals_set_on_one_side_of_one_file_show_in_its_outputs(same, tmp_path,
     assert same.main([str(toy), str(toy), "qr_v2", *CASES]) == 0
     assert same.main([str(toy), str(toy), "qr_v2", *CASES, "--set-b", '{"SCALE": 2.0}']) == 1
     assert "output 0 differs" in capsys.readouterr().out
-    assert same.main([str(toy), str(toy), "qr_v2", *CASES, "--set-a", '{"SCALE": 2.0}', "--set-b", '{"SCALE": 2.0}']) == 0
+    both = ["--set-a", '{"SCALE": 2.0}', "--set-b", '{"SCALE": 2.0}']
+    assert same.main([str(toy), str(toy), "qr_v2", *CASES, *both]) == 0
     assert same.main([str(toy), str(toy), "qr_v2", *CASES, "--set-a", '{"SCALLE": 2.0}']) == 2
     assert "error: --set-a: the built file defines no SCALLE" in capsys.readouterr().err
 
