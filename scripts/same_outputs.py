@@ -7,8 +7,9 @@ Usage (repository root; GPU host, or CPU for a native problem's CPU path):
 Both files are imported into one process (A and B may be one file: two imports); every case's input (the problem's
 benchmark list unless --case is given) goes to A's custom_kernel and to B's, each on its own copy. One line a
 case: "same", or the first output that differs, where, and the largest absolute difference. Exit 0 when every case
-is the same, 1 when one differs, 2 on bad arguments. --set-a / --set-b set module globals on A's or B's import before it runs, as a
-sweep_route variant does, e.g. a route's bitwise reference path against its fast path in one build:
+is the same, 1 when one differs, 2 on bad arguments. --set-a / --set-b set module globals on A's or B's import
+before it runs, as a sweep_route variant does, e.g. a route's bitwise reference path against its fast path in one
+build:
   --set-a '{"UPDATE_RESIDENT": [[1073741824, 1, -4]]}' --set-b '{"UPDATE_RESIDENT": [[1073741824, 1, 4]]}'
 Native problems only (a harness problem's inputs come from its folder).
 """
