@@ -12,9 +12,9 @@ import torch
 
 from parts.cholesky import route
 from parts.cholesky.model import (HALF, TILED_STEP, blocked_cholesky, blocked_tf32x3_model,
-                                  blocked_two_level_model, halves_model, inverse_model, matmul_precision,
-                                  pivot_floor, right_looking_model, trailing_update)
-from parts.common.tf32_model import tf32_split
+                                  blocked_two_level_model, halves_model, inverse_model, pivot_floor,
+                                  right_looking_model, trailing_update)
+from parts.common.tf32_model import matmul_precision, tf32_split
 
 EPS = torch.finfo(torch.float32).eps
 SIZES = (1, 2, 3, 17, 31, 32, 33, 64, 100, 128, 129, 257, 600)

@@ -1,5 +1,8 @@
 """Torch models of the TF32 tensor-core arithmetic every problem's kernels share
-(common/tensor_core_tf32.cuh): the hi + lo split and the tf32x3 product, ~21 bits from three TF32 products."""
+(common/tensor_core_tf32.cuh): the hi + lo split and the tf32x3 product, ~21 bits from three TF32 products;
+and the switch of torch's own fp32 matmuls between IEEE fp32 and TF32."""
+import contextlib
+
 import torch
 
 
@@ -30,3 +33,29 @@ def tf32x3_product(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     Qh, Ql = tf32_split(Q)
     Pl, Ql = tf32_truncate(Pl), tf32_truncate(Ql)
     return Pl @ Qh.mT + Ph @ Ql.mT + Ph @ Qh.mT
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str):
+    """Set torch's CUDA fp32 matmul precision ("ieee" or "tf32") and restore the previous setting.
+
+    The new API (fp32_precision) is read and restored as it was: once it is set,
+    reading the legacy allow_tf32 flag (which the grader's check does) raises
+    unless the previous value was put back."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        previous = matmul.fp32_precision
+    except AttributeError:                      # torch < 2.9: the legacy flag only
+        previous = None
+    if previous is None:
+        legacy = matmul.allow_tf32
+        matmul.allow_tf32 = precision == "tf32"
+    else:
+        matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        if previous is None:
+            matmul.allow_tf32 = legacy
+        else:
+            matmul.fp32_precision = previous

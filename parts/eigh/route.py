@@ -6,7 +6,9 @@
 | larger | by REDUCTION: "cusolver" (cusolver_batched.py: one   | torch.linalg.eigh    |
 |        | batched cuSOLVER call) or "ours" (reduction_route.py:|                      |
 |        | tridiagonal_reduction.cu, tridiagonal_leaf.cu and    |                      |
-|        | tridiagonal_merge.cu, torch matmuls between them)    |                      |
+|        | tridiagonal_merge.cu, torch matmuls between them;    |                      |
+|        | each matrix accepted by result_check.py or re-solved |                      |
+|        | by cuSOLVER)                                         |                      |
 
 Returns (Q, L): eigenvectors in the columns of Q, eigenvalues ascending.
 """
@@ -16,11 +18,16 @@ from parts.common.cuda_loader import CUDA  # popkit: inline
 from parts.eigh.cusolver_batched import BATCHED_SYEV  # popkit: inline
 from parts.eigh.model import jacobi_eigh_model  # popkit: inline
 from parts.eigh.reduction_route import reduction_eigh_cuda  # popkit: inline
+from parts.eigh.result_check import accept_or_resolve  # popkit: inline
 
 SMALL_MAX_N = 32
 # How n > SMALL_MAX_N runs on CUDA: "cusolver" or "ours". "ours" has never run on a GPU (issue 10):
 # cusolver until a check passes and a diff says otherwise.
 REDUCTION = "cusolver"
+# "ours": how result_check.py forms A Q and Q^T Q ("ieee" or "tf32x3": a sweep decides), and how many matrices
+# its fallback re-solved since import (issue 10 asks how often it fires on each case; the stage bench reads it).
+CHECK_PRODUCT = "ieee"
+RESOLVED = {"calls": 0, "matrices": 0, "resolved": 0}
 
 
 def jacobi_small_cuda(A: torch.Tensor):
@@ -28,6 +35,16 @@ def jacobi_small_cuda(A: torch.Tensor):
     Q = torch.empty_like(A)
     L = torch.empty(b, n, dtype=A.dtype, device=A.device)
     CUDA.call("eigh_jacobi_small", A, Q, L, b, n)
+    return Q, L
+
+
+def ours_checked_cuda(A: torch.Tensor):
+    """Our route, each matrix accepted on its residuals or solved again by the batched cuSOLVER call."""
+    Q, L = reduction_eigh_cuda(A)
+    Q, L, resolved = accept_or_resolve(A, Q, L, BATCHED_SYEV, CHECK_PRODUCT)
+    RESOLVED["calls"] += 1
+    RESOLVED["matrices"] += A.shape[0]
+    RESOLVED["resolved"] += resolved
     return Q, L
 
 
@@ -46,4 +63,4 @@ def custom_kernel(data: torch.Tensor):
         return library_eigh(A)
     if REDUCTION not in ("cusolver", "ours"):
         raise ValueError(f"REDUCTION is {REDUCTION!r}: expected 'cusolver' or 'ours'")
-    return reduction_eigh_cuda(A) if REDUCTION == "ours" else BATCHED_SYEV(A)
+    return ours_checked_cuda(A) if REDUCTION == "ours" else BATCHED_SYEV(A)
