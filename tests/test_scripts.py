@@ -249,7 +249,7 @@ def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
 
 
 PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py", "peers.py",
-              "same_outputs.py", "folders_on_gpu.py", "qr_lookahead_probe.py"]
+              "same_outputs.py", "folders_on_gpu.py", "qr_lookahead_probe.py", "eigh_stage_bench.py"]
 
 
 @pytest.mark.parametrize("name", PY_SCRIPTS)
@@ -274,6 +274,7 @@ def test_help_names_the_default_of_reps(tmp_path, name, default):
     ("cholesky_kernel_bench.py", ["missing.py"]),
     ("qr_kernel_bench.py", ["ok.py", "missing.py"]),
     ("qr_lookahead_probe.py", ["ok.py", "missing.py"]),
+    ("eigh_stage_bench.py", ["ok.py", "missing.py", "--shape", "4x176"]),
     ("peers.py", ["missing.py", "cholesky"]),
 ])
 def test_a_missing_submission_is_one_line(tmp_path, name, args):
@@ -286,7 +287,7 @@ def test_a_missing_submission_is_one_line(tmp_path, name, args):
 
 
 @pytest.mark.parametrize("name", ["profile_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py",
-                                  "qr_lookahead_probe.py"])
+                                  "qr_lookahead_probe.py", "eigh_stage_bench.py"])
 def test_without_arguments_the_usage_is_the_error(tmp_path, name):
     # profile_route: a TypeError traceback; cholesky_kernel_bench: nothing at all, exit 0.
     done = script(tmp_path, name)
@@ -309,7 +310,8 @@ def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, arg
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
-@pytest.mark.parametrize("name", ["cholesky_kernel_bench.py", "qr_kernel_bench.py", "qr_lookahead_probe.py"])
+@pytest.mark.parametrize("name", ["cholesky_kernel_bench.py", "qr_kernel_bench.py", "qr_lookahead_probe.py",
+                                  "eigh_stage_bench.py"])
 def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
     # It imported the built file (a CUDA compile on a GPU host) and failed in torch's device code.
     (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")
