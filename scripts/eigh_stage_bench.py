@@ -17,11 +17,14 @@ itself and what follows):
   solver     tridiagonal_eigh_cuda on the reduction's (d, e): max|T Z - Z diag(w)| / ||T||, max|Z^T Z - I|,
              w ascending, max|w - L_cuSOLVER| / max|L| (cuSOLVER on the same prescaled input); its time
   back       the back-transform apply_q_model(V, T, Z) alone (time; its cost does not depend on Z's values)
-  route      the whole "ours" route (custom_kernel, REDUCTION "ours"): its time, the eigh gates on the shape's
-             input, and ours / cuSOLVER (the cusolver stage's time, same run)
-  gates      the "ours" route (and cuSOLVER's, for scale) through the eigh checker's gates on every input
-             family at each --gate-shape (default 3x37 and 4x176): each gate's worst value / its limit and
-             how many matrices fail
+  route      the whole "ours" route: the eigh gates on the shape's input of its unchecked output
+             (reduction_eigh_cuda) and how many matrices result_check.py rejects there (each re-solved by
+             cuSOLVER in custom_kernel); the time of custom_kernel (REDUCTION "ours": check and fallback
+             included) and of the unchecked route, and ours / cuSOLVER (the cusolver stage's time, same run)
+  gates      the unchecked "ours" route (and cuSOLVER's, for scale) through the eigh checker's gates on every
+             input family at each --gate-shape (default 3x37 and 4x176): each gate's worst value / its limit,
+             how many matrices fail, and how many the route's check rejects (a failing matrix it accepts is a
+             hole in the check)
 A stage whose reduction kernel raised runs on the model's reduction (tridiagonalize_model) and says so.
 Times: microseconds a call, CUDA events around back-to-back calls after a warm-up (checks.timing.per_launch_us;
 about 0.5 s of calls, 2 to 20 of them). One line per stage and shape as it finishes (stdout, flushed; each
@@ -67,7 +70,8 @@ TIMING_TARGET_S = 0.5
 DEVICE = "cuda"                  # where inputs are made (tests run the stages on the CPU, models for the kernels)
 # What the stages call in the built module (inlined from parts/eigh/*.py).
 NEEDED = ("REDUCTION", "custom_kernel", "prescale", "tridiagonalize_cuda", "tridiagonalize_model", "apply_q_model",
-          "tridiagonal_eigh_model", "tridiagonal_eigh_cuda", "solve_leaves_cuda", "solve_leaf", "LEAF_SIZE")
+          "tridiagonal_eigh_model", "tridiagonal_eigh_cuda", "solve_leaves_cuda", "solve_leaf", "LEAF_SIZE",
+          "reduction_eigh_cuda", "rejected", "CHECK_PRODUCT")
 
 
 # ---------------------------------------------------------------- command line
@@ -241,7 +245,10 @@ def gates_text(summary: dict) -> str:
     """'sorted 0/100, eigen 1.3/200, orth 0.9/100, recon 0.41/400, failing 0/4' (and the first failure's line)."""
     cells = [f"{SHORT_GATES.get(name, name)} {value + 0.0:.3g}/{limit:g}"
              for name, (value, limit) in summary["residuals"].items()]
-    text = ", ".join(cells + [f"failing {summary['failing']}/{summary['batch']}"])
+    counts = [f"failing {summary['failing']}/{summary['batch']}"]
+    if "rejected" in summary:
+        counts.append(f"check rejects {summary['rejected']}/{summary['batch']}")
+    text = ", ".join(cells + counts)
     return text if summary["passed"] else f"{text} ({summary['message']})"
 
 
@@ -392,15 +399,26 @@ def stage_back(module, case: Case):
     return {"us": us}, f"{fmt_us(us)} us (apply_q_model){on_model(source)}"
 
 
+def unchecked_gates(module, check_output: Callable, A: torch.Tensor) -> dict:
+    """Our route's output before its check (reduction_eigh_cuda) through the gates, with how many matrices
+    the route's check (result_check.rejected) would send to the fallback."""
+    Q, L = module.reduction_eigh_cuda(A.clone())
+    summary = gate_summary(check_output, A, (Q, L))
+    summary["rejected"] = int(module.rejected(A, Q, L, module.CHECK_PRODUCT).sum())
+    return summary
+
+
 def stage_route(module, case: Case):
     A = case.input()
+    summary = unchecked_gates(module, checker("eigh").check_output, A)
+    unchecked_us = timed_us(lambda: module.reduction_eigh_cuda(A))
     with route(module, "ours"):
-        summary = gate_summary(checker("eigh").check_output, A, module.custom_kernel(A.clone()))
         us = timed_us(lambda: module.custom_kernel(A))
     cusolver = case.results.get("cusolver", {}).get("us")
     ratio = us / cusolver if cusolver else None
     versus = f", ours/cuSOLVER {ratio:.3f}" if ratio else " (no cuSOLVER time in this run)"
-    return {"us": us, "gates": summary, "vs_cusolver": ratio}, f"{fmt_us(us)} us{versus}; gates {gates_text(summary)}"
+    return ({"us": us, "unchecked_us": unchecked_us, "gates": summary, "vs_cusolver": ratio},
+            f"{fmt_us(us)} us (unchecked {fmt_us(unchecked_us)}){versus}; gates {gates_text(summary)}")
 
 
 STAGE_FUNCTIONS = {"reduction": stage_reduction, "cusolver": stage_cusolver, "leaves": stage_leaves,
@@ -492,8 +510,7 @@ class Run:
 
                 def one(spec=spec):
                     A = eigh.generate(spec, device=DEVICE)
-                    with route(module, "ours"):
-                        ours = gate_summary(eigh.check_output, A, module.custom_kernel(A.clone()))
+                    ours = unchecked_gates(module, eigh.check_output, A)
                     with route(module, "cusolver"):
                         theirs = gate_summary(eigh.check_output, A, module.custom_kernel(A.clone()))
                     scale = worst_fraction(theirs)

@@ -12,6 +12,7 @@ import torch
 
 from checks.native import native_checker
 from checks.problems import load_problem
+from parts.eigh import result_check
 from parts.eigh import reduction_model as rm
 from parts.eigh import tridiagonal_model as tm
 from popcorn.errors import PopkitError
@@ -245,6 +246,8 @@ class ModelRoute:
     tridiagonal_eigh_model = staticmethod(tm.tridiagonal_eigh_model)
     solve_leaf = staticmethod(tm.solve_leaf)
     solve_leaves_cuda = staticmethod(tm.solve_leaf)
+    rejected = staticmethod(result_check.rejected)
+    CHECK_PRODUCT = "ieee"
 
     def __init__(self):
         self.routes = []
@@ -252,10 +255,13 @@ class ModelRoute:
     def tridiagonal_eigh_cuda(self, d, e):
         return tm.tridiagonal_eigh_model(d, e, tm.LEAF_SIZE, self.solve_leaves_cuda)
 
+    def reduction_eigh_cuda(self, A):
+        return rm.eigh_pipeline_model(A, rm.PANEL, self.tridiagonalize_cuda, self.tridiagonal_eigh_cuda)
+
     def custom_kernel(self, A):
         self.routes.append(self.REDUCTION)
         if self.REDUCTION == "ours":
-            return rm.eigh_pipeline_model(A, rm.PANEL, self.tridiagonalize_cuda, self.tridiagonal_eigh_cuda)
+            return self.reduction_eigh_cuda(A)
         L, Q = torch.linalg.eigh(A)
         return Q, L
 
@@ -293,9 +299,11 @@ def test_every_stage_runs_on_every_shape_and_prints_its_line_its_tables_and_its_
             line = next(line for line in out.splitlines() if line.startswith(f"v0:built.py {label} {stage}: "))
             assert says in line
             assert ("failing 0/2" in line) == ("gates" in says)
+            assert ("check rejects 0/2" in line) == (stage == "route")     # the route's own check, unchecked output
     assert "v0:built.py 2x67 leaves: 8 leaves of 16/17 rows in 3 launch(es)" in out    # 67 = 33 + 34, 33 = 16 + 17
     for family in ("dense", "clustered", "lapack_zero"):
         assert f"v0:built.py gates 2x34 {family}: sorted " in out
+        assert "check rejects 0/2" in next(line for line in out.splitlines() if f"gates 2x34 {family}:" in line)
     assert "v0:built.py: stages (us a call;" in out and "v0:built.py: gates per family" in out
     table = out[out.index("v0:built.py: stages"):]
     assert table.splitlines()[1].split()[:3] == ["shape", "reduce", "us"]
