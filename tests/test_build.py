@@ -542,6 +542,29 @@ def test_each_cu_part_is_a_unit_after_every_header_part_in_manifest_order():
     assert build.assemble_cuda([]).units == [] and build.assemble_cuda([]).source() == ""
 
 
+@pytest.mark.parametrize("first, second", [
+    ("constexpr int kColumnGroup = 8;", "constexpr int kColumnGroup = 8;   // the same value"),
+    ("__device__ float g_scale[4];", "static __device__ float g_scale = 1.f;"),
+    ("struct __align__(16) Chunk { float x[4]; };", "template <int W>\nstruct Chunk { float y[W]; };"),
+    ("using Row = float[32];", "enum class Row { a, b };"),
+])
+def test_two_parts_defining_one_name_at_namespace_scope_are_refused(first, second):
+    # dc518b3: householder_panel.cu and householder_warp.cu both defined kColumnGroup; the GPU hosts compile a unit
+    # a part and passed it, a machine under 4 CPUs compiles one unit and fails.
+    parts = [fake_part("common/u.cuh", "#pragma once\nint u();"),
+             fake_part("p/a.cu", f"namespace {{\n{first}\n}}"), fake_part("p/b.cu", f"namespace {{\n{second}\n}}")]
+    with pytest.raises(PopkitError, match=r"parts/p/a\.cu and parts/p/b\.cu both define \w+: machines under 4 CPUs"):
+        build.assemble_cuda(parts)
+
+
+def test_names_inside_functions_declarations_and_overloads_are_not_clashes():
+    body = "__global__ void k(float* x) {\n    constexpr int kRows = 4;\n    x[0] = kRows;\n}\n"
+    parts = [fake_part("p/a.cu", "struct Chunk;\n__device__ int twice(int x) { return 2 * x; }\n" + body),
+             fake_part("p/b.cu", "struct Chunk { int a; };\n__device__ float twice(float x) { return 2 * x; }\n"
+                                 + body.replace("k(", "k2("))]
+    assert len(build.assemble_cuda(parts).units) == 2
+
+
 CUDA_PROBLEMS = sorted(p.parent.name for p in build.PARTS.glob("*/manifest.yml")
                        if build.load_manifest(p.parent.name)["cuda"])
 
