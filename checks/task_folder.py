@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from checks.preflight import defines
-from checks.problems import ENTRY_POINT, Problem
+from checks.problems import ENTRY_POINT, Problem, generic_spec
 from popcorn.errors import ProblemError, parse_error_line
 from popcorn.evidence.files import write_atomic
 
@@ -133,6 +133,13 @@ def _validate(task: dict, path: Path, task_yml: Path) -> None:
         if odd is not None:
             raise ProblemError(f"{task_yml}: {key} entry {odd + 1} is {cases[odd]!r}, not a case (a mapping of "
                                "the task's keys, such as {\"size\": 1024, \"seed\": 5})")
+        for index, case in enumerate(cases):
+            try:
+                generic_spec(case)
+            except ProblemError as exc:      # it named neither task.yml nor the entry
+                why = str(exc).removeprefix(f"case spec {case}: ")
+                raise ProblemError(f"{task_yml}: {key} entry {index + 1}: {why} (popkit writes each case as one "
+                                   "'key: value; ...' line of eval.py's cases file, as the runner does)") from None
     _validate_facts(task, task_yml)
     files = task.get("files")
     if not isinstance(files, list) or not all(isinstance(f, dict) and "name" in f and "source" in f

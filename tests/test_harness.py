@@ -201,6 +201,13 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"name": "reference.py"',
                                                                          '{"name": "../../reference.py"')),
      "file name '../../reference.py' lies outside the run folder"),
+    # A case popkit cannot write on one line of eval.py's cases file: the error named neither task.yml nor the entry.
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"size": 17, "seed": 12}',
+                                                                         '{"size": 17, "seed": 12, "desc": "a; b"}')),
+     r"task\.yml: tests entry 2: desc = 'a; b' is not a number, a word or a list of integers .*cases file"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"size": 100, "seed": 21}',
+                                                                         '{"size": 100, "seed": 21, "o": {"a": 1}}')),
+     r"task\.yml: benchmarks entry 1: o = \{'a': 1\} is not a number"),
 ])
 def test_add_rejects_bad_folders_in_one_line_and_writes_nothing(toy, tmp_path, damage, message):
     damage(toy)
