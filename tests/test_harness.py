@@ -155,6 +155,28 @@ def test_add_refuses_an_existing_name_unless_forced_and_keeps_parts_and_extra_ke
     assert problems.load_problem("addone").gates == {"exact": "every value is x + 1"}
 
 
+def test_force_from_a_folder_of_another_leaderboard_is_refused_unless_the_board_is_named(toy, tmp_path):
+    # A --force whose --from named the wrong folder (tab completion: grayscale_py for vectoradd_py) re-pointed the
+    # problem at that folder's leaderboard and cases without a word, its parts (written for the first board) kept.
+    problem_add.add_problem("addone", toy)
+    record = problems.record_path("addone")
+    before = record.read_bytes()
+    other = toy.parent / "other_py"
+    shutil.copytree(toy, other)
+    index = toy.parent.parent / "toy.yaml"
+    write(index, index.read_text() + "  - directory: toy/other_py\n    name: other_v1\n    gpus:\n      - CPU\n")
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", other, force=True)
+    assert str(info.value) == (
+        f"problem addone is recorded for leaderboard addone_v1 (problems/toy/addone_py), but {other.resolve()} is "
+        "leaderboard other_v1's: --force refreshes a problem from its own folder; check --from, or pass "
+        "--leaderboard other_v1 to move addone to that board (its parts are kept); nothing was changed")
+    assert record.read_bytes() == before
+    assert task_folder.harness_folder(problems.load_problem("addone")) == toy.resolve()
+    moved = problem_add.add_problem("addone", other, force=True, leaderboard="other_v1")
+    assert moved.replaced and problems.load_problem("addone").leaderboard == "other_v1"
+
+
 def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy):
     # It was a yaml traceback; replacing the file instead would drop whatever else it held.
     problem_add.add_problem("addone", toy)
