@@ -234,7 +234,9 @@ def local_paths() -> dict[str, str]:
     try:
         data = yaml.safe_load(LOCAL_CONFIG.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProblemError(f"{LOCAL_CONFIG}: unreadable ({parse_error_line(exc)})") from None
+        raise ProblemError(f"{LOCAL_CONFIG}: unreadable ({parse_error_line(exc)}): it only says where each added "
+                           "problem's folder is on this machine; fix it, or delete it and run `popkit problem add "
+                           "NAME --from DIR --force` for each harness problem") from None
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 

@@ -330,6 +330,21 @@ def test_a_failed_add_leaves_no_trace_in_the_local_config(toy, tmp_path, monkeyp
     assert task_folder.harness_folder(problems.load_problem("addone")) == toy.resolve()
 
 
+def test_an_unreadable_local_config_names_the_fix(toy, tmp_path):
+    # It said only ".popkit/harness.yml: unreadable (...)", and every add and every run of a harness problem ended
+    # there: nothing said that the file is this machine's list of folders, safe to delete and rebuild.
+    config = tmp_path / ".popkit" / "harness.yml"
+    config.parent.mkdir()
+    write(config, "addone: [unclosed\n")
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy)
+    assert str(info.value) == (
+        f"{config}: unreadable (line 2, column 1: expected ',' or ']', but got '<stream end>'): it only says where "
+        "each added problem's folder is on this machine; fix it, or delete it and run `popkit problem add NAME "
+        "--from DIR --force` for each harness problem")
+    assert config.read_text() == "addone: [unclosed\n" and not problems.record_path("addone").exists()
+
+
 def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
     # --from .../task.yml said '.../task.yml: not a problem folder (no task.yml; ...)'.
     with pytest.raises(ProblemError) as info:
