@@ -232,6 +232,11 @@ def parse_spec(text: str, problem: Problem | str | None = None) -> dict:
             spec[key] = [int(v) for v in value[1:-1].split(",")]
         else:
             spec[key] = value
+    if not spec:        # was 'a case spec is a non-empty mapping, got {}': neither the text nor an example
+        if isinstance(problem, str):
+            problem = load_problem(problem)
+        example = f", e.g. {format_spec(problem.tests[0])!r}" if problem is not None else ""
+        raise ProblemError(f"bad case spec {text!r}: no 'key: value' pair{example}")
     return normalize(problem, spec) if problem is not None else generic_spec(spec)
 
 

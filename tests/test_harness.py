@@ -979,6 +979,9 @@ def test_a_case_value_of_the_wrong_type_is_refused_before_anything_runs(toy, tmp
     ("size: 5; size: 6; seed: 1", "size is given twice"),          # was: size 6, silently
     ("size: ; seed: 1", "got 'size:'"),                           # was: eval.py's "bad case file", after a pre-run
     ("size: 5 6; seed: 1", "is not a number, a word or a list of integers"),
+    # An empty --case was 'a case spec is a non-empty mapping, got {}': neither the option nor an example.
+    ("", "bad case spec '': no 'key: value' pair, e.g. 'size: 3; seed: 11'"),
+    (" ; ", "bad case spec ' ; ': no 'key: value' pair, e.g. 'size: 3; seed: 11'"),
 ])
 def test_a_malformed_case_is_refused_before_anything_runs(toy, text, why):
     prob = added(toy)
@@ -1006,6 +1009,13 @@ def test_a_case_given_as_an_official_one_is_read_as_that_one(toy):
     for spec in prob.tests + prob.benchmarks:
         assert runner.checked_spec(prob, problems.format_spec(spec)) == spec
     assert runner.checked_spec(prob, "size: 7; seed: 1; nomask: False") == {"size": 7, "seed": 1, "nomask": False}
+
+
+def test_an_empty_native_case_names_an_example():
+    with pytest.raises(ProblemError) as info:
+        problems.parse_spec("", "qr_v2")
+    assert str(info.value) == ("bad case spec '': no 'key: value' pair, e.g. 'batch: 20; n: 32; cond: 1; seed: 53124; "
+                               "case: dense'")
 
 
 def test_a_native_case_with_a_key_given_twice_is_refused():
