@@ -485,8 +485,12 @@ def test_lone_surrogates_in_a_reply_become_replacement_characters(httpserver, cl
 
 def test_wrong_json_shape_is_a_clear_error(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_json({"oops": 1})
-    with pytest.raises(PopkitError, match="not a JSON list"):
+    with pytest.raises(PopkitError, match="^the reply to GET /leaderboards is an object, not a list$"):
         client.leaderboards()
+    # It said "is not a JSON dict": Python's name, and not what came instead.
+    httpserver.expect_request("/user/submissions/7").respond_with_json([])
+    with pytest.raises(PopkitError, match="^the reply to GET /user/submissions/7 is a list, not an object$"):
+        client.submission(7)
 
 
 @pytest.mark.parametrize("path, body, call, expected", [

@@ -449,7 +449,7 @@ def decode_json(response: requests.Response, what: str, expect: type = object) -
         snippet = " ".join(reply_text(response).split())[:80]
         raise PopkitError(f"the reply to {what} is not JSON: {snippet!r}") from None
     if not isinstance(value, expect):
-        raise PopkitError(f"the reply to {what} is not a JSON {expect.__name__}")
+        raise PopkitError(f"the reply to {what} is {json_kind(value)}, not {JSON_KINDS.get(expect, expect.__name__)}")
     return value
 
 
