@@ -214,8 +214,9 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         raise ProblemError(f"problem {name!r} exists ({record_path}); pass --force to refresh its record "
                            "from the folder (its parts are kept)")
     if leaderboard is None and folder.leaderboard is None:
+        unread = "".join(f"{why}, and it may list the folder: fix it; " for why in folder.index_errors)
         raise ProblemError(f"problem {name}: no collection index (problems/*.yaml) names the leaderboard of "
-                           f"{folder.path}: pass --leaderboard NAME (as `popkit leaderboards` lists it); "
+                           f"{folder.path}: pass --leaderboard NAME (as `popkit leaderboards` lists it); {unread}"
                            "nothing was added")
     record = record_for(folder, leaderboard)
     board_error = problems.leaderboard_error(record["leaderboard"])

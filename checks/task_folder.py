@@ -40,6 +40,7 @@ class TaskFolder:
     leaderboard: str | None     # from the collection's index (problems/*.yaml); None where none names the folder
     gpus: list[str]
     relative: str | None        # the folder's path relative to its reference-kernels root, when it has one
+    index_errors: tuple[str, ...] = ()   # the collection indexes that could not be read, each with why
 
     @property
     def files(self) -> list[dict]:
@@ -115,10 +116,11 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     root = reference_root(path)
     # No guess from task.yml's '# name:' comment or the folder's name: they name the board in few folders
     # ('3_moe' is amd-mixture-of-experts, '"identity"' amd-identity, 'single node all2all' amd-all2all).
-    board, gpus = collection_entry(path, root)
+    board, gpus, index_errors = collection_entry(path, root)
     own = task.get("gpus") or []
     gpus = gpus or [str(g) for g in ([own] if isinstance(own, str) else own)] or ["B200"]
-    return TaskFolder(path, task, board, gpus, path.relative_to(root).as_posix() if root else None)
+    return TaskFolder(path, task, board, gpus, path.relative_to(root).as_posix() if root else None,
+                      tuple(index_errors) if board is None else ())
 
 
 def _validate(task: dict, path: Path, task_yml: Path) -> None:
@@ -207,21 +209,26 @@ def reference_root(path: Path) -> Path | None:
     return None
 
 
-def collection_entry(path: Path, root: Path | None) -> tuple[str | None, list[str]]:
-    """The leaderboard name and GPUs that a collection index (problems/NAME.yaml) gives the folder."""
+def collection_entry(path: Path, root: Path | None) -> tuple[str | None, list[str], list[str]]:
+    """The leaderboard name and GPUs that a collection index (problems/NAME.yaml) gives the folder, and each index
+    that could not be read, with why (one of them may list the folder: it was passed over without a word)."""
     if root is None:
-        return None, []
+        return None, [], []
     problems_dir = root / "problems"
     wanted = path.relative_to(problems_dir).as_posix()
+    errors = []
     for index in sorted(problems_dir.glob("*.yaml")):
         try:
             entries = (yaml.safe_load(index.read_text(encoding="utf-8")) or {}).get("problems") or []
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            errors.append(f"{index} is unreadable ({parse_error_line(exc)})")
             continue
-        for entry in entries:
+        except AttributeError:      # YAML, but not a mapping: not an index
+            continue
+        for entry in entries if isinstance(entries, list) else []:
             if isinstance(entry, dict) and entry.get("directory") == wanted and entry.get("name"):
-                return str(entry["name"]), [str(g) for g in entry.get("gpus") or []]
-    return None, []
+                return str(entry["name"]), [str(g) for g in entry.get("gpus") or []], errors
+    return None, [], errors
 
 
 def env_key(name: str) -> str:

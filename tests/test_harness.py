@@ -442,6 +442,20 @@ def test_a_folder_no_index_names_needs_its_leaderboard_given(toy, tmp_path, comm
     assert problem_add.add_problem("addone", alone, leaderboard="amd-identity").leaderboard == "amd-identity"
 
 
+def test_an_unreadable_collection_index_is_named_when_no_index_gives_the_board(toy, tmp_path):
+    # A broken problems/*.yaml was passed over without a word: the error said that no index names the folder, and
+    # a --leaderboard then recorded the folder with task.yml's GPUs (B200 by default), not the index's.
+    index = toy.parent.parent / "toy.yaml"
+    write(index, index.read_text() + '  - directory: "unclosed\n')
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy)
+    assert str(info.value) == (
+        f"problem addone: no collection index (problems/*.yaml) names the leaderboard of {toy.resolve()}: pass "
+        f"--leaderboard NAME (as `popkit leaderboards` lists it); {index} is unreadable (line 9, column 1: found "
+        "unexpected end of stream), and it may list the folder: fix it; nothing was added")
+    assert not (tmp_path / "cases").exists()
+
+
 def test_a_record_with_a_leaderboard_no_submission_could_name_is_refused(toy):
     problem_add.add_problem("addone", toy)
     path = problems.record_path("addone")
