@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from checks.preflight import defines
-from checks.problems import ENTRY_POINT, Problem, generic_spec
+from checks.problems import ENTRY_POINT, Problem, generic_spec, timeout_error
 from popcorn.errors import ProblemError, parse_error_line
 from popcorn.evidence.files import write_atomic
 
@@ -168,9 +168,9 @@ def _validate_facts(task: dict, task_yml: Path) -> None:
     if task.get("config") is not None and not isinstance(task["config"], dict):
         raise ProblemError(f"{task_yml}: config must be a mapping (config: {{main: eval.py}}), not {task['config']!r}")
     for key in ("test", "benchmark", "ranked"):
-        value = task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ProblemError(f"{task_yml}: {key}_timeout must be a positive number of seconds, not {value!r}")
+        why = timeout_error(task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))
+        if why:
+            raise ProblemError(f"{task_yml}: {key}_timeout {why}")
     gpus = task.get("gpus")
     if gpus is not None and not isinstance(gpus, str) and not (
             isinstance(gpus, list) and all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):

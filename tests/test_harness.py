@@ -200,9 +200,15 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
     (lambda d: (d.parent / "eval.py").unlink(), "comes from ../eval.py, which is missing"),
     # These four were tracebacks (int('soon'), int(None), 'str' object has no attribute 'get'):
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "test_timeout: soon\n"),
-     "test_timeout must be a positive number of seconds, not 'soon'"),
+     r"test_timeout must be a positive number of seconds up to 86400 \(a day\), not 'soon'"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranked_timeout:\n"),
-     "ranked_timeout must be a positive number of seconds, not None"),
+     r"ranked_timeout must be a positive number of seconds up to 86400 \(a day\), not None"),
+    # An OverflowError traceback at add (math.ceil of infinity), and one in check's wait for a 10^23 s limit:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("test_timeout: 20", "test_timeout: .inf")),
+     r"test_timeout must be a positive number of seconds up to 86400 \(a day\), not inf"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("test_timeout: 20",
+                                                                         "test_timeout: 1" + "0" * 23)),
+     r"test_timeout must be a positive number of seconds up to 86400 \(a day\), not 1" + "0" * 23),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('config:\n  main: "eval.py"',
                                                                          'config: "eval.py"')),
      "config must be a mapping"),
@@ -1120,6 +1126,10 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
 @pytest.mark.parametrize("change, why", [
     ("timeouts_s: [240, 480]\n", "timeouts_s must be a mapping, not [240, 480]"),
     ("timeouts_s: {test: soon}\n", "timeouts_s: test must be a number of seconds, not 'soon'"),
+    # .inf ended check in an OverflowError traceback, and 0 timed every case out at once:
+    ("timeouts_s: {test: .inf}\n", "timeouts_s: test must be a positive number of seconds up to 86400 (a day), "
+                                   "not inf"),
+    ("timeouts_s: {test: 0}\n", "timeouts_s: test must be a positive number of seconds up to 86400 (a day), not 0"),
     ("harness: eval.py\n", "harness must be a mapping, not 'eval.py'"),
     ("harness: {folder: 5}\n", "harness: folder must be a path, not 5"),
     ("gpus: {B200: 1}\n", "gpus must be a list of GPU names, not {'B200': 1}"),
