@@ -131,7 +131,10 @@ def causes(exc: BaseException):
 
 def api_url() -> str:
     """The server: POPCORN_API_URL, refused in one line unless it is an http(s) URL with a host."""
-    url = (os.environ.get("POPCORN_API_URL") or DEFAULT_API_URL).rstrip("/")
+    url = os.environ.get("POPCORN_API_URL", DEFAULT_API_URL).rstrip("/")
+    if not url.strip():      # as the official CLI, the default only when unset: POPCORN_API_URL=$UNSET went there
+        raise PopkitError(f"POPCORN_API_URL is set but empty: unset it to use the hosted server ({DEFAULT_API_URL}), "
+                          "or set it to your server's URL (http://127.0.0.1:8000)")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or any(char.isspace() for char in url):
         raise PopkitError(f"POPCORN_API_URL is not an http(s) URL: {url!r} (it should look like "
