@@ -171,6 +171,7 @@ def read_config(path: Path) -> dict:
 
 
 CLI_ID_CHARS = re.compile(r"[\x21-\x7e]+")  # an HTTP header value: printable ASCII, no spaces
+MAX_ID_CHARS = 256  # a new id from the server: its uuid4 has 36
 
 
 def load_cli_id(path: Path | None = None) -> str:
@@ -770,7 +771,11 @@ class Client:
         state = self._get("/auth/init", 30, dict, provider=provider).get("state")
         if not state or not isinstance(state, str):
             raise PopkitError("the reply to GET /auth/init has no state")
-        return str(state)
+        if len(state) > MAX_ID_CHARS or not CLI_ID_CHARS.fullmatch(state):
+            # It was saved, and every later verb refused the config's id as malformed. Never quoted: it is the id.
+            raise PopkitError(f"the reply to GET /auth/init has no usable state (an id is one word of up to "
+                              f"{MAX_ID_CHARS} printable ASCII characters, as the server's uuid4): nothing was saved")
+        return state
 
 
 def is_json(text: str) -> bool:
