@@ -920,6 +920,19 @@ def test_confirm_without_a_waiting_id(httpserver, home):
     assert httpserver.log == []
 
 
+@pytest.mark.parametrize("pending", ["a b\nc", ["x"], True])
+def test_confirm_of_a_malformed_waiting_id_is_one_line_and_asks_nothing(httpserver, home, pending):
+    # "a b\nc" went out as a header: "the connection broke off (GET /user/submissions): InvalidHeader", retried.
+    path = home / ".popcorn.yaml"
+    api.update_config({api.PENDING_KEY: pending}, path)
+    result = popkit("register", "--confirm")
+    assert (result.exit_code, result.stderr) == (1, (
+        f"error: the new cli_id waiting in {path} is malformed (it must be one word of printable ASCII, as "
+        "`popkit register` writes it): run `popkit register discord` (or `github`) again; your current id stays "
+        "in use\n"))
+    assert httpserver.log == [] and api.load_cli_id(path) == CLI_ID
+
+
 @pytest.mark.parametrize("args", [["gitlab"], []])
 def test_register_rejects_unknown_or_missing_providers(home, args):
     assert popkit("register", *args).exit_code == 2

@@ -179,11 +179,17 @@ def load_cli_id(path: Path | None = None) -> str:
     cli_id = read_config(path).get("cli_id")
     if cli_id is None or cli_id == "":
         raise PopkitError(f"no cli_id in {path}: {REGISTER_HINT}")
-    if isinstance(cli_id, bool) or not isinstance(cli_id, (str, int)) or not CLI_ID_CHARS.fullmatch(str(cli_id)):
+    if not is_valid_id(cli_id):
         # Never quoted: the message must not show the id.
         raise PopkitError(f"the cli_id in {path} is malformed (it must be one word of printable ASCII, "
                           f"as `popkit register` writes it): fix it or {REGISTER_HINT}")
     return str(cli_id)
+
+
+def is_valid_id(value) -> bool:
+    """Whether a config's id can go out as the header: one word of printable ASCII (a YAML integer counts)."""
+    return (not isinstance(value, bool) and isinstance(value, (str, int))
+            and CLI_ID_CHARS.fullmatch(str(value)) is not None)
 
 
 def save_cli_id(cli_id: str, path: Path | None = None) -> tuple[Path, Path | None]:
