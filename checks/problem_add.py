@@ -168,6 +168,24 @@ def _refuse_shared_parts_folder(name: str) -> None:
                            "name; nothing was added")
 
 
+def _refuse_another_board(name: str, previous: str | None, board: str, path: Path) -> None:
+    """A --force from a folder of another leaderboard than the record's: a wrong --from re-pointed the problem at
+    that board and its cases without a word, its parts (written for the first board) kept. --leaderboard moves it.
+    A record that is not YAML is left to render_record, which names it."""
+    try:
+        old = yaml.safe_load(previous) if previous is not None else None
+    except yaml.YAMLError:
+        return
+    old_board = str(old.get("leaderboard", name)) if isinstance(old, dict) else board
+    if old_board == board:
+        return
+    old_folder = (old.get("harness") or {}).get("folder") if isinstance(old.get("harness"), dict) else None
+    raise ProblemError(f"problem {name} is recorded for leaderboard {old_board}" + (f" ({old_folder})" if old_folder
+                       else "") + f", but {path} is leaderboard {board}'s: --force refreshes a problem from its own "
+                       f"folder; check --from, or pass --leaderboard {board} to move {name} to that board (its parts "
+                       "are kept); nothing was changed")
+
+
 def _restore(path: Path, before: bytes | None) -> None:
     """PATH as it was (BEFORE: its bytes, None for no file), written only where it changed: on a read-only mount
     even the unlink of a missing file fails, and that error replaced the one that stopped the add."""
@@ -196,8 +214,9 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         raise ProblemError(f"problem {name!r} exists ({record_path}); pass --force to refresh its record "
                            "from the folder (its parts are kept)")
     if leaderboard is None and folder.leaderboard is None:
+        unread = "".join(f"{why}, and it may list the folder: fix it; " for why in folder.index_errors)
         raise ProblemError(f"problem {name}: no collection index (problems/*.yaml) names the leaderboard of "
-                           f"{folder.path}: pass --leaderboard NAME (as `popkit leaderboards` lists it); "
+                           f"{folder.path}: pass --leaderboard NAME (as `popkit leaderboards` lists it); {unread}"
                            "nothing was added")
     record = record_for(folder, leaderboard)
     board_error = problems.leaderboard_error(record["leaderboard"])
@@ -212,6 +231,8 @@ def add_problem(name: str, source: Path | str, force: bool = False, leaderboard:
         for case in record[key]:
             problems.generic_spec(case)
     previous = record_path.read_text(encoding="utf-8") if exists else None
+    if leaderboard is None:
+        _refuse_another_board(name, previous, record["leaderboard"], folder.path)
     text = render_record(name, record, previous, record_path)
     third_party = packages.folder_packages(folder.own_sources, {Path(f["name"]).stem for f in folder.files})
     no_ref_kernel = folder.no_ref_kernel

@@ -28,6 +28,17 @@ SPEC_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 INTEGER = r"[+-]?[0-9]+"
 INTEGER_LIST = re.compile(rf"\[\s*{INTEGER}(\s*,\s*{INTEGER})*\s*\]")
 ENTRY_POINT = "custom_kernel"     # what the grader calls in a submission, unless the task's template says otherwise
+# The longest limit a task may set, in seconds: the server ends any job after 30 min, and a limit past what a clock
+# can wait for (.inf, 10^23) ended add and check in OverflowError tracebacks.
+MAX_TIMEOUT_S = 86400
+
+
+def timeout_error(value) -> str | None:
+    """Why VALUE is not a task's time limit (None when it is one): a positive, finite number of seconds, at most
+    MAX_TIMEOUT_S."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_TIMEOUT_S:
+        return f"must be a positive number of seconds up to {MAX_TIMEOUT_S} (a day), not {value!r}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -140,6 +151,8 @@ def record_shape_problem(raw: dict) -> str | None:
     for key, value in (raw.get("timeouts_s") or {}).items():
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return f"timeouts_s: {key} must be a number of seconds, not {value!r}"
+        if timeout_error(value):
+            return f"timeouts_s: {key} {timeout_error(value)}"
     harness = raw.get("harness") or {}
     for key in ("folder", "main"):
         if harness.get(key) is not None and not isinstance(harness[key], str):
@@ -232,6 +245,11 @@ def parse_spec(text: str, problem: Problem | str | None = None) -> dict:
             spec[key] = [int(v) for v in value[1:-1].split(",")]
         else:
             spec[key] = value
+    if not spec:        # was 'a case spec is a non-empty mapping, got {}': neither the text nor an example
+        if isinstance(problem, str):
+            problem = load_problem(problem)
+        example = f", e.g. {format_spec(problem.tests[0])!r}" if problem is not None else ""
+        raise ProblemError(f"bad case spec {text!r}: no 'key: value' pair{example}")
     return normalize(problem, spec) if problem is not None else generic_spec(spec)
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import yaml
 
 from checks.preflight import defines
-from checks.problems import ENTRY_POINT, Problem
+from checks.problems import ENTRY_POINT, Problem, generic_spec, timeout_error
 from popcorn.errors import ProblemError, parse_error_line
 from popcorn.evidence.files import write_atomic
 
@@ -40,6 +40,7 @@ class TaskFolder:
     leaderboard: str | None     # from the collection's index (problems/*.yaml); None where none names the folder
     gpus: list[str]
     relative: str | None        # the folder's path relative to its reference-kernels root, when it has one
+    index_errors: tuple[str, ...] = ()   # the collection indexes that could not be read, each with why
 
     @property
     def files(self) -> list[dict]:
@@ -115,10 +116,11 @@ def read_task_folder(path: Path | str) -> TaskFolder:
     root = reference_root(path)
     # No guess from task.yml's '# name:' comment or the folder's name: they name the board in few folders
     # ('3_moe' is amd-mixture-of-experts, '"identity"' amd-identity, 'single node all2all' amd-all2all).
-    board, gpus = collection_entry(path, root)
+    board, gpus, index_errors = collection_entry(path, root)
     own = task.get("gpus") or []
     gpus = gpus or [str(g) for g in ([own] if isinstance(own, str) else own)] or ["B200"]
-    return TaskFolder(path, task, board, gpus, path.relative_to(root).as_posix() if root else None)
+    return TaskFolder(path, task, board, gpus, path.relative_to(root).as_posix() if root else None,
+                      tuple(index_errors) if board is None else ())
 
 
 def _validate(task: dict, path: Path, task_yml: Path) -> None:
@@ -133,6 +135,13 @@ def _validate(task: dict, path: Path, task_yml: Path) -> None:
         if odd is not None:
             raise ProblemError(f"{task_yml}: {key} entry {odd + 1} is {cases[odd]!r}, not a case (a mapping of "
                                "the task's keys, such as {\"size\": 1024, \"seed\": 5})")
+        for index, case in enumerate(cases):
+            try:
+                generic_spec(case)
+            except ProblemError as exc:      # it named neither task.yml nor the entry
+                why = str(exc).removeprefix(f"case spec {case}: ")
+                raise ProblemError(f"{task_yml}: {key} entry {index + 1}: {why} (popkit writes each case as one "
+                                   "'key: value; ...' line of eval.py's cases file, as the runner does)") from None
     _validate_facts(task, task_yml)
     files = task.get("files")
     if not isinstance(files, list) or not all(isinstance(f, dict) and "name" in f and "source" in f
@@ -159,9 +168,9 @@ def _validate_facts(task: dict, task_yml: Path) -> None:
     if task.get("config") is not None and not isinstance(task["config"], dict):
         raise ProblemError(f"{task_yml}: config must be a mapping (config: {{main: eval.py}}), not {task['config']!r}")
     for key in ("test", "benchmark", "ranked"):
-        value = task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise ProblemError(f"{task_yml}: {key}_timeout must be a positive number of seconds, not {value!r}")
+        why = timeout_error(task.get(f"{key}_timeout", DEFAULT_TIMEOUT_S))
+        if why:
+            raise ProblemError(f"{task_yml}: {key}_timeout {why}")
     gpus = task.get("gpus")
     if gpus is not None and not isinstance(gpus, str) and not (
             isinstance(gpus, list) and all(isinstance(g, (str, int)) and not isinstance(g, bool) for g in gpus)):
@@ -200,21 +209,26 @@ def reference_root(path: Path) -> Path | None:
     return None
 
 
-def collection_entry(path: Path, root: Path | None) -> tuple[str | None, list[str]]:
-    """The leaderboard name and GPUs that a collection index (problems/NAME.yaml) gives the folder."""
+def collection_entry(path: Path, root: Path | None) -> tuple[str | None, list[str], list[str]]:
+    """The leaderboard name and GPUs that a collection index (problems/NAME.yaml) gives the folder, and each index
+    that could not be read, with why (one of them may list the folder: it was passed over without a word)."""
     if root is None:
-        return None, []
+        return None, [], []
     problems_dir = root / "problems"
     wanted = path.relative_to(problems_dir).as_posix()
+    errors = []
     for index in sorted(problems_dir.glob("*.yaml")):
         try:
             entries = (yaml.safe_load(index.read_text(encoding="utf-8")) or {}).get("problems") or []
-        except (OSError, UnicodeDecodeError, yaml.YAMLError, AttributeError):
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            errors.append(f"{index} is unreadable ({parse_error_line(exc)})")
             continue
-        for entry in entries:
+        except AttributeError:      # YAML, but not a mapping: not an index
+            continue
+        for entry in entries if isinstance(entries, list) else []:
             if isinstance(entry, dict) and entry.get("directory") == wanted and entry.get("name"):
-                return str(entry["name"]), [str(g) for g in entry.get("gpus") or []]
-    return None, []
+                return str(entry["name"]), [str(g) for g in entry.get("gpus") or []], errors
+    return None, [], errors
 
 
 def env_key(name: str) -> str:
@@ -227,7 +241,9 @@ def local_paths() -> dict[str, str]:
     try:
         data = yaml.safe_load(LOCAL_CONFIG.read_text(encoding="utf-8")) or {}
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise ProblemError(f"{LOCAL_CONFIG}: unreadable ({parse_error_line(exc)})") from None
+        raise ProblemError(f"{LOCAL_CONFIG}: unreadable ({parse_error_line(exc)}): it only says where each added "
+                           "problem's folder is on this machine; fix it, or delete it and run `popkit problem add "
+                           "NAME --from DIR --force` for each harness problem") from None
     return {str(k): str(v) for k, v in data.items()} if isinstance(data, dict) else {}
 
 

@@ -171,6 +171,17 @@ def test_base_url_from_environment(monkeypatch):
     assert api.api_url() == "http://127.0.0.1:9"
 
 
+@pytest.mark.parametrize("url", ["", " "])
+def test_an_empty_server_url_is_refused_not_read_as_the_hosted_server(monkeypatch, sleeps, url):
+    # POPCORN_API_URL=$LOCAL with $LOCAL unset sent every call, uploads included, to the hosted server; the official
+    # CLI uses the default only when the variable is unset.
+    monkeypatch.setenv("POPCORN_API_URL", url)
+    with pytest.raises(PopkitError) as info:
+        api.Client(cli_id=CLI_ID)
+    assert str(info.value) == ("POPCORN_API_URL is set but empty: unset it to use the hosted server "
+                               f"({api.DEFAULT_API_URL}), or set it to your server's URL (http://127.0.0.1:8000)")
+
+
 @pytest.mark.parametrize("url", ["localhost:8000", "127.0.0.1:8000", "ftp://host", "http://", "http://exa mple.com"])
 def test_a_server_url_that_is_not_an_http_url_is_refused_before_any_request(monkeypatch, sleeps, url):
     # These were sent: each GET retried three times, then "cannot reach localhost:8000 (...): InvalidSchema", and
@@ -485,8 +496,12 @@ def test_lone_surrogates_in_a_reply_become_replacement_characters(httpserver, cl
 
 def test_wrong_json_shape_is_a_clear_error(httpserver, client):
     httpserver.expect_request("/leaderboards").respond_with_json({"oops": 1})
-    with pytest.raises(PopkitError, match="not a JSON list"):
+    with pytest.raises(PopkitError, match="^the reply to GET /leaderboards is an object, not a list$"):
         client.leaderboards()
+    # It said "is not a JSON dict": Python's name, and not what came instead.
+    httpserver.expect_request("/user/submissions/7").respond_with_json([])
+    with pytest.raises(PopkitError, match="^the reply to GET /user/submissions/7 is a list, not an object$"):
+        client.submission(7)
 
 
 @pytest.mark.parametrize("path, body, call, expected", [

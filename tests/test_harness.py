@@ -155,6 +155,28 @@ def test_add_refuses_an_existing_name_unless_forced_and_keeps_parts_and_extra_ke
     assert problems.load_problem("addone").gates == {"exact": "every value is x + 1"}
 
 
+def test_force_from_a_folder_of_another_leaderboard_is_refused_unless_the_board_is_named(toy, tmp_path):
+    # A --force whose --from named the wrong folder (tab completion: grayscale_py for vectoradd_py) re-pointed the
+    # problem at that folder's leaderboard and cases without a word, its parts (written for the first board) kept.
+    problem_add.add_problem("addone", toy)
+    record = problems.record_path("addone")
+    before = record.read_bytes()
+    other = toy.parent / "other_py"
+    shutil.copytree(toy, other)
+    index = toy.parent.parent / "toy.yaml"
+    write(index, index.read_text() + "  - directory: toy/other_py\n    name: other_v1\n    gpus:\n      - CPU\n")
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", other, force=True)
+    assert str(info.value) == (
+        f"problem addone is recorded for leaderboard addone_v1 (problems/toy/addone_py), but {other.resolve()} is "
+        "leaderboard other_v1's: --force refreshes a problem from its own folder; check --from, or pass "
+        "--leaderboard other_v1 to move addone to that board (its parts are kept); nothing was changed")
+    assert record.read_bytes() == before
+    assert task_folder.harness_folder(problems.load_problem("addone")) == toy.resolve()
+    moved = problem_add.add_problem("addone", other, force=True, leaderboard="other_v1")
+    assert moved.replaced and problems.load_problem("addone").leaderboard == "other_v1"
+
+
 def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy):
     # It was a yaml traceback; replacing the file instead would drop whatever else it held.
     problem_add.add_problem("addone", toy)
@@ -178,9 +200,15 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
     (lambda d: (d.parent / "eval.py").unlink(), "comes from ../eval.py, which is missing"),
     # These four were tracebacks (int('soon'), int(None), 'str' object has no attribute 'get'):
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "test_timeout: soon\n"),
-     "test_timeout must be a positive number of seconds, not 'soon'"),
+     r"test_timeout must be a positive number of seconds up to 86400 \(a day\), not 'soon'"),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text() + "ranked_timeout:\n"),
-     "ranked_timeout must be a positive number of seconds, not None"),
+     r"ranked_timeout must be a positive number of seconds up to 86400 \(a day\), not None"),
+    # An OverflowError traceback at add (math.ceil of infinity), and one in check's wait for a 10^23 s limit:
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("test_timeout: 20", "test_timeout: .inf")),
+     r"test_timeout must be a positive number of seconds up to 86400 \(a day\), not inf"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace("test_timeout: 20",
+                                                                         "test_timeout: 1" + "0" * 23)),
+     r"test_timeout must be a positive number of seconds up to 86400 \(a day\), not 1" + "0" * 23),
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('config:\n  main: "eval.py"',
                                                                          'config: "eval.py"')),
      "config must be a mapping"),
@@ -201,6 +229,13 @@ def test_force_over_a_record_that_is_not_yaml_is_one_line_and_keeps_the_file(toy
     (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"name": "reference.py"',
                                                                          '{"name": "../../reference.py"')),
      "file name '../../reference.py' lies outside the run folder"),
+    # A case popkit cannot write on one line of eval.py's cases file: the error named neither task.yml nor the entry.
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"size": 17, "seed": 12}',
+                                                                         '{"size": 17, "seed": 12, "desc": "a; b"}')),
+     r"task\.yml: tests entry 2: desc = 'a; b' is not a number, a word or a list of integers .*cases file"),
+    (lambda d: write(d / "task.yml", (d / "task.yml").read_text().replace('{"size": 100, "seed": 21}',
+                                                                         '{"size": 100, "seed": 21, "o": {"a": 1}}')),
+     r"task\.yml: benchmarks entry 1: o = \{'a': 1\} is not a number"),
 ])
 def test_add_rejects_bad_folders_in_one_line_and_writes_nothing(toy, tmp_path, damage, message):
     damage(toy)
@@ -301,6 +336,21 @@ def test_a_failed_add_leaves_no_trace_in_the_local_config(toy, tmp_path, monkeyp
     assert task_folder.harness_folder(problems.load_problem("addone")) == toy.resolve()
 
 
+def test_an_unreadable_local_config_names_the_fix(toy, tmp_path):
+    # It said only ".popkit/harness.yml: unreadable (...)", and every add and every run of a harness problem ended
+    # there: nothing said that the file is this machine's list of folders, safe to delete and rebuild.
+    config = tmp_path / ".popkit" / "harness.yml"
+    config.parent.mkdir()
+    write(config, "addone: [unclosed\n")
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy)
+    assert str(info.value) == (
+        f"{config}: unreadable (line 2, column 1: expected ',' or ']', but got '<stream end>'): it only says where "
+        "each added problem's folder is on this machine; fix it, or delete it and run `popkit problem add NAME "
+        "--from DIR --force` for each harness problem")
+    assert config.read_text() == "addone: [unclosed\n" and not problems.record_path("addone").exists()
+
+
 def test_add_from_a_file_names_the_folder_to_pass(toy, tmp_path):
     # --from .../task.yml said '.../task.yml: not a problem folder (no task.yml; ...)'.
     with pytest.raises(ProblemError) as info:
@@ -396,6 +446,20 @@ def test_a_folder_no_index_names_needs_its_leaderboard_given(toy, tmp_path, comm
         problem_add.add_problem("addone", alone)
     assert "\n" not in str(info.value) and not (tmp_path / "cases").exists()
     assert problem_add.add_problem("addone", alone, leaderboard="amd-identity").leaderboard == "amd-identity"
+
+
+def test_an_unreadable_collection_index_is_named_when_no_index_gives_the_board(toy, tmp_path):
+    # A broken problems/*.yaml was passed over without a word: the error said that no index names the folder, and
+    # a --leaderboard then recorded the folder with task.yml's GPUs (B200 by default), not the index's.
+    index = toy.parent.parent / "toy.yaml"
+    write(index, index.read_text() + '  - directory: "unclosed\n')
+    with pytest.raises(ProblemError) as info:
+        problem_add.add_problem("addone", toy)
+    assert str(info.value) == (
+        f"problem addone: no collection index (problems/*.yaml) names the leaderboard of {toy.resolve()}: pass "
+        f"--leaderboard NAME (as `popkit leaderboards` lists it); {index} is unreadable (line 9, column 1: found "
+        "unexpected end of stream), and it may list the folder: fix it; nothing was added")
+    assert not (tmp_path / "cases").exists()
 
 
 def test_a_record_with_a_leaderboard_no_submission_could_name_is_refused(toy):
@@ -935,6 +999,9 @@ def test_a_case_value_of_the_wrong_type_is_refused_before_anything_runs(toy, tmp
     ("size: 5; size: 6; seed: 1", "size is given twice"),          # was: size 6, silently
     ("size: ; seed: 1", "got 'size:'"),                           # was: eval.py's "bad case file", after a pre-run
     ("size: 5 6; seed: 1", "is not a number, a word or a list of integers"),
+    # An empty --case was 'a case spec is a non-empty mapping, got {}': neither the option nor an example.
+    ("", "bad case spec '': no 'key: value' pair, e.g. 'size: 3; seed: 11'"),
+    (" ; ", "bad case spec ' ; ': no 'key: value' pair, e.g. 'size: 3; seed: 11'"),
 ])
 def test_a_malformed_case_is_refused_before_anything_runs(toy, text, why):
     prob = added(toy)
@@ -962,6 +1029,13 @@ def test_a_case_given_as_an_official_one_is_read_as_that_one(toy):
     for spec in prob.tests + prob.benchmarks:
         assert runner.checked_spec(prob, problems.format_spec(spec)) == spec
     assert runner.checked_spec(prob, "size: 7; seed: 1; nomask: False") == {"size": 7, "seed": 1, "nomask": False}
+
+
+def test_an_empty_native_case_names_an_example():
+    with pytest.raises(ProblemError) as info:
+        problems.parse_spec("", "qr_v2")
+    assert str(info.value) == ("bad case spec '': no 'key: value' pair, e.g. 'batch: 20; n: 32; cond: 1; seed: 53124; "
+                               "case: dense'")
 
 
 def test_a_native_case_with_a_key_given_twice_is_refused():
@@ -1052,6 +1126,10 @@ def test_problem_list_names_an_unreadable_record_and_lists_the_rest(toy):
 @pytest.mark.parametrize("change, why", [
     ("timeouts_s: [240, 480]\n", "timeouts_s must be a mapping, not [240, 480]"),
     ("timeouts_s: {test: soon}\n", "timeouts_s: test must be a number of seconds, not 'soon'"),
+    # .inf ended check in an OverflowError traceback, and 0 timed every case out at once:
+    ("timeouts_s: {test: .inf}\n", "timeouts_s: test must be a positive number of seconds up to 86400 (a day), "
+                                   "not inf"),
+    ("timeouts_s: {test: 0}\n", "timeouts_s: test must be a positive number of seconds up to 86400 (a day), not 0"),
     ("harness: eval.py\n", "harness must be a mapping, not 'eval.py'"),
     ("harness: {folder: 5}\n", "harness: folder must be a path, not 5"),
     ("gpus: {B200: 1}\n", "gpus must be a list of GPU names, not {'B200': 1}"),

@@ -881,6 +881,22 @@ def test_register_replaces_an_id_the_server_rejects(httpserver, home):
     assert api.read_config(home / ".popcorn.yaml") == {"cli_id": NEW_ID}
 
 
+@pytest.mark.parametrize("state", ["abc def", "abc\ndef", "x" * 300, "caf\u00e9"])
+def test_register_refuses_a_state_that_cannot_be_an_id_and_keeps_the_config(httpserver, home, state):
+    # It was saved as the new cli_id, which every later verb refused as malformed "as `popkit register` writes it",
+    # and the config's old id was gone.
+    httpserver.expect_request("/auth/init", query_string="provider=github").respond_with_json({"state": state})
+    httpserver.expect_request("/user/submissions").respond_with_json({"detail": "Invalid"}, status=401)
+    path = home / ".popcorn.yaml"
+    before = path.read_bytes()
+    result = popkit("register", "github")
+    assert result.exit_code == 1
+    assert result.stderr.splitlines()[-1] == (
+        "error: the reply to GET /auth/init has no usable state (an id is one word of up to 256 printable ASCII "
+        "characters, as the server's uuid4): nothing was saved")
+    assert path.read_bytes() == before
+
+
 def test_register_over_an_unreadable_config_keeps_a_copy_and_says_where(httpserver, home):
     # The new file held the new id alone: the broken file's other keys were gone, with no copy kept.
     serve_auth(httpserver, [])
@@ -902,6 +918,19 @@ def test_confirm_without_a_waiting_id(httpserver, home):
     result = popkit("register", "--confirm")
     assert result.exit_code == 1 and "no new cli_id waits in" in result.stderr
     assert httpserver.log == []
+
+
+@pytest.mark.parametrize("pending", ["a b\nc", ["x"], True])
+def test_confirm_of_a_malformed_waiting_id_is_one_line_and_asks_nothing(httpserver, home, pending):
+    # "a b\nc" went out as a header: "the connection broke off (GET /user/submissions): InvalidHeader", retried.
+    path = home / ".popcorn.yaml"
+    api.update_config({api.PENDING_KEY: pending}, path)
+    result = popkit("register", "--confirm")
+    assert (result.exit_code, result.stderr) == (1, (
+        f"error: the new cli_id waiting in {path} is malformed (it must be one word of printable ASCII, as "
+        "`popkit register` writes it): run `popkit register discord` (or `github`) again; your current id stays "
+        "in use\n"))
+    assert httpserver.log == [] and api.load_cli_id(path) == CLI_ID
 
 
 @pytest.mark.parametrize("args", [["gitlab"], []])

@@ -242,6 +242,10 @@ def confirm_pending_id() -> str:
     pending = api.read_config(path).get(api.PENDING_KEY)
     if not pending:
         raise PopkitError(f"no new cli_id waits in {path}: run `popkit register discord` (or `github`) first")
+    if not api.is_valid_id(pending):     # it went out as a header: "the connection broke off: InvalidHeader"
+        raise PopkitError(f"the new cli_id waiting in {path} is malformed (it must be one word of printable ASCII, as "
+                          "`popkit register` writes it): run `popkit register discord` (or `github`) again; your "
+                          "current id stays in use")
     if not api.Client(cli_id=str(pending), on_retry=note_retry).id_is_valid():
         raise PopkitError(f"{api.api_url()} does not accept the new cli_id yet: finish the login at the URL "
                           "`popkit register` printed; your current id stays in use")

@@ -131,7 +131,10 @@ def causes(exc: BaseException):
 
 def api_url() -> str:
     """The server: POPCORN_API_URL, refused in one line unless it is an http(s) URL with a host."""
-    url = (os.environ.get("POPCORN_API_URL") or DEFAULT_API_URL).rstrip("/")
+    url = os.environ.get("POPCORN_API_URL", DEFAULT_API_URL).rstrip("/")
+    if not url.strip():      # as the official CLI, the default only when unset: POPCORN_API_URL=$UNSET went there
+        raise PopkitError(f"POPCORN_API_URL is set but empty: unset it to use the hosted server ({DEFAULT_API_URL}), "
+                          "or set it to your server's URL (http://127.0.0.1:8000)")
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.hostname or any(char.isspace() for char in url):
         raise PopkitError(f"POPCORN_API_URL is not an http(s) URL: {url!r} (it should look like "
@@ -168,6 +171,7 @@ def read_config(path: Path) -> dict:
 
 
 CLI_ID_CHARS = re.compile(r"[\x21-\x7e]+")  # an HTTP header value: printable ASCII, no spaces
+MAX_ID_CHARS = 256  # a new id from the server: its uuid4 has 36
 
 
 def load_cli_id(path: Path | None = None) -> str:
@@ -175,11 +179,17 @@ def load_cli_id(path: Path | None = None) -> str:
     cli_id = read_config(path).get("cli_id")
     if cli_id is None or cli_id == "":
         raise PopkitError(f"no cli_id in {path}: {REGISTER_HINT}")
-    if isinstance(cli_id, bool) or not isinstance(cli_id, (str, int)) or not CLI_ID_CHARS.fullmatch(str(cli_id)):
+    if not is_valid_id(cli_id):
         # Never quoted: the message must not show the id.
         raise PopkitError(f"the cli_id in {path} is malformed (it must be one word of printable ASCII, "
                           f"as `popkit register` writes it): fix it or {REGISTER_HINT}")
     return str(cli_id)
+
+
+def is_valid_id(value) -> bool:
+    """Whether a config's id can go out as the header: one word of printable ASCII (a YAML integer counts)."""
+    return (not isinstance(value, bool) and isinstance(value, (str, int))
+            and CLI_ID_CHARS.fullmatch(str(value)) is not None)
 
 
 def save_cli_id(cli_id: str, path: Path | None = None) -> tuple[Path, Path | None]:
@@ -449,7 +459,7 @@ def decode_json(response: requests.Response, what: str, expect: type = object) -
         snippet = " ".join(reply_text(response).split())[:80]
         raise PopkitError(f"the reply to {what} is not JSON: {snippet!r}") from None
     if not isinstance(value, expect):
-        raise PopkitError(f"the reply to {what} is not a JSON {expect.__name__}")
+        raise PopkitError(f"the reply to {what} is {json_kind(value)}, not {JSON_KINDS.get(expect, expect.__name__)}")
     return value
 
 
@@ -767,7 +777,11 @@ class Client:
         state = self._get("/auth/init", 30, dict, provider=provider).get("state")
         if not state or not isinstance(state, str):
             raise PopkitError("the reply to GET /auth/init has no state")
-        return str(state)
+        if len(state) > MAX_ID_CHARS or not CLI_ID_CHARS.fullmatch(state):
+            # It was saved, and every later verb refused the config's id as malformed. Never quoted: it is the id.
+            raise PopkitError(f"the reply to GET /auth/init has no usable state (an id is one word of up to "
+                              f"{MAX_ID_CHARS} printable ASCII characters, as the server's uuid4): nothing was saved")
+        return state
 
 
 def is_json(text: str) -> bool:
