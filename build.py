@@ -45,7 +45,8 @@ COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
 # namespaces): a constant or device variable, or a type. Functions are left out: two parts may overload a name.
 NAMESPACE_DEFINITIONS = (
     re.compile(r"^(?:template\s*<.*>\s*)?(?:(?:static|inline|constexpr|const|__constant__|__device__|__managed__)\s+)+"
-               r"(?:(?:unsigned|signed|long)\s+)*[A-Za-z_][\w:<>]*\s*[*&]?\s*\b([A-Za-z_]\w*)\s*(?:\[[^\]]*\]\s*)*[=;{]"),
+               r"(?:(?:unsigned|signed|long)\s+)*[A-Za-z_][\w:<>]*\s*[*&]?\s*\b([A-Za-z_]\w*)"
+               r"\s*(?:\[[^\]]*\]\s*)*[=;{]"),
     re.compile(r"^(?:template\s*<.*>\s*)?(?:struct|class|union|enum(?:\s+class)?)\s+(?:__align__\(\d+\)\s+)?"
                r"([A-Za-z_]\w*)\b(?!\s*;)"),
     re.compile(r"^using\s+([A-Za-z_]\w*)\s*="),
