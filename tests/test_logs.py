@@ -200,3 +200,16 @@ def test_record_passed_uses_the_verdict_then_the_cases():
     assert logs.record_passed({"cases": [{"status": "pass"}]})
     assert not logs.record_passed({"cases": [{"status": "pass"}, {"status": "fail"}]})
     assert not logs.record_passed({"cases": []})
+
+
+def test_a_log_of_only_cut_short_records_says_so_and_how_to_use_it(tmp_path):
+    # A run killed while writing its record left '{"time": "2026-...' alone in the file: the refusal said no line
+    # was a JSON record, as for notes.txt, without naming the cut line or the way out.
+    log = tmp_path / "perf.jsonl"
+    log.write_text('{"time": "2026-12-02T05:00:00Z", "problem": "qr_v2", "mode": "be')
+    assert logs.not_a_log(log) == ("its 1 non-blank line(s) start as JSON records but none is whole (cut short?): "
+                                   "delete them to use it as a log")
+    log.write_text('{"time": "2026-12-02T05:00:00Z", "mode": "be\n# a note\n')
+    assert logs.not_a_log(log) == "none of its 2 non-blank line(s) is a JSON record"
+    log.write_text('{"time": "2026-12-02T05:00:00Z", "mode": "bench"}\n{"time": "2026-12-02T05:01')
+    assert logs.not_a_log(log) is None                  # a real log with a torn last line stays a log

@@ -198,7 +198,7 @@ def not_a_log(path: Path | str) -> str | None:
         return f"its name ends in {path.suffix}"
     if not path.is_file():
         return None
-    lines = records = 0
+    lines = records = torn = 0
     with open(path, "rb") as handle:
         for raw in handle:
             if not raw.strip():
@@ -207,6 +207,7 @@ def not_a_log(path: Path | str) -> str | None:
             try:
                 value = json.loads(raw.decode("utf-8"))
             except (UnicodeDecodeError, json.JSONDecodeError):
+                torn += raw.lstrip().startswith(b'{"')
                 continue
             if isinstance(value, dict):
                 if value.get("mode") in MODES:
@@ -215,6 +216,9 @@ def not_a_log(path: Path | str) -> str | None:
     if records:
         return (f"none of its {records} record(s) is a {', '.join(MODES[:-1])} or {MODES[-1]} run "
                 "(no such 'mode')")
+    if lines and torn == lines:       # a log whose records were all cut short (a run killed while writing one)
+        return (f"its {lines} non-blank line(s) start as JSON records but none is whole (cut short?): delete "
+                "them to use it as a log")
     return f"none of its {lines} non-blank line(s) is a JSON record" if lines else None
 
 
