@@ -25,6 +25,7 @@ import jinja2
 import yaml
 
 from checks import packages, problems
+from checks.cuda_units import ONE_UNIT_CLASH, namespace_clashes
 from checks.preflight import BANNED, PreflightReport, defines, name_error, preflight_bytes
 from checks.task_folder import SUBMISSION_SOURCE
 from popcorn.errors import PopkitError, ProblemError, parse_error_line
@@ -41,16 +42,6 @@ INLINE_MARK = "# popkit: inline"
 PARTS_PACKAGE = "parts"     # a cross-part import: from parts.PROBLEM.module import ...
 LOCAL_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"\s*$')
 COMMIT_LINE = re.compile(r"^# toolkit commit: .*$", re.MULTILINE)
-# What a CUDA part defines at namespace scope (a line that starts in column 0, the parts' style inside their
-# namespaces): a constant or device variable, or a type. Functions are left out: two parts may overload a name.
-NAMESPACE_DEFINITIONS = (
-    re.compile(r"^(?:template\s*<.*>\s*)?(?:(?:static|inline|constexpr|const|__constant__|__device__|__managed__)\s+)+"
-               r"(?:(?:unsigned|signed|long)\s+)*[A-Za-z_][\w:<>]*\s*[*&]?\s*\b([A-Za-z_]\w*)"
-               r"\s*(?:\[[^\]]*\]\s*)*[=;{]"),
-    re.compile(r"^(?:template\s*<.*>\s*)?(?:struct|class|union|enum(?:\s+class)?)\s+(?:__align__\(\d+\)\s+)?"
-               r"([A-Za-z_]\w*)\b(?!\s*;)"),
-    re.compile(r"^using\s+([A-Za-z_]\w*)\s*="),
-)
 # Where git cannot list the project's files: the folders and top-level files that hold its sources.
 SOURCE_FOLDERS = ("checks", "docs", "parts", "popcorn", "scripts", "templates", "tests")
 TOP_LEVEL_SOURCES = ("AGENTS.md", "Makefile", "README.md", "build.py", "pyproject.toml")
@@ -216,26 +207,10 @@ def assemble_cuda(parts: list[Part]) -> CudaAssembly:
             raise PopkitError(f"{PARTS / part.path}: contains ''' which would end the embedded string")
     clashes = namespace_clashes(texts)
     if clashes:
-        raise PopkitError(f"{'; '.join(clashes)}: machines under 4 CPUs compile every part as one translation "
-                          "unit, where a second definition of a name fails the build (parts/common/cuda_loader.py); "
-                          "rename one (dc518b3's kColumnGroup passed a GPU gate that way)")
+        raise PopkitError(f"{'; '.join(clashes)}: {ONE_UNIT_CLASH}")
     headers = tuple(path for path in texts if not path.endswith(".cu"))
     return CudaAssembly(texts, [headers + (path,) for path in texts if path.endswith(".cu")])
 
-
-def namespace_clashes(texts: dict[str, str]) -> list[str]:
-    """'parts/A and parts/B both define NAME' for each constant, device variable or type that two CUDA parts
-    define at namespace scope (NAMESPACE_DEFINITIONS): each part's anonymous namespace is its own only while
-    it is a unit of its own."""
-    owners: dict[str, list[str]] = {}
-    for path, text in texts.items():
-        for line in text.splitlines():
-            for pattern in NAMESPACE_DEFINITIONS:
-                found = pattern.match(line)
-                if found and path not in owners.setdefault(found.group(1), []):
-                    owners[found.group(1)].append(path)
-    return [f"{' and '.join(f'parts/{path}' for path in paths)} {'both' if len(paths) == 2 else 'all'} define {name}"
-            for name, paths in owners.items() if len(paths) > 1]
 
 
 def python_part_text(part: Part) -> str:

@@ -20,6 +20,7 @@ import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from checks.cuda_units import ONE_UNIT_CLASH, embedded_parts, namespace_clashes
 from checks.problems import ENTRY_POINT, entry_points_of
 
 MAX_BYTES = 1_000_000
@@ -76,9 +77,10 @@ def name_error(name: str, python: bool = False) -> str | None:
 
 def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None,
                 stand_in: dict[str, str] | None = None) -> PreflightReport:
-    """The server's own rules on the file's bytes (no external tools). STAND_IN gives directives (leaderboard,
-    gpu) that a file without them is checked under, as a problem's record gives them; report.directives keeps
-    only the file's own."""
+    """The server's own rules on the file's bytes (no external tools), and for a popkit build that its embedded
+    CUDA parts (CUDA_PARTS) can compile as one unit, as a runner of under 4 CPUs builds them (checks/cuda_units.py).
+    STAND_IN gives directives (leaderboard, gpu) that a file without them is checked under, as a problem's record
+    gives them; report.directives keeps only the file's own."""
     stand_in = stand_in or {}
     report = PreflightReport()
     refused = name_error(name)
@@ -105,6 +107,8 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None,
         if missing:
             report.errors.append(f"{name}: defines no {', '.join(missing)} at its top level (the grader runs "
                                  f"`from submission import {', '.join(called)}`)")
+        for clash in namespace_clashes((embedded_parts(tree) if tree is not None else None) or {}):
+            report.errors.append(f"{name}: CUDA_PARTS: {clash}: {ONE_UNIT_CLASH}")
     for key in ("leaderboard", "gpu"):
         if key not in report.directives and key not in stand_in:
             report.errors.append(f"{name}: missing '#!POPCORN {key} ...' in the leading comment block")

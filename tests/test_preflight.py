@@ -317,3 +317,19 @@ def test_cli_check_without_directives_assumes_the_problems_board(tmp_path):
     result = invoke_check("vectoradd", "--check", str(path))
     assert result.exit_code == 1 and "expected 'vectoradd_v2'" in result.output.splitlines()[-1], result.output
     assert invoke_check("--check", str(path)).exit_code == 1        # no gpu, and no problem to give one
+
+
+def test_a_build_whose_cuda_parts_clash_as_one_unit_is_refused_and_a_clean_one_is_not():
+    # logs/incumbents/qr_v2.py (dc518b3) embeds two parts that both define kColumnGroup: fine one unit a part (the
+    # GPU hosts), a redefinition in the one unit that a runner of under 4 CPUs compiles.
+    parts = {"qr_v2/a.cu": "namespace {\nconstexpr int kColumnGroup = 8;\n}",
+             "qr_v2/b.cu": "namespace {\nconstexpr int kColumnGroup = 8;\n}"}
+    clash = CLEAN + f"\nCUDA_PARTS = {parts!r}\n"
+    report = check_rules(clash.encode(), "submission.py")
+    assert report.errors == ["submission.py: CUDA_PARTS: parts/qr_v2/a.cu and parts/qr_v2/b.cu both define "
+                             "kColumnGroup: machines under 4 CPUs compile every part as one translation unit, where a "
+                             "second definition of a name fails the build (parts/common/cuda_loader.py); rename one"]
+    parts["qr_v2/b.cu"] = "namespace {\nconstexpr int kWarpColumnGroup = 8;\n}"
+    assert check_rules((CLEAN + f"\nCUDA_PARTS = {parts!r}\n").encode(), "submission.py").ok
+    # not a literal of strings (a hand-written file's own CUDA_PARTS): not ours to read
+    assert check_rules((CLEAN + "\nCUDA_PARTS = {'a.cu': open('x').read()}\n").encode(), "submission.py").ok
