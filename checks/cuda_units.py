@@ -3,13 +3,15 @@
 A built file's loader (parts/common/cuda_loader.py) compiles one unit per .cu part on machines of 4+ CPUs and every
 part as one unit below that. In the one unit, the parts' anonymous namespaces merge, so a constant or a type that
 two parts both define is a redefinition: the GPU hosts (16 CPUs) never see it and a small runner fails to build
-(dc518b3's kColumnGroup passed a GPU gate that way). The builder refuses such parts, and the preflight refuses a
-built file that embeds them (its CUDA_PARTS), so a broken build is caught before it is promoted or submitted.
+(dc518b3's kColumnGroup passed a GPU gate that way). The builder refuses such parts, and the preflight and
+promote refuse a built file that embeds them (its CUDA_PARTS), so a broken build is caught before it is promoted
+or submitted.
 """
 from __future__ import annotations
 
 import ast
 import re
+import warnings
 
 # What a CUDA part defines at namespace scope (a line that starts in column 0, the parts' style inside their
 # namespaces): a constant or device variable, or a type. Functions are left out: two parts may overload a name.
@@ -51,3 +53,15 @@ def embedded_parts(tree: ast.Module) -> dict[str, str] | None:
             if all(isinstance(k, str) and isinstance(v, str) for k, v in parts.items()):
                 return parts
     return None
+
+
+def built_file_clashes(text: str) -> list[str]:
+    """namespace_clashes of the CUDA parts a built file's text embeds ([] for a file without them, or one that
+    is not Python: other checks name that)."""
+    try:
+        with warnings.catch_warnings():          # a file's own escape-sequence warnings are the preflight's to show
+            warnings.simplefilter("ignore")
+            tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return []
+    return namespace_clashes(embedded_parts(tree) or {})

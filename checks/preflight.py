@@ -107,7 +107,7 @@ def check_rules(data: bytes, name: str, expect_leaderboard: str | None = None,
         if missing:
             report.errors.append(f"{name}: defines no {', '.join(missing)} at its top level (the grader runs "
                                  f"`from submission import {', '.join(called)}`)")
-        for clash in namespace_clashes((embedded_parts(tree) if tree is not None else None) or {}):
+        for clash in namespace_clashes(embedded_parts(tree) or {}) if tree is not None else []:
             report.errors.append(f"{name}: CUDA_PARTS: {clash}: {ONE_UNIT_CLASH}")
     for key in ("leaderboard", "gpu"):
         if key not in report.directives and key not in stand_in:

@@ -10,7 +10,7 @@ problem's full official list: a passing diff of every benchmark case the
 leaderboard times (Problem.ranked_benchmarks), against that very incumbent, to replace it; a passing
 check of every test and a passing bench of those cases for the first one. --force skips the evidence, never the
 problem and leaderboard checks, nor that the file is a built submission (runner.not_a_submission, and popkit's
-build header or a leaderboard line).
+build header or a leaderboard line) whose CUDA parts can compile as one unit (checks/cuda_units.py).
 """
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+from checks.cuda_units import ONE_UNIT_CLASH, built_file_clashes
 from checks.preflight import leading_directives
 from checks.problems import Problem, load_problem
 from checks.runner import require_submission_for
@@ -87,6 +88,10 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
     if built_from(text) is None and "leaderboard" not in leading_directives(text):
         raise PopkitError(f"{submission}: neither popkit's build header nor a '#!POPCORN leaderboard' line: not a "
                           f"built submission; `popkit build {problem}` writes one")
+    clashes = built_file_clashes(text)
+    if clashes:      # the GPU hosts build one unit a part and pass it; a runner of under 4 CPUs cannot build it
+        raise PopkitError(f"{submission}: {'; '.join(clashes)}: {ONE_UNIT_CLASH}, rebuild it and run its evidence "
+                          "again (--force does not skip this)")
     root = root or INCUMBENTS
     sha = logs.file_sha256(submission)
     target = incumbent_path(problem, root)

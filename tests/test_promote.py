@@ -112,6 +112,17 @@ def test_a_built_file_without_leaderboard_line_is_promoted_forced(root, log, tmp
     assert promote("qr_v2", built, root, log, force=True) == root / "qr_v2.py"
 
 
+def test_a_build_whose_cuda_parts_cannot_be_one_unit_is_refused_even_forced(root, log, tmp_path):
+    # dc518b3 was promoted with two parts defining kColumnGroup: the H200 built it, a runner of under 4 CPUs cannot.
+    parts = {"qr_v2/a.cu": "constexpr int kColumnGroup = 8;", "qr_v2/b.cu": "constexpr int kColumnGroup = 8;"}
+    broken = tmp_path / "broken.py"
+    broken.write_text(CANDIDATE + f"\nCUDA_PARTS = {parts!r}\n")
+    with pytest.raises(PopkitError, match=r"parts/qr_v2/a\.cu and parts/qr_v2/b\.cu both define kColumnGroup: "
+                                          r"machines under 4 CPUs .* \(--force does not skip this\)"):
+        promote("qr_v2", broken, root, log, force=True)
+    assert not root.exists()
+
+
 def test_missing_file_is_one_error(tmp_path, root, log):
     with pytest.raises(PopkitError, match="no such submission file"):
         promote("qr_v2", tmp_path / "none.py", root, log, force=True)
