@@ -212,7 +212,6 @@ def assemble_cuda(parts: list[Part]) -> CudaAssembly:
     return CudaAssembly(texts, [headers + (path,) for path in texts if path.endswith(".cu")])
 
 
-
 def python_part_text(part: Part) -> str:
     """A Python part without its cross-part imports (all parts share one namespace once built)."""
     kept = [line for line in part.text.splitlines()
