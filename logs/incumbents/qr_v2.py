@@ -1,11 +1,11 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: dc518b3
+# toolkit commit: 523b6c0
 # part common/device_utils.cuh sha256 cab98ec14c538053c961c39b6ce3768c400adb7d37a652c0daf93dccf5e02ec1
-# part common/launch.cuh sha256 a65fea1b6048842938f5eefa30fc4af93850bbb3cc7710723363af62e956e00d
+# part common/launch.cuh sha256 171fb3c933df7c52317c755137b0d732cb87c7e0abb9a11bd34ce497b1c05240
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
-# part qr_v2/householder_warp.cu sha256 d2506ace55acb155029af00de5832bd23e066a1c8225d0bbaadbaf7d6423c241
+# part qr_v2/householder_warp.cu sha256 5f26198a081ed462155fb899b99d14d1a3c4bf3e5f774d3e0dc5601b5dc5adf7
 # part qr_v2/compact_wy.cuh sha256 c2e62d67ed853e0c7ec17a0a88307d96dd33719d7a186931fb293ee0835463d5
 # part qr_v2/panel_team.cuh sha256 19581a6848c3e2cbe0e166d39c9139f39f26c559fe6d98f2ab516d9606d6b97b
 # part qr_v2/householder_panel_columns.cu sha256 d16adecf6cb1afda43c6c9c6716001ab4565e9a613eae68c98dccd4994c77496
@@ -13,9 +13,9 @@
 # part common/tensor_core_tf32.cuh sha256 c7ed98ed5d3b002b4622e770ff95a23807d184ffb7daa3d364b9b1c9706e1d27
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
 # part qr_v2/householder_update.cu sha256 36f40f8060757562ab0c6bcd9cdcbe7ba803454ff068be41208f8d04765fb449
-# part qr_v2/householder_blocked.cu sha256 eca2e24cb862c465df34d5b050f794a8595c69cd4246eed8c4a53858af32f29f
+# part qr_v2/householder_blocked.cu sha256 29da4167e17ad921aed2f47d79c0ccf6f0f19357089a843047bedc27cdc5055e
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
-# part common/tf32_model.py sha256 97eb3ed85a84850ff8669f0f25d845123fc58fa5ab982b108c3da6a200ac08c6
+# part common/tf32_model.py sha256 d6983f5a4e5234072fce81d8d7533ccfa1818f1358ea7c6d0f0169f5f43f2e30
 # part qr_v2/model.py sha256 617280a5e7bc299431d64907a7db089158a1a64ca13d0826691f8f6ec882b27f
 # part qr_v2/route.py sha256 4d5d1d97ef880230d3fe7aff23fc72efa32f7305ad550de87393bc22e5d28b07
 """qr_v2: batched compact-Householder QR (torch.geqrf form).
@@ -169,8 +169,9 @@ __device__ __forceinline__ Reflector make_reflector(float alpha, float xnorm) {
 // one-call loops and a graph whose independent nodes run side by side on one device, with no queue to name.
 // Kernels with compile-time __cluster_dims__ should keep their clusters as nodes: the runtime documents the
 // cluster shape as a required attribute of the function (cudaFuncAttributeRequiredClusterWidth, fixed at
-// compile time, checked at launch), not of the launch; not yet seen on a GPU (a lost cluster would fault
-// in cluster.sync or change the outputs, which scripts/same_outputs.py against the direct launches shows).
+// compile time, checked at launch), not of the launch. Seen on the H200 (run 33d): a graph with cluster
+// kernels among its nodes gave bitwise the direct launches' outputs on every benchmark case
+// (scripts/same_outputs.py; a lost cluster would fault in cluster.sync or change the outputs).
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -346,7 +347,7 @@ namespace {
 
 constexpr int kWarpMaxN = 32;
 constexpr int kWarpMatrices = 4;
-constexpr int kColumnGroup = 8;             // columns a copy of the column loop's body
+constexpr int kWarpColumnGroup = 8;         // columns a copy of the column loop's body
 
 __global__ void __launch_bounds__(32 * kWarpMatrices)
 qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __restrict__ tau, int batch, int n) {
@@ -361,16 +362,16 @@ qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __rest
 #pragma unroll
     for (int j = 0; j < kWarpMaxN; ++j) a[j] = (lane < n && j < n) ? Ab[(size_t)lane * n + j] : 0.f;
 
-    // Columns in groups of kColumnGroup, as householder_panel.cu's column loop: the group loop unrolled,
+    // Columns in groups of kWarpColumnGroup, as householder_panel.cu's column loop: the group loop unrolled,
     // the column loop rolled; column c is picked and written back by selects over its group's 8 columns
     // (not all 32), and the update skips the columns left of the group (their coefficients are zero).
 #pragma unroll
-    for (int g0 = 0; g0 < kWarpMaxN; g0 += kColumnGroup) {
+    for (int g0 = 0; g0 < kWarpMaxN; g0 += kWarpColumnGroup) {
 #pragma unroll 1
-        for (int c = g0; c < min(n, g0 + kColumnGroup); ++c) {
+        for (int c = g0; c < min(n, g0 + kWarpColumnGroup); ++c) {
             float xc = 0.f;                                    // a chain: a select tree spilled 8 bytes here
 #pragma unroll
-            for (int j = g0; j < g0 + kColumnGroup; ++j) xc = (j == c) ? a[j] : xc;
+            for (int j = g0; j < g0 + kWarpColumnGroup; ++j) xc = (j == c) ? a[j] : xc;
             const float x = (lane > c) ? xc : 0.f;
             float p[kWarpMaxN];
 #pragma unroll
@@ -399,7 +400,7 @@ qr_warp_kernel(const float* __restrict__ A, float* __restrict__ H, float* __rest
             const float v = (lane > c) ? x * ref.scale : (lane == c) ? 1.f : 0.f;
             const float stored = (lane > c) ? v : ref.beta;
 #pragma unroll
-            for (int j = g0; j < g0 + kColumnGroup; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
+            for (int j = g0; j < g0 + kWarpColumnGroup; ++j) a[j] = (j == c && lane >= c) ? stored : a[j];
 #pragma unroll
             for (int j = g0; j < kWarpMaxN; ++j) a[j] -= s_coef[warp][j] * v;  // zero for j <= c
             __syncwarp();                                      // s_row and s_coef are rewritten next column
@@ -1677,9 +1678,10 @@ POPKIT_EXPORT int qr_update(float* C, int ldc, int stride, const float* Vt, cons
 // (qr_update_split on all nc columns), so at beside_ctas == update_ctas the outputs are bitwise those of
 // qr_blocked (the order of independent launches is all that changes). A lower beside_ctas changes the
 // rest's split, hence the order of its fp32 partial sums (same products: model.blocked_qr either way).
-// Why faster where the batch is small (2x4096, 8x2048, 60x1024): there a panel keeps a few dozen CTAs
-// busy (2x4096: 16 CTAs, ~half of the 15.4 ms) and the latency-bound update leaves SMs idle; with the
-// panel beside the bulk of the update, the critical path is roughly panel + narrow update per panel.
+// Why faster where the batch is small: there a panel keeps a few dozen CTAs busy and the latency-bound
+// update leaves SMs idle; with the panel beside the bulk of the update, the critical path is roughly
+// panel + narrow update per panel. H200, grader-style diff (run 34a): 60x1024 0.96x, 8x2048 0.95x; but
+// 2x4096 1.045x slower (route.LOOKAHEAD keeps the loop there; why is open, docs/priors.md).
 // The graph is built and instantiated once per shape and route parameters (and alignment of H and Vt,
 // which picks kernels), then kept; a call with other buffers rebinds its nodes' arguments
 // (cudaGraphExecKernelNodeSetParams, node by node in launch order) instead of building it again.
@@ -2040,7 +2042,10 @@ CUDA = CudaLibrary()
 
 # ---- part common/tf32_model.py ----
 """Torch models of the TF32 tensor-core arithmetic every problem's kernels share
-(common/tensor_core_tf32.cuh): the hi + lo split and the tf32x3 product, ~21 bits from three TF32 products."""
+(common/tensor_core_tf32.cuh): the hi + lo split and the tf32x3 product, ~21 bits from three TF32 products;
+and the switch of torch's own fp32 matmuls between IEEE fp32 and TF32."""
+import contextlib
+
 import torch
 
 
@@ -2071,6 +2076,32 @@ def tf32x3_product(P: torch.Tensor, Q: torch.Tensor) -> torch.Tensor:
     Qh, Ql = tf32_split(Q)
     Pl, Ql = tf32_truncate(Pl), tf32_truncate(Ql)
     return Pl @ Qh.mT + Ph @ Ql.mT + Ph @ Qh.mT
+
+
+@contextlib.contextmanager
+def matmul_precision(precision: str):
+    """Set torch's CUDA fp32 matmul precision ("ieee" or "tf32") and restore the previous setting.
+
+    The new API (fp32_precision) is read and restored as it was: once it is set,
+    reading the legacy allow_tf32 flag (which the grader's check does) raises
+    unless the previous value was put back."""
+    matmul = torch.backends.cuda.matmul
+    try:
+        previous = matmul.fp32_precision
+    except AttributeError:                      # torch < 2.9: the legacy flag only
+        previous = None
+    if previous is None:
+        legacy = matmul.allow_tf32
+        matmul.allow_tf32 = precision == "tf32"
+    else:
+        matmul.fp32_precision = precision
+    try:
+        yield
+    finally:
+        if previous is None:
+            matmul.allow_tf32 = legacy
+        else:
+            matmul.fp32_precision = previous
 
 # ---- part qr_v2/model.py ----
 """Torch models of the qr_v2 kernels: the executable specification.
