@@ -25,7 +25,10 @@ from parts.common.tf32_model import matmul_precision, tf32x3_product  # popkit: 
 from parts.eigh.reduction_model import prescale  # popkit: inline
 
 EPS = 2.0 ** -23
-ACCEPT = {"eigen_equation": 100.0, "orthogonality": 50.0, "sorted": 50.0}
+# The eigen equation's acceptance is 1% of its gate, not half: `popkit diff` (checks/verdicts.py) refuses a gate
+# that grows past 2x the incumbent's share unless both stay under 1%, and cuSOLVER's is 0.0-0.2% (640x512 mixed
+# and clustered reached 47 and 63 units through ours at 50, diff run 2026-12-02T07:3x).
+ACCEPT = {"eigen_equation": 2.0, "orthogonality": 50.0, "sorted": 50.0}
 PRODUCTS = ("ieee", "tf32x3")
 
 
