@@ -22,7 +22,7 @@ from parts.eigh.result_check import accept_or_resolve  # popkit: inline
 
 SMALL_MAX_N = 32
 # How n > SMALL_MAX_N runs on CUDA: "cusolver", "ours", or "by n": ours for OURS_MIN_N <= n <= OURS_MAX_N.
-# The range is measured (stage bench 2026-12-02T07:2x, logs/device/20261202T*-eigh_stages.txt): ours/cuSOLVER
+# The range is measured (stage bench, logs/device/20261202T0715Z-eigh_stages.txt): ours/cuSOLVER
 # 1.333 at 40x176, 0.347 at 40x352, 0.714 at 640x512, 0.883 at 60x1024, 1.445 at 8x2048, every gate passing.
 REDUCTION = "by n"
 OURS_MIN_N = 177
