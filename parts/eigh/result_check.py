@@ -4,8 +4,8 @@ Why: our route (reduction, divide and conquer, back-transform in fp32, with thre
 cluster shifts) is judged matrix by matrix, and a rare matrix can defeat a threshold that every benchmark
 seed passes (seeds/000: a deflation threshold passed both official seeds and failed nearby ones by 2.7x).
 So every output is measured on the device that made it, in the units of checks/native/eigh.py's gates,
-against ACCEPT (half of each gate), and a matrix over any of them is solved again by the fallback:
-    eigen equation   ||A Q - Q diag(L)||_1 / (n eps ||A||_1)                          gate 200, accept < 100
+against ACCEPT, and a matrix over any of them is solved again by the fallback:
+    eigen equation   ||A Q - Q diag(L)||_1 / (n eps ||A||_1)                          gate 200, accept < 2
     orthogonality    ||Q^T Q - I||_1 / (n eps)                                        gate 100, accept < 50
     sorted           largest descent L[i] - L[i+1] over n eps max(1, max|L|), x 1    gate 100, accept < 50
     finite           every entry of Q and L
@@ -16,8 +16,10 @@ The first two are computed on A / 2^k and L / 2^k (the route's own exact power-o
 units, and no overflow or subnormals at the lapack_* families' 1e+-19 entries; sorted's unit is not
 scale-free and takes L as returned), in fp32 at IEEE accuracy
 (PRODUCT "ieee": cuBLAS SGEMM) or as three TF32 tensor-core products ("tf32x3", ~21 bits; the three
-products and the split are torch operations). Their rounding is a few units at most against thresholds of
-50 and 100. Cost: two batched n x n x n products (A Q and Q^T Q), ~4 n^3 flops a matrix.
+products and the split are torch operations). Their rounding is within 4 units of float64 measures (CPU
+tests), small against 50 but not against 2: a good matrix (0.03-0.3 units at n = 512 on the H200) rounded over 2
+is solved again, which costs time, never accuracy. Cost: two batched n x n x n products (A Q and Q^T Q), ~4 n^3
+flops a matrix.
 """
 import torch
 
@@ -25,7 +27,11 @@ from parts.common.tf32_model import matmul_precision, tf32x3_product  # popkit: 
 from parts.eigh.reduction_model import prescale  # popkit: inline
 
 EPS = 2.0 ** -23
-ACCEPT = {"eigen_equation": 100.0, "orthogonality": 50.0, "sorted": 50.0}
+# The eigen equation is accepted under 1% of its gate, the others under half: `popkit diff` (checks/verdicts.py)
+# refuses a gate whose share grows past 2x the incumbent's unless both stay under 1%, cuSOLVER's eigen equation
+# is at 0.0-0.2%, and ours reached 47 and 63 units on 640x512 mixed and clustered when accepted under 100
+# (diff record 2026-12-02T07:18:19Z; under 2: passing diff 07:25:59Z, those two cases then mostly re-solved).
+ACCEPT = {"eigen_equation": 2.0, "orthogonality": 50.0, "sorted": 50.0}
 PRODUCTS = ("ieee", "tf32x3")
 
 

@@ -3,8 +3,8 @@
 | n      | CUDA route                                           | CPU (model)          |
 |--------|------------------------------------------------------|----------------------|
 | <= 32  | jacobi_small.cu: parallel Jacobi, one CTA/matrix     | jacobi_eigh_model    |
-| larger | by REDUCTION: "cusolver" (cusolver_batched.py: one   | torch.linalg.eigh    |
-|        | batched cuSOLVER call) or "ours" (reduction_route.py:|                      |
+| larger | by reduction_for(n): "cusolver" (cusolver_batched.py:| torch.linalg.eigh    |
+|        | one batched call) or "ours" (reduction_route.py:     |                      |
 |        | tridiagonal_reduction.cu, tridiagonal_leaf.cu and    |                      |
 |        | tridiagonal_merge.cu, torch matmuls between them;    |                      |
 |        | each matrix accepted by result_check.py or re-solved |                      |
@@ -21,9 +21,12 @@ from parts.eigh.reduction_route import reduction_eigh_cuda  # popkit: inline
 from parts.eigh.result_check import accept_or_resolve  # popkit: inline
 
 SMALL_MAX_N = 32
-# How n > SMALL_MAX_N runs on CUDA: "cusolver" or "ours". "ours" has never run on a GPU (issue 10):
-# cusolver until a check passes and a diff says otherwise.
-REDUCTION = "cusolver"
+# How n > SMALL_MAX_N runs on CUDA: "cusolver", "ours", or "by n": ours for OURS_MIN_N <= n <= OURS_MAX_N.
+# The range is measured (stage bench, logs/device/20261202T0715Z-eigh_stages.txt): ours/cuSOLVER
+# 1.333 at 40x176, 0.347 at 40x352, 0.714 at 640x512, 0.883 at 60x1024, 1.445 at 8x2048, every gate passing.
+REDUCTION = "by n"
+OURS_MIN_N = 177
+OURS_MAX_N = 1024
 # "ours": how result_check.py forms A Q and Q^T Q ("ieee" or "tf32x3": a sweep decides), and how many matrices
 # its fallback re-solved since import (issue 10 asks how often it fires on each case; the stage bench reads it).
 CHECK_PRODUCT = "ieee"
@@ -53,6 +56,15 @@ def library_eigh(A: torch.Tensor):
     return Q, L
 
 
+def reduction_for(n: int) -> str:
+    """The route REDUCTION names for size n: "cusolver" or "ours"."""
+    if REDUCTION == "by n":
+        return "ours" if OURS_MIN_N <= n <= OURS_MAX_N else "cusolver"
+    if REDUCTION not in ("cusolver", "ours"):
+        raise ValueError(f"REDUCTION is {REDUCTION!r}: expected 'cusolver', 'ours' or 'by n'")
+    return REDUCTION
+
+
 def custom_kernel(data: torch.Tensor):
     """Symmetric eigendecomposition of a batch: returns (Q, L)."""
     A = data.contiguous()
@@ -61,6 +73,4 @@ def custom_kernel(data: torch.Tensor):
         return jacobi_small_cuda(A) if A.is_cuda else jacobi_eigh_model(A)
     if not A.is_cuda:
         return library_eigh(A)
-    if REDUCTION not in ("cusolver", "ours"):
-        raise ValueError(f"REDUCTION is {REDUCTION!r}: expected 'cusolver' or 'ours'")
-    return ours_checked_cuda(A) if REDUCTION == "ours" else BATCHED_SYEV(A)
+    return ours_checked_cuda(A) if reduction_for(n) == "ours" else BATCHED_SYEV(A)

@@ -1,0 +1,48 @@
+"""parts/eigh/route.py: which route decomposes a batch of size n, and what result_check accepts from ours.
+
+The "by n" table sends only the measured range to our route; a misspelt REDUCTION must fail loudly rather than
+fall through to a route nobody chose. The eigen equation's acceptance must keep an accepted matrix of ours under
+the diff's tiny margin, or `popkit diff` refuses the route on a case cuSOLVER solves far inside its gate."""
+import pytest
+import torch
+
+from checks import verdicts
+from checks.native import native_checker
+from parts.eigh import result_check, route
+
+GATES = {gate.name: gate.limit for gate in native_checker("eigh").GATES}
+
+
+@pytest.mark.parametrize("n, expected", [(33, "cusolver"), (176, "cusolver"), (177, "ours"), (352, "ours"),
+                                         (512, "ours"), (1024, "ours"), (1025, "cusolver"), (2048, "cusolver")])
+def test_by_n_sends_the_measured_range_to_ours(monkeypatch, n, expected):
+    monkeypatch.setattr(route, "REDUCTION", "by n")
+    assert route.reduction_for(n) == expected
+
+
+@pytest.mark.parametrize("name", ["cusolver", "ours"])
+def test_a_named_route_holds_for_every_n(monkeypatch, name):
+    monkeypatch.setattr(route, "REDUCTION", name)
+    assert {route.reduction_for(n) for n in (33, 512, 4096)} == {name}
+
+
+def test_a_misspelt_reduction_is_refused(monkeypatch):
+    monkeypatch.setattr(route, "REDUCTION", "by_n")
+    with pytest.raises(ValueError, match="'by_n'"):
+        route.reduction_for(512)
+
+
+def test_the_cpu_path_ignores_the_table():
+    A = torch.randn(2, 40, 40)
+    A = A + A.mT
+    Q, L = route.custom_kernel(A)
+    assert torch.allclose(Q @ torch.diag_embed(L) @ Q.mT, A, atol=1e-4)
+
+
+def test_accepted_eigen_equation_stays_under_the_diffs_tiny_margin():
+    assert result_check.ACCEPT["eigen_equation"] <= verdicts.TINY_MARGIN * GATES["eigen_equation"]
+
+
+def test_every_acceptance_is_inside_its_gate():
+    for name, accept in result_check.ACCEPT.items():
+        assert 0 < accept < GATES[name]
