@@ -1,11 +1,13 @@
 """Check and time eigh's own route (issue 10, route.REDUCTION = "ours") stage by stage beside cuSOLVER (GPU host).
 
-Usage: python3 scripts/eigh_stage_bench.py BUILT.py [BUILT.py ...] [--shape BxN ...] [--gate-shape BxN ...]
-                                           [--stages LIST] [--budget SECONDS] [--json OUT]
+Usage: python3 scripts/eigh_stage_bench.py BUILT.py [BUILT.py ...] [--shape BxN ... | --benchmarks]
+                                           [--gate-shape BxN ...] [--stages LIST] [--budget SECONDS] [--json OUT]
 Each BUILT.py is `popkit build eigh -o FILE.py` (whatever its route.REDUCTION: the script sets the module's
 REDUCTION global itself, "ours" or "cusolver", around each call of custom_kernel). Shapes: --shape BATCHxN
 (n > 32, repeatable; input: the dense family, cond 1, seed 1), else eigh's benchmark shapes with n > 32 (40x176,
-40x352, 640x512, 60x1024, 8x2048), each on the input of its first benchmark case. The stages, in this order, each
+40x352, 640x512, 60x1024, 8x2048), each on the input of its first benchmark case; --benchmarks: every benchmark
+case with n > 32 on its own input (family, cond and seed; `--benchmarks --stages route` says how often the route's
+fallback fires on each, which issue 10 asks). The stages, in this order, each
 over every shape before the next stage starts (so a stage that fails, or kills the CUDA context, costs only
 itself and what follows):
   reduction  tridiagonalize_cuda on the prescaled input: max|Q T Q^T - A| / max|A| and max|Q^T Q - I| (Q from
@@ -116,8 +118,15 @@ def default_specs() -> list[dict]:
     return list(shapes.values())
 
 
-def label_of(spec: dict) -> str:
-    return f"{spec['batch']}x{spec['n']}"
+def benchmark_specs() -> list[dict]:
+    """Every one of eigh's benchmark cases with n > SMALL_MAX_N, in the list's order."""
+    return [spec for spec in load_problem("eigh").benchmarks if spec["n"] > SMALL_MAX_N]
+
+
+def label_of(spec: dict, full: bool = False) -> str:
+    """BATCHxN, and with full the family and cond too (benchmark cases share shapes)."""
+    shape = f"{spec['batch']}x{spec['n']}"
+    return f"{shape} {spec.get('case', 'dense')} c{spec['cond']}" if full else shape
 
 
 def repeats_for(seconds_per_call: float, target_s: float = TIMING_TARGET_S, least: int = 2, most: int = 20) -> int:
@@ -417,7 +426,8 @@ def stage_route(module, case: Case):
     cusolver = case.results.get("cusolver", {}).get("us")
     ratio = us / cusolver if cusolver else None
     versus = f", ours/cuSOLVER {ratio:.3f}" if ratio else " (no cuSOLVER time in this run)"
-    return ({"us": us, "unchecked_us": unchecked_us, "gates": summary, "vs_cusolver": ratio},
+    return ({"us": us, "unchecked_us": unchecked_us, "gates": summary, "vs_cusolver": ratio,
+             "fallback": summary["rejected"]},
             f"{fmt_us(us)} us (unchecked {fmt_us(unchecked_us)}){versus}; gates {gates_text(summary)}")
 
 
@@ -479,7 +489,8 @@ class Run:
         missing = [name for name in NEEDED if not hasattr(module, name)]
         print(f"{tag}: REDUCTION is {entry['reduction_global']!r} in the file; the stages set it themselves"
               + (f"; missing (their stages fail): {', '.join(missing)}" if missing else ""), flush=True)
-        cases = [Case(spec, label_of(spec)) for spec in self.specs]
+        full = len({label_of(spec) for spec in self.specs}) < len(self.specs)    # shapes repeat: say the family
+        cases = [Case(spec, label_of(spec, full)) for spec in self.specs]
         for case in cases:
             entry["shapes"][case.label] = {"spec": case.spec, **case.results}
         try:
@@ -532,13 +543,15 @@ def stage_cell(case: Case, stage: str, key: str, fmt: Callable) -> str | None:
 
 
 def print_tables(tag: str, cases: list[Case], gates: dict) -> None:
-    """The file's two tables: one row a shape (each stage's time and measures), one row a gate family."""
+    """The file's two tables: one row a shape (each stage's time and measures; fallback: how many of the batch
+    the route's check sends to cuSOLVER), one row a gate family."""
     columns = [("reduce us", "reduction", "us", fmt_us), ("similarity", "reduction", "similarity", fmt_e),
                ("orth Q", "reduction", "orthogonality", fmt_e), ("leaves us", "leaves", "us", fmt_us),
                ("leaf w err", "leaves", "w_error", fmt_e), ("solve us", "solver", "us", fmt_us),
                ("T resid", "solver", "residual", fmt_e), ("orth Z", "solver", "orthogonality", fmt_e),
                ("back us", "back", "us", fmt_us), ("ours us", "route", "us", fmt_us),
-               ("cuSOLVER us", "cusolver", "us", fmt_us), ("ours/cuS", "route", "vs_cusolver", lambda x: f"{x:.3f}")]
+               ("cuSOLVER us", "cusolver", "us", fmt_us), ("ours/cuS", "route", "vs_cusolver", lambda x: f"{x:.3f}"),
+               ("fallback", "route", "fallback", str)]
     rows = []
     for case in cases:
         row = [case.label] + [stage_cell(case, stage, key, fmt) for _, stage, key, fmt in columns]
@@ -571,6 +584,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("files", nargs="+", metavar="BUILT.py", help="built eigh files (popkit build eigh -o FILE)")
     parser.add_argument("--shape", action="append", default=[], metavar="BxN",
                         help="a shape to run (repeatable; default: eigh's benchmark cases with n > 32)")
+    parser.add_argument("--benchmarks", action="store_true",
+                        help="every benchmark case with n > 32 on its own input, not the first of each shape")
     parser.add_argument("--gate-shape", action="append", default=[], metavar="BxN",
                         help=f"a shape for the gates stage (repeatable; default {' and '.join(GATE_SHAPES)})")
     parser.add_argument("--stages", metavar="LIST", help=f"comma-separated stages to run (default all: "
@@ -580,7 +595,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", metavar="OUT", help="every number as JSON, rewritten after each stage")
     args = parser.parse_args(argv)
     # Everything that can be judged before a file is imported (on a GPU host: a CUDA compile).
-    specs = [shape_spec(*shape) for shape in dict.fromkeys(map(parse_shape, args.shape))] or default_specs()
+    if args.benchmarks and args.shape:
+        raise PopkitError("--benchmarks runs eigh's benchmark cases; --shape names others: give one of them")
+    specs = ([shape_spec(*shape) for shape in dict.fromkeys(map(parse_shape, args.shape))]
+             or (benchmark_specs() if args.benchmarks else default_specs()))
     gate_shapes = list(dict.fromkeys(parse_shape(text, "--gate-shape") for text in args.gate_shape or GATE_SHAPES))
     stages = parse_stages(args.stages)
     if args.budget is not None and not args.budget > 0:       # 'not >' refuses nan too

@@ -80,6 +80,14 @@ def test_the_default_shapes_are_eighs_benchmark_shapes_above_n_32_each_with_its_
     assert len(benchmarks) > len(specs) + 1             # 640x512 and 60x1024 come back in other families
 
 
+def test_benchmarks_are_every_case_above_n_32_each_labelled_with_its_family_and_cond(esb):
+    specs = esb.benchmark_specs()
+    assert specs == [b for b in load_problem("eigh").benchmarks if b["n"] > 32]
+    labels = [esb.label_of(spec, full=True) for spec in specs]
+    assert labels[0] == "40x176 dense c1" and "640x512 clustered c0" in labels
+    assert len(set(labels)) == len(labels)              # rows and JSON keys stay apart
+
+
 def test_a_shape_s_input_is_the_dense_family_at_cond_1_seed_1(esb):
     assert esb.shape_spec(4, 176) == {"batch": 4, "n": 176, "cond": 1, "seed": 1, "case": "dense"}
 
@@ -105,6 +113,8 @@ def run_script(esb, argv):
     (["--budget", "0"], "error: --budget 0: a positive number of seconds"),
     (["--budget", "nan"], "error: --budget nan: a positive number of seconds"),
     (["--json", "."], "error: --json .: a folder; name the file to write"),
+    (["--benchmarks", "--shape", "4x64"], "error: --benchmarks runs eigh's benchmark cases; --shape names others: "
+                                          "give one of them"),
 ])
 def test_bad_options_are_one_line_and_exit_2_before_the_file_is_looked_at(esb, capsys, args, line):
     # The file does not exist: the options are judged first, so the line names the option, not the file.
@@ -315,6 +325,21 @@ def test_every_stage_runs_on_every_shape_and_prints_its_line_its_tables_and_its_
     assert shapes["2x67"]["route"]["gates"]["passed"] and shapes["2x67"]["route"]["vs_cusolver"] == 1.0
     assert set(document["files"][0]["gates"]["2x34"]) == {"dense", "clustered", "lapack_zero"}
     assert document["files"][0]["reduction_global"] == "cusolver" and document["gpu"] == "cpu"
+
+
+def test_repeated_shapes_get_full_labels_and_the_table_counts_the_fallback(esb, on_cpu, tmp_path, capsys):
+    built = tmp_path / "built.py"
+    built.write_text("# a built file stand-in\n")
+    specs = [{**esb.shape_spec(2, 40), "case": family} for family in ("dense", "clustered")]
+    run = esb.Run(specs, [(2, 34)], ["route"], None, str(tmp_path / "out.json"))
+    run.bench(str(built), "v0:built.py")
+    out = capsys.readouterr().out
+    shapes = json.loads((tmp_path / "out.json").read_text())["files"][0]["shapes"]
+    assert set(shapes) == {"2x40 dense c1", "2x40 clustered c1"}
+    assert shapes["2x40 clustered c1"]["route"]["fallback"] == 0
+    table = out[out.index("v0:built.py: stages"):].splitlines()
+    assert "fallback" in table[1].split()
+    assert table[3].startswith("2x40 dense c1 ")
 
 
 def test_the_routes_run_under_the_reduction_each_stage_names_and_the_file_s_comes_back(esb, on_cpu, tmp_path):
