@@ -1,4 +1,4 @@
-"""Our dense eigh route for n > 32 (issue 10): route.REDUCTION = "ours". Not yet run on a GPU.
+"""Our dense eigh route (issue 10), where route.reduction_for(n) says "ours": on the H200 since 2026-12-02.
 
 The pipeline is reduction_model.eigh_pipeline_model with step 2 replaced by tridiagonal_reduction.cu:
     prescale           torch (the model's prescale: an exact power of two per matrix)
