@@ -33,7 +33,7 @@ from checks.problems import (ENTRY_POINT, INTEGER, Problem, format_spec, load_pr
 from popcorn.errors import Interrupted, PopkitError, ProblemError, deferred_interrupt
 from popcorn.evidence import logs
 from popcorn.evidence.provenance import changed_parts
-from popcorn.evidence.tables import fmt_speedup, fmt_us, render_table
+from popcorn.evidence.tables import fmt_counters, fmt_speedup, fmt_us, render_table
 
 CPU_WORK_LIMIT = 2.2e9   # batch * n^3 above this is too slow for the CPU path (16 x 512^3 fits)
 CPU_TIMEOUT_FACTOR = 10  # the task's limits are for the GPU; the CPU path of the same cases is far slower
@@ -47,6 +47,7 @@ TIMEOUT_KEYS = {"check": "test", "bench": "benchmark", "diff": "benchmark"}
 INCUMBENT_TIMING = ("incumbent_us", "incumbent_err_us", "incumbent_best_us", "incumbent_worst_us", "incumbent_runs")
 REFERENCE_INCUMBENT = "reference"   # diff --incumbent reference: the competition folder's ref_kernel
 BUILDER_SOURCES = ("parts", "templates")   # the builder's folders of the project root: no file there is a submission
+COUNTERS_WIDTH = 60     # the table's counters column at most (whole "name delta" pairs), so its rows stay one line
 
 
 @dataclass
@@ -440,8 +441,10 @@ def _gate_cell(residuals: dict, gate: str) -> str:
 
 def results_table(results: list[dict], mode: str) -> str:
     """One row per case; a seed column, gate columns, timing columns by mode, an "official" column when
-    a native check ran beside the folder's eval.py, and the error (or eval.py's message)."""
+    a native check ran beside the folder's eval.py, a "counters" column when the submission counts what its route
+    did (the worker's RouteCounters; a diff's candidate), and the error (or eval.py's message)."""
     official_col = any("official" in r for r in results)
+    counters_col = any("counters" in r for r in results)
     seeds = any("seed" in r["spec"] for r in results)
     gate_names = list(dict.fromkeys(g for r in results for g in r.get("residuals", {})))
     headers = ["case"] + (["seed"] if seeds else []) + ["status"] + gate_names
@@ -449,9 +452,8 @@ def results_table(results: list[dict], mode: str) -> str:
         headers += ["mean us", "err us", "runs", "baseline us", "speedup"]
     if mode == "diff":         # each side's mean and its standard error over the rounds, which the verdict weighs
         headers += ["cand us", "err us", "incumbent us", "err us", "ratio", "verdict"]
-    if official_col:
-        headers.append("official")
-    headers.append("error / message")
+    text_columns = (["official"] if official_col else []) + (["counters"] if counters_col else []) + ["error / message"]
+    headers += text_columns
     rows = []
     for r in results:
         row = [short_spec(r["spec"])] + ([r["spec"].get("seed", "-")] if seeds else []) + [r["status"]]
@@ -466,10 +468,12 @@ def results_table(results: list[dict], mode: str) -> str:
                     fmt_us(r.get("incumbent_err_us")), f"{ratio:.3f}" if ratio else "-", r.get("verdict", "-")]
         if official_col:
             row.append(r.get("official") or "-")
+        if counters_col:
+            row.append(fmt_counters(r.get("counters"), COUNTERS_WIDTH))
         row.append((r.get("error") or r.get("message") or "")[:90])
         rows.append(row)
     first_numeric = 2 + (1 if seeds else 0)
-    numeric = set(range(first_numeric, len(headers) - (2 if official_col else 1)))
+    numeric = set(range(first_numeric, len(headers) - len(text_columns)))
     return render_table(headers, rows, right_align=numeric)
 
 
@@ -526,7 +530,8 @@ def case_record(result: dict) -> dict:
     return {"spec": result["spec"], "status": result["status"], "error": result.get("error"),
             **{k: result.get(k) for k in keys}, "residuals": result.get("residuals", {}),
             **{k: result[k] for k in ("message", *INCUMBENT_TIMING, "ratio", "verdict", "incumbent_residuals", "info",
-                                      "official", baselines.RUNS, baselines.BOUNDED, baselines.REUSED)
+                                      "official", "counters", "incumbent_counters", baselines.RUNS,
+                                      baselines.BOUNDED, baselines.REUSED)
                if k in result}}
 
 

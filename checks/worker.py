@@ -275,6 +275,53 @@ def time_rounds(problem, kernels: dict, inputs, device, rounds, send, label,
     return reports, samples
 
 
+COUNTERS = "ROUTE_COUNTERS"     # the module-level name a submission counts under
+
+
+class RouteCounters:
+    """A submission's own counts, read around each case: a module may define COUNTERS, a dict of str -> int that
+    its route increments as it runs (eigh's: calls, matrices, and the matrices its fallback re-solved).
+
+    A case's result gets each module's increase over the case's own calls ("counters"; a diff's incumbent's
+    "incumbent_counters", named as residuals and incumbent_residuals): check's call; bench's first call on each
+    input (checked) and every timed repeat; in a diff, those of every round, each side its own. Not bench's
+    warm-up on the first case, which runs before any case, nor the torch baseline (not the submission). A case
+    that fails keeps the calls it made. A module without the dict adds nothing; one whose dict is not of
+    str -> int is named once in a progress line and left out for the rest of the run."""
+
+    def __init__(self, modules: dict, send):
+        self.modules = {name: module for name, module in modules.items() if hasattr(module, COUNTERS)}
+        self.send = send
+
+    def read(self) -> dict[str, dict[str, int]]:
+        """A copy of each module's counts now."""
+        return {name: dict(counts) for name in list(self.modules) if (counts := self._counts(name)) is not None}
+
+    def since(self, before: dict[str, dict[str, int]]) -> dict:
+        """The case result's fields: each module's increase since BEFORE (read()), in its dict's order."""
+        fields = {}
+        for name, start in before.items():
+            counts = self._counts(name)
+            if counts is not None:
+                key = "counters" if name == "candidate" else f"{name}_counters"
+                fields[key] = {counter: value - start.get(counter, 0) for counter, value in counts.items()}
+        return fields
+
+    def _counts(self, name: str) -> dict | None:
+        """NAME's dict when it is one of str -> int; else None, and the module is dropped with one line."""
+        if name not in self.modules:
+            return None
+        module = self.modules[name]
+        counts = getattr(module, COUNTERS)
+        if isinstance(counts, dict) and all(isinstance(key, str) and isinstance(value, int)
+                                            for key, value in counts.items()):
+            return counts
+        del self.modules[name]
+        self.send(("progress", f"{module.__file__} (the {name}): its {COUNTERS} is not a dict of str -> int; "
+                               "its counters are left out of this run"))
+        return None
+
+
 def main(conn, job: dict) -> None:
     """Entry point in the spawned process. job: mode, problem, device, submissions{name: path}, specs, options
     (bench: baseline, and logged_baselines, the entries of checks/baselines.py it may reuse)."""
@@ -292,8 +339,10 @@ def main(conn, job: dict) -> None:
         if mode == "bench" and job["specs"]:
             send(("progress", f"warm-up: {short_spec(job['specs'][0])}"))
             warm_up(problem, kernels["candidate"], job["specs"][0], device)
+        counters = RouteCounters(modules, send)
         for index, spec in enumerate(job["specs"]):
             send(("progress", f"case {index + 1}/{len(job['specs'])}: {short_spec(spec)}"))
+            before = counters.read()
             try:
                 if mode == "check":
                     result = run_check_case(problem, kernels["candidate"], spec, device)
@@ -305,10 +354,10 @@ def main(conn, job: dict) -> None:
                     result = run_diff_case(problem, kernels, spec, device, job.get("rounds", 3), send)
             except Exception as exc:  # one case's failure is reported, the next case still runs
                 result = {"status": "fail", "error": error_line(exc), "residuals": {}}
-                send(("case", {"spec": spec, **result}))
+                send(("case", {"spec": spec, **result, **counters.since(before)}))
                 sync(device)          # a sticky CUDA error raises here and ends the worker
                 continue
-            send(("case", {"spec": spec, **result}))
+            send(("case", {"spec": spec, **result, **counters.since(before)}))
         send(("done", None))
     except ImportFailed as exc:
         send(("import_failed", str(exc)))

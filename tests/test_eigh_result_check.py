@@ -138,7 +138,7 @@ def test_the_route_counts_what_its_fallback_re_solved(monkeypatch):
     monkeypatch.setattr(route, "reduction_eigh_cuda", lambda data: (Q.clone(), L.clone()))
     monkeypatch.setattr(route, "BATCHED_SYEV", lambda subset: tuple(x.float() for x in
                                                                      torch.linalg.eigh(subset.double())[::-1]))
-    monkeypatch.setattr(route, "RESOLVED", {"calls": 0, "matrices": 0, "resolved": 0})
+    monkeypatch.setattr(route, "ROUTE_COUNTERS", {"calls": 0, "matrices": 0, "resolved": 0})
     out_Q, out_L = route.ours_checked_cuda(A)
-    assert route.RESOLVED == {"calls": 1, "matrices": 3, "resolved": 1}
+    assert route.ROUTE_COUNTERS == {"calls": 1, "matrices": 3, "resolved": 1}
     assert not rejected(A, out_Q, out_L).any()

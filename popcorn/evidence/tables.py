@@ -55,6 +55,23 @@ def fmt_speedup(ratio: float) -> str:
     return f"{fmt_sig(ratio, 3)}x"
 
 
+def fmt_counters(counters: dict | None, width: int) -> str:
+    """A case's counters as "name delta" pairs in their dict's order, 'resolved 7, calls 12'; '-' for none. Only
+    whole pairs are shown: where they do not all fit in WIDTH characters the text ends in '...' after those that do."""
+    if not counters:
+        return "-"
+    pairs = [f"{name} {delta}" for name, delta in counters.items()]
+    text = ", ".join(pairs)
+    if len(text) <= width:
+        return text
+    shown = []
+    for pair in pairs:
+        if len(", ".join(shown + [pair, "..."])) > width:
+            break
+        shown.append(pair)
+    return ", ".join(shown + ["..."])
+
+
 def render_table(headers: list[str], rows: list[list], right_align: set[int] | None = None) -> str:
     """Columns padded to their widest cell; numeric-looking columns can be right-aligned. A cell shows its
     control characters as escapes (printable), a newline too: the widths count what is shown."""
