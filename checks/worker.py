@@ -280,7 +280,7 @@ COUNTERS = "ROUTE_COUNTERS"     # the module-level name a submission counts unde
 
 class RouteCounters:
     """A submission's own counts, read around each case: a module may define COUNTERS, a dict of str -> int that
-    its route increments as it runs (eigh's: calls, matrices, and the matrices its fallback re-solved).
+    its route increments as it runs (e.g. how many calls took a fast path and how many results its fallback re-did).
 
     A case's result gets each module's increase over the case's own calls ("counters"; a diff's incumbent's
     "incumbent_counters", named as residuals and incumbent_residuals): check's call; bench's first call on each
