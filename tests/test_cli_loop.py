@@ -310,8 +310,9 @@ def test_bench_with_baseline_records_times(steady, tmp_path):
     assert CONTRACT <= set(rec) and rec["mode"] == "bench" and rec["baseline"] == "torch.geqrf"
     (case,) = rec["cases"]
     assert case["status"] == "pass"
-    # every call of the steady kernel takes at least 1 ms: the per-call mean says so
-    assert 1000 <= case["mean_us"] < 2000
+    # every call of the steady kernel takes at least 1 ms: the mean is of one call, not the sum of the >= 3 runs
+    # (under 3 ms; a loaded CI machine stretched the 1 ms busy-wait to 2.02 ms once)
+    assert 1000 <= case["mean_us"] < 3000
     assert case["best_us"] <= case["mean_us"] <= case["worst_us"] and case["runs"] >= 3 and case["err_us"] >= 0
     assert 0 < case["baseline_us"] < 1000
     assert rec["geomean_us"] == pytest.approx(case["mean_us"])
