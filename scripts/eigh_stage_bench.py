@@ -606,7 +606,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json and Path(args.json).is_dir():
         raise PopkitError(f"--json {args.json}: a folder; name the file to write")
     run = Run(specs, gate_shapes, stages, args.budget, args.json)
-    bench_each_built_file(args.files, __doc__, run.bench)
+    bench_each_built_file(args.files, __doc__, run.bench, "eigh")
     return 1 if run.failures else 0
 
 

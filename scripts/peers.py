@@ -239,7 +239,6 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of samples per case, shared by the candidates (default 10)")
     parser.add_argument("--json", metavar="OUT")
     args = parser.parse_args(argv)
-    built_file(args.submission)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         if args.reps < MIN_REPEATS or not args.budget > 0:      # 'not >' refuses nan too
@@ -251,6 +250,7 @@ def main(argv: list[str] | None = None) -> int:
         refuse_harness_limits(prob, device)
         specs, more = runner.select_specs(prob, "ranked_benchmarks", args.case, 0, device, False,
                                           "native" if prob.native is not None else "official")
+        built_file(args.submission, prob)
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -88,15 +88,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("problem")
     parser.add_argument("specs", nargs="+", metavar="SPEC")
     args = parser.parse_args(argv)
-    path = built_file(args.submission)
-    # The problem and every case are judged first: a typo in the last case cost a compile and the earlier
-    # cases' profiles, then ended in a traceback.
+    # The file, the problem and every case are judged first: a typo in the last case cost a compile and the
+    # earlier cases' profiles, then ended in a traceback.
     try:
         prob = load_problem(args.problem)
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: profile_route.py makes its inputs with a native "
                               f"checker's generators (checks/native/PROBLEM.py), which {prob.name} has not")
         specs = checked_specs(prob, args.specs)
+        path = built_file(args.submission, prob)
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)

@@ -130,7 +130,6 @@ def main(argv: list[str] | None = None) -> None:
                         help="also time the problem's torch baseline on each case, after the rounds (as bench)")
     parser.add_argument("--json", metavar="OUT", help="the rows as JSON, rewritten after each case")
     args = parser.parse_args(argv)
-    path = built_file(args.submission)
     gpu = torch.cuda.is_available()
     # Everything that can be judged before the import (on a GPU host: a CUDA compile), as peers.py does.
     try:
@@ -143,7 +142,7 @@ def main(argv: list[str] | None = None) -> None:
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: sweep_route.py checks each variant against a "
                               f"native checker's gates (checks/native/PROBLEM.py), which {prob.name} has not")
-        runner.require_submission_for(prob, Path(path), "file")   # another problem's file failed every cell, exit 0
+        path = built_file(args.submission, prob)      # another problem's file failed every cell, exit 0
         specs, notes = runner.select_specs(prob, "benchmarks", args.case, 0, "cuda" if gpu else "cpu")
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -248,6 +248,8 @@ def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+# A submission to every problem's checks (it defines custom_kernel) that says so if a script imports it.
+IMPORTED = "def custom_kernel(data):\n    return data\n\n\nraise SystemExit('imported')\n"
 PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py", "peers.py",
               "same_outputs.py", "folders_on_gpu.py", "qr_lookahead_probe.py", "eigh_stage_bench.py"]
 
@@ -280,7 +282,7 @@ def test_help_names_the_default_of_reps(tmp_path, name, default):
 def test_a_missing_submission_is_one_line(tmp_path, name, args):
     # A FileNotFoundError traceback from importlib.
     (tmp_path / "variants.json").write_text('{"default": {}}')
-    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")      # every file is checked before any runs
+    (tmp_path / "ok.py").write_text(IMPORTED)      # every file is checked before any runs
     done = script(tmp_path, name, *args)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: missing.py: no such file (build one: popkit build PROBLEM -o FILE.py)"]
@@ -303,18 +305,46 @@ def test_without_arguments_the_usage_is_the_error(tmp_path, name):
 ])
 def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, args, line):
     # Refused before the built file is imported (on a GPU host: a CUDA compile), which here would exit 'imported'.
-    (tmp_path / "built.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "built.py").write_text(IMPORTED)
     done = script(tmp_path, "peers.py", "built.py", *args)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(line), done.stderr
 
 
+KERNEL_BENCHES = ["cholesky_kernel_bench.py", "qr_kernel_bench.py", "qr_lookahead_probe.py", "eigh_stage_bench.py"]
+
+
+@pytest.mark.parametrize("name", KERNEL_BENCHES)
+def test_a_kernel_bench_refuses_a_file_that_is_no_submission_before_any_import(tmp_path, name):
+    # On a GPU host: every file before it compiled and ran, then an AttributeError traceback.
+    (tmp_path / "ok.py").write_text(IMPORTED)
+    (tmp_path / "log.txt").write_text("raise SystemExit('imported')\n")
+    done = script(tmp_path, name, "ok.py", "log.txt")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: log.txt is not a submission (defines no custom_kernel") and \
+        len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("name, args, line", [
+    ("cholesky_kernel_bench.py", ["ok.py", "--help"], None),
+    ("qr_kernel_bench.py", ["ok.py", "--json", "out.json"],
+     "error: --json: not an option: this script takes built files only (--help says more)"),
+])
+def test_a_kernel_bench_knows_an_option_from_a_file(tmp_path, name, args, line):
+    # "--help: no such file" after a file; "--json: no such file" for an option it does not have.
+    (tmp_path / "ok.py").write_text(IMPORTED)
+    done = script(tmp_path, name, *args)
+    if line is None:
+        assert done.returncode == 0 and done.stdout.startswith("Time cholesky's CUDA entry points"), done.stderr
+    else:
+        assert done.returncode == 2 and done.stderr.splitlines() == [line]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
-@pytest.mark.parametrize("name", ["cholesky_kernel_bench.py", "qr_kernel_bench.py", "qr_lookahead_probe.py",
-                                  "eigh_stage_bench.py"])
+@pytest.mark.parametrize("name", KERNEL_BENCHES)
 def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
     # It imported the built file (a CUDA compile on a GPU host) and failed in torch's device code.
-    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "ok.py").write_text(IMPORTED)
     done = script(tmp_path, name, "ok.py")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: a kernel bench times CUDA kernels: this machine has no CUDA GPU "
@@ -324,7 +354,7 @@ def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
 def test_profile_route_without_a_gpu_is_one_line(tmp_path):
     # It imported the built file and died in torch's CUDA generator with a traceback.
-    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "ok.py").write_text(IMPORTED)
     done = script(tmp_path, "profile_route.py", "ok.py", "qr_v2", "batch: 2; n: 32; cond: 1; seed: 3")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: profile_route.py profiles CUDA kernels: this machine has no CUDA GPU "
