@@ -14,6 +14,7 @@ from checks.problems import Problem, load_problem
 from checks.runner import require_submission_for
 from checks.worker import ImportFailed, import_each
 from popcorn.errors import PopkitError, ProblemError
+from popcorn.evidence.files import write_error
 
 
 def built_file(path: str, prob: Problem | None = None) -> str:
@@ -38,6 +39,19 @@ def import_built(path: str, module_name: str):
         return import_each({module_name: path})[module_name]
     except ImportFailed as exc:
         raise PopkitError(str(exc)) from None
+
+
+def json_output(path: str | None) -> str | None:
+    """--json OUT, which a script rewrites after each case: a folder, or a place where no file can be written, is
+    a PopkitError before the run (the first write's OSError was a traceback once a case had been timed)."""
+    if path is None:
+        return None
+    if Path(path).is_dir():
+        raise PopkitError(f"--json {path}: a folder; name the file to write")
+    why = write_error(path)
+    if why is not None:
+        raise PopkitError(f"--json {path}: cannot write it there ({why})")
+    return path
 
 
 def as_global(value):

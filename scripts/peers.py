@@ -43,7 +43,7 @@ from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence import logs  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
 from popcorn.evidence.tables import fmt_us, render_table  # noqa: E402
-from scripts.command_line import built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import built_file, import_built, json_output, run_main  # noqa: E402
 
 FLUSH_BYTES = 64 << 20          # over the L2 of the GPUs we time on (H200: 50 MiB)
 COPY_BYTES = 1 << 30            # the copy whose rate prices the floor column
@@ -244,8 +244,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.reps < MIN_REPEATS or not args.budget > 0:      # 'not >' refuses nan too
             raise PopkitError(f"--reps {args.reps} --budget {args.budget:g}: at least {MIN_REPEATS} samples and "
                               "a positive budget")
-        if args.json and Path(args.json).is_dir():
-            raise PopkitError(f"--json {args.json}: a folder; name the file to write")
+        json_output(args.json)
         prob = load_problem(args.problem)
         refuse_harness_limits(prob, device)
         specs, more = runner.select_specs(prob, "ranked_benchmarks", args.case, 0, device, False,

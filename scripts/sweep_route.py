@@ -41,7 +41,7 @@ from checks.timing import MIN_REPEATS, Stats, cpu_bound_text  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.logs import strict_json  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
-from scripts.command_line import as_global, built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import as_global, built_file, import_built, json_output, run_main  # noqa: E402
 
 
 def worst_fraction(report) -> float:
@@ -136,8 +136,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.reps < MIN_REPEATS:       # it was raised to the minimum without a word
             raise PopkitError(f"--reps {args.reps}: at least {MIN_REPEATS} alternating rounds a case")
         variants = read_variants(args.variants)
-        if args.json and Path(args.json).is_dir():
-            raise PopkitError(f"--json {args.json}: a folder; name the file to write")
+        json_output(args.json)
         prob = load_problem(args.problem)
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: sweep_route.py checks each variant against a "

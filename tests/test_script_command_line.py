@@ -94,6 +94,16 @@ def test_a_built_file_it_cannot_read_is_one_error(cli, tmp_path, monkeypatch):
         cli.built_file(str(built), prob)
 
 
+def test_a_json_output_it_could_not_write_is_refused_up_front(cli, tmp_path):
+    (tmp_path / "file").write_text("")
+    assert cli.json_output(None) is None and cli.json_output(str(tmp_path / "new" / "out.json"))
+    assert not (tmp_path / "new").exists()             # made by the first write, not by the question
+    with pytest.raises(PopkitError, match="--json .*: a folder; name the file to write"):
+        cli.json_output(str(tmp_path))
+    with pytest.raises(PopkitError, match=r"--json .*file/out.json: cannot write it there \(Not a directory\)"):
+        cli.json_output(str(tmp_path / "file" / "out.json"))
+
+
 def test_json_rows_become_the_tables_tuples(cli):
     assert cli.as_global([[1024, 8192, 256], [1 << 30, 1 << 62, 4096]]) == ((1024, 8192, 256),
                                                                           (1 << 30, 1 << 62, 4096))

@@ -302,6 +302,8 @@ def test_without_arguments_the_usage_is_the_error(tmp_path, name):
     (["cholesky", "--reps", "2"], "error: --reps 2 --budget 10: at least 3 samples and a positive budget"),
     (["cholesky", "--budget", "nan"], "error: --reps 20 --budget nan: at least 3 samples and a positive budget"),
     (["cholesky", "--json", "."], "error: --json .: a folder; name the file to write"),
+    # a traceback once the first case was timed
+    (["cholesky", "--json", "built.py/out.json"], "error: --json built.py/out.json: cannot write it there (Not a dir"),
 ])
 def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, args, line):
     # Refused before the built file is imported (on a GPU host: a CUDA compile), which here would exit 'imported'.
