@@ -2,6 +2,7 @@
 argument handling, and how a run ends (one line for an error, exit 130 and one line for Ctrl-C)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
@@ -15,6 +16,12 @@ from checks.runner import require_submission_for
 from checks.worker import ImportFailed, import_each
 from popcorn.errors import PopkitError, ProblemError
 from popcorn.evidence.files import write_error
+
+
+def argument_parser(doc: str) -> argparse.ArgumentParser:
+    """A script's parser, whose --help prints its whole docstring as written: the first line alone left out the
+    usage, the inputs' formats and the exit codes."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def built_file(path: str, prob: Problem | None = None) -> str:

@@ -40,7 +40,6 @@ GPU call from a machine without one (where every folder is a skip).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import fnmatch
@@ -68,7 +67,7 @@ from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
 from popcorn.evidence.logs import NO_COMMIT, git_commit  # noqa: E402
 from popcorn.evidence.tables import render_table  # noqa: E402
-from scripts.command_line import run_main  # noqa: E402
+from scripts.command_line import argument_parser, run_main  # noqa: E402
 
 SOURCE = task_folder.PROJECT_ROOT
 STAGES = ("add", "build", "check", "bench")
@@ -444,7 +443,7 @@ def parse_timeouts(given: list[str]) -> dict:
 
 def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | None = None,
          clock: Callable[[], float] = time.monotonic) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("root", nargs="?", type=Path, metavar="ROOT", help="a reference-kernels checkout",
                         default=Path(os.environ.get("POPKIT_REFERENCE_KERNELS") or task_folder.VENDOR_ROOT))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")

@@ -20,7 +20,6 @@ rate of a 1 GiB device copy timed the same way (its best of 5). Compare only num
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import itertools
@@ -43,7 +42,7 @@ from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence import logs  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
 from popcorn.evidence.tables import fmt_us, render_table  # noqa: E402
-from scripts.command_line import built_file, import_built, json_output, run_main  # noqa: E402
+from scripts.command_line import argument_parser, built_file, import_built, json_output, run_main  # noqa: E402
 
 FLUSH_BYTES = 64 << 20          # over the L2 of the GPUs we time on (H200: 50 MiB)
 COPY_BYTES = 1 << 30            # the copy whose rate prices the floor column
@@ -230,7 +229,7 @@ def refuse_harness_limits(prob: Problem, device: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("submission", metavar="BUILT.py")
     parser.add_argument("problem")
     parser.add_argument("--case", action="append", default=[], metavar="SPEC")

@@ -14,7 +14,6 @@ build:
   --set-a '{"UPDATE_RESIDENT": [[1073741824, 1, -4]]}' --set-b '{"UPDATE_RESIDENT": [[1073741824, 1, 4]]}'
 Native problems only (a harness problem's inputs come from its folder).
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -24,7 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout
 from checks.problems import load_problem, short_spec  # noqa: E402
 from checks import runner  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
-from scripts.command_line import built_file, import_built, route_globals, run_main, set_globals  # noqa: E402
+from scripts.command_line import (argument_parser, built_file, import_built, route_globals, run_main,  # noqa: E402
+                                  set_globals)
 
 
 def as_tensors(output) -> list:
@@ -69,10 +69,10 @@ def compare(kernel_a, kernel_b, inputs, report=print) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("a", metavar="A.py")
     parser.add_argument("b", metavar="B.py")
-    parser.add_argument("problem")
+    parser.add_argument("problem", metavar="PROBLEM")
     parser.add_argument("--case", action="append", default=[], metavar="SPEC")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--set-a", default="{}", metavar="JSON", help="module globals to set on A (a JSON object)")

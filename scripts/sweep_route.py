@@ -26,7 +26,6 @@ progress, as the verbs show it (each case, every 10th repeat of a loop), to stde
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -41,7 +40,8 @@ from checks.timing import MIN_REPEATS, Stats, cpu_bound_text  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.logs import strict_json  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
-from scripts.command_line import as_global, built_file, import_built, json_output, run_main  # noqa: E402
+from scripts.command_line import (argument_parser, as_global, built_file, import_built, json_output,  # noqa: E402
+                                  run_main)
 
 
 def worst_fraction(report) -> float:
@@ -117,8 +117,7 @@ CELL = 23     # '     6537.7   ok 0.004': time, status, the worst gate fraction
 
 
 def main(argv: list[str] | None = None) -> None:
-    # The whole docstring: its first line alone left out the variants' format and how a case is timed.
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("submission", metavar="SUBMISSION", help="a built file (popkit build PROBLEM -o FILE.py)")
     parser.add_argument("problem", metavar="PROBLEM", help="a native problem (qr_v2, eigh, cholesky ...)")
     parser.add_argument("variants", metavar="VARIANTS.json", help="variant names and the globals each sets")

@@ -262,6 +262,14 @@ def test_help_from_another_folder_prints_the_usage(tmp_path, name):
     assert done.returncode == 0 and done.stderr == "" and "usage" in done.stdout.lower(), done.stderr
 
 
+@pytest.mark.parametrize("name, says", [("profile_route.py", "--timeline also lists every launch"),
+                                        ("same_outputs.py", "Exit 0 when every case")])
+def test_help_prints_the_whole_docstring(tmp_path, name, says):
+    # Only its first line: not what a line of output means, the options' forms or the exit codes.
+    done = script(tmp_path, name, "--help")
+    assert says in done.stdout, done.stdout
+
+
 @pytest.mark.parametrize("name, default", [("peers.py", "--reps REPS samples per candidate and case (at least 3; default 20)"),
                                            ("sweep_route.py", "--reps REPS alternating rounds per case (at least 3; default 5)")])
 def test_help_names_the_default_of_reps(tmp_path, name, default):
