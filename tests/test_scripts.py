@@ -58,6 +58,18 @@ def test_an_option_before_the_problem_is_refused_before_anything_is_made(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("out, command, line", [
+    ("out", "check qr_v2 --case 'batch: 1", "error: \"check qr_v2 --case 'batch: 1\": a quote is not closed"),
+    ("file", "check qr_v2", "error: -o {tmp}/file: a file; give -o a folder"),
+])
+def test_a_batch_it_cannot_run_is_refused_before_anything_is_built(tmp_path, out, command, line):
+    # An unclosed quote failed the verb in eval once every problem was built; -o naming a file, in mkdir.
+    (tmp_path / "file").write_text("")
+    done = session(ROOT, "-o", str(tmp_path / out), command)
+    assert done.returncode == 2 and done.stderr.splitlines() == [line.format(tmp=tmp_path)]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("made", [True, False])
 def test_a_failed_build_leaves_the_folder_as_it_was_found(tmp_path, made):
     # DIR/builds/ stayed after the build failed and nothing ran: the fixed batch's same -o was refused as a folder
