@@ -456,3 +456,16 @@ def test_a_snapshot_without_logs_leaves_logs_out(repo):
     assert snapshot(repo, "vendor/full").returncode == 0 and (repo / "vendor" / "full" / "logs").is_dir()
     help_text = snapshot(repo, "--help").stdout
     assert "--without-logs" in help_text and "#" not in help_text
+
+
+@pytest.mark.parametrize("args, line", [
+    # taken for DEST: rm and mkdir failed on it as their own option, in lines of theirs
+    (["--without-log"], "error: --without-log: not an option (snapshot.sh takes --without-logs and --help); a "
+                        "DEST may not begin with -"),
+    (["a", "b", "c"], None),
+])
+def test_a_snapshot_s_bad_usage_goes_to_stderr_and_writes_nothing(repo, args, line):
+    done = snapshot(repo, *args)
+    assert done.returncode == 2 and done.stdout == ""       # the usage went to stdout, with exit 2
+    assert done.stderr.splitlines() == [line] if line else done.stderr.startswith("Write a copy")
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "a.txt", "scratch.txt"]
