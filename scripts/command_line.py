@@ -2,23 +2,39 @@
 argument handling, and how a run ends (one line for an error, exit 130 and one line for Ctrl-C)."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Callable
 
 import torch
 
+from checks.problems import Problem, load_problem
+from checks.runner import require_submission_for
 from checks.worker import ImportFailed, import_each
 from popcorn.errors import PopkitError, ProblemError
+from popcorn.evidence.files import write_error
 
 
-def built_file(path: str) -> str:
-    """PATH when it is a file; else one line and exit 2, for the scripts that import a built submission
-    (importlib's traceback said less)."""
+def argument_parser(doc: str) -> argparse.ArgumentParser:
+    """A script's parser, whose --help prints its whole docstring as written: the first line alone left out the
+    usage, the inputs' formats and the exit codes."""
+    return argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+
+
+def built_file(path: str, prob: Problem | None = None) -> str:
+    """PATH when it is a file and, given PROB, a submission for it (runner.require_submission_for: it defines
+    the entry points and names no other leaderboard); else a PopkitError in one line, before the import (on a GPU
+    host a CUDA compile, then an AttributeError traceback or every case failed)."""
     if not os.path.isfile(path):
-        print(f"error: {path}: no such file (build one: popkit build PROBLEM -o FILE.py)", file=sys.stderr)
-        raise SystemExit(2)
+        raise PopkitError(f"{path}: no such file (build one: popkit build PROBLEM -o FILE.py)")
+    if prob is not None:
+        try:
+            require_submission_for(prob, Path(path), "file")
+        except OSError as exc:
+            raise PopkitError(f"{path}: cannot read it ({exc.strerror or exc})") from None
     return path
 
 
@@ -30,6 +46,19 @@ def import_built(path: str, module_name: str):
         return import_each({module_name: path})[module_name]
     except ImportFailed as exc:
         raise PopkitError(str(exc)) from None
+
+
+def json_output(path: str | None) -> str | None:
+    """--json OUT, which a script rewrites after each case: a folder, or a place where no file can be written, is
+    a PopkitError before the run (the first write's OSError was a traceback once a case had been timed)."""
+    if path is None:
+        return None
+    if Path(path).is_dir():
+        raise PopkitError(f"--json {path}: a folder; name the file to write")
+    why = write_error(path)
+    if why is not None:
+        raise PopkitError(f"--json {path}: cannot write it there ({why})")
+    return path
 
 
 def as_global(value):
@@ -59,22 +88,24 @@ def set_globals(module, overrides: dict, label: str) -> None:
         setattr(module, key, as_global(value))
 
 
-def bench_each_built_file(argv: list[str], doc: str, bench) -> None:
-    """The command line of a kernel bench script: --help prints DOC; else every argument must be a built
-    file (checked before the first run, so a typo in the last costs nothing) and the machine must have a
-    CUDA GPU, then bench(path, tag) for each, tagged v0:NAME, v1:NAME, ... in argument order."""
-    if argv[:1] in (["-h"], ["--help"]):
+def bench_each_built_file(argv: list[str], doc: str, bench, problem: str) -> None:
+    """The command line of a kernel bench script: -h or --help prints DOC; else every argument must be a
+    submission built for PROBLEM (checked before the first run, so a typo in the last costs nothing) and the
+    machine must have a CUDA GPU, then bench(path, tag) for each, tagged v0:NAME, v1:NAME, ... in argument order."""
+    if "-h" in argv or "--help" in argv:
         print(doc)
         raise SystemExit(0)
     if not argv:
         print(f"usage: {doc.splitlines()[2].split(': ', 1)[-1]} (--help says more)", file=sys.stderr)
         raise SystemExit(2)
+    options = [arg for arg in argv if arg.startswith("-")]
+    if options:        # it was looked for as a file: "--json: no such file"
+        raise PopkitError(f"{options[0]}: not an option: this script takes built files only (--help says more)")
+    prob = load_problem(problem)
     for path in argv:
-        built_file(path)
+        built_file(path, prob)
     if not torch.cuda.is_available():
-        print("error: a kernel bench times CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)",
-              file=sys.stderr)
-        raise SystemExit(2)
+        raise PopkitError("a kernel bench times CUDA kernels: this machine has no CUDA GPU (run it on a GPU host)")
     for i, path in enumerate(argv):
         bench(path, f"v{i}:{os.path.basename(path)}")
 

@@ -40,7 +40,6 @@ Compare only numbers from one run.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import os
@@ -61,7 +60,8 @@ from popcorn.errors import PopkitError  # noqa: E402
 from popcorn.evidence import logs  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
 from popcorn.evidence.tables import fmt_us, render_table  # noqa: E402
-from scripts.command_line import bench_each_built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import (argument_parser, bench_each_built_file, import_built, json_output,  # noqa: E402
+                                  run_main)
 
 STAGES = ("reduction", "cusolver", "leaves", "solver", "back", "route", "gates")
 SMALL_MAX_N = 32                 # route.SMALL_MAX_N: n <= 32 runs the Jacobi kernel, not this route
@@ -580,7 +580,7 @@ def print_tables(tag: str, cases: list[Case], gates: dict) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("files", nargs="+", metavar="BUILT.py", help="built eigh files (popkit build eigh -o FILE)")
     parser.add_argument("--shape", action="append", default=[], metavar="BxN",
                         help="a shape to run (repeatable; default: eigh's benchmark cases with n > 32)")
@@ -603,10 +603,9 @@ def main(argv: list[str] | None = None) -> int:
     stages = parse_stages(args.stages)
     if args.budget is not None and not args.budget > 0:       # 'not >' refuses nan too
         raise PopkitError(f"--budget {args.budget:g}: a positive number of seconds")
-    if args.json and Path(args.json).is_dir():
-        raise PopkitError(f"--json {args.json}: a folder; name the file to write")
+    json_output(args.json)
     run = Run(specs, gate_shapes, stages, args.budget, args.json)
-    bench_each_built_file(args.files, __doc__, run.bench)
+    bench_each_built_file(args.files, __doc__, run.bench, "eigh")
     return 1 if run.failures else 0
 
 

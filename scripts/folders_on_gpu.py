@@ -40,7 +40,6 @@ GPU call from a machine without one (where every folder is a skip).
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import datetime
 import fnmatch
@@ -65,10 +64,10 @@ from checks import packages, task_folder  # noqa: E402
 from checks.native import native_checker  # noqa: E402
 from checks.problems import format_spec, record_path, world_size  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
-from popcorn.evidence.files import write_atomic  # noqa: E402
+from popcorn.evidence.files import folder_error, write_atomic, write_error  # noqa: E402
 from popcorn.evidence.logs import NO_COMMIT, git_commit  # noqa: E402
 from popcorn.evidence.tables import render_table  # noqa: E402
-from scripts.command_line import run_main  # noqa: E402
+from scripts.command_line import argument_parser, run_main  # noqa: E402
 
 SOURCE = task_folder.PROJECT_ROOT
 STAGES = ("add", "build", "check", "bench")
@@ -444,7 +443,7 @@ def parse_timeouts(given: list[str]) -> dict:
 
 def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | None = None,
          clock: Callable[[], float] = time.monotonic) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("root", nargs="?", type=Path, metavar="ROOT", help="a reference-kernels checkout",
                         default=Path(os.environ.get("POPKIT_REFERENCE_KERNELS") or task_folder.VENDOR_ROOT))
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -485,6 +484,15 @@ def main(argv: list[str] | None = None, runner: Runner = run_verb, host: Host | 
         raise PopkitError(f"-a {archive}: put the archive outside DIR ({out}), which it holds")
     if (out / "summary.json").exists() or (out / "performance.jsonl").exists():
         raise PopkitError(f"{out} already holds a run (summary.json or performance.jsonl): give -o a new folder")
+    # Each was a traceback from mkdir, or from the first archive once a folder had run.
+    if out.exists() and not out.is_dir():
+        raise PopkitError(f"-o {out}: a file; give -o a folder")
+    why = None if out.exists() else folder_error(out)
+    if why is not None:
+        raise PopkitError(f"-o {out}: cannot make the folder ({why})")
+    why = None if archive is None else write_error(archive)
+    if why is not None:
+        raise PopkitError(f"-a {archive}: cannot write it there ({why})")
     commit = git_commit(SOURCE)
     if commit is None:
         print(f"warning: {NO_COMMIT}: the records will name no commit", file=sys.stderr)

@@ -56,6 +56,8 @@ for command in "$@"; do
   [[ $problem != -* ]] || { echo "error: \"$command\": put the problem right after the verb ($verb PROBLEM" \
                                  "$problem ...)" >&2; exit 2; }
   [[ " ${problems[*]} " == *" $problem "* ]] || problems+=("$problem")
+  # The verb runs through eval: an unclosed quote failed it there, after every problem had been built.
+  bash -n <<< ": $command" 2>/dev/null || { echo "error: \"$command\": a quote is not closed" >&2; exit 2; }
 done
 if ! git rev-parse --git-dir >/dev/null 2>&1 && [ -z "${POPKIT_COMMIT:-}" ]; then
   echo "warning: no git repository and no POPKIT_COMMIT: the records will name no commit" >&2
@@ -67,6 +69,7 @@ if [ -e "$out/performance.jsonl" ] || [ -e "$out/builds" ]; then
   echo "error: $out already holds a run (performance.jsonl or builds/): give -o a new folder" >&2
   exit 2
 fi
+[ ! -e "$out" ] || [ -d "$out" ] || { echo "error: -o $out: a file; give -o a folder" >&2; exit 2; }
 [ -e "$out" ] && made_out=0 || made_out=1
 mkdir -p "$out/builds" || exit 1
 if [ -n "$archive" ]; then

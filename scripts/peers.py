@@ -20,7 +20,6 @@ rate of a 1 GiB device copy timed the same way (its best of 5). Compare only num
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import importlib
 import itertools
@@ -43,7 +42,7 @@ from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence import logs  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
 from popcorn.evidence.tables import fmt_us, render_table  # noqa: E402
-from scripts.command_line import built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import argument_parser, built_file, import_built, json_output, run_main  # noqa: E402
 
 FLUSH_BYTES = 64 << 20          # over the L2 of the GPUs we time on (H200: 50 MiB)
 COPY_BYTES = 1 << 30            # the copy whose rate prices the floor column
@@ -230,7 +229,7 @@ def refuse_harness_limits(prob: Problem, device: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("submission", metavar="BUILT.py")
     parser.add_argument("problem")
     parser.add_argument("--case", action="append", default=[], metavar="SPEC")
@@ -239,18 +238,17 @@ def main(argv: list[str] | None = None) -> int:
                         help="seconds of samples per case, shared by the candidates (default 10)")
     parser.add_argument("--json", metavar="OUT")
     args = parser.parse_args(argv)
-    built_file(args.submission)
     device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
         if args.reps < MIN_REPEATS or not args.budget > 0:      # 'not >' refuses nan too
             raise PopkitError(f"--reps {args.reps} --budget {args.budget:g}: at least {MIN_REPEATS} samples and "
                               "a positive budget")
-        if args.json and Path(args.json).is_dir():
-            raise PopkitError(f"--json {args.json}: a folder; name the file to write")
+        json_output(args.json)
         prob = load_problem(args.problem)
         refuse_harness_limits(prob, device)
         specs, more = runner.select_specs(prob, "ranked_benchmarks", args.case, 0, device, False,
                                           "native" if prob.native is not None else "official")
+        built_file(args.submission, prob)
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -10,7 +10,6 @@ far above the GPU sum means the route waits on the host (launches, Python), not 
 the idle gap before it (the GPU's own timestamps, caches as the run left them: unlike ncu, which
 flushes them and serializes launches), then the gaps' total.
 """
-import argparse
 import statistics
 import sys
 from pathlib import Path
@@ -21,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout
 from checks.problems import format_spec, load_problem  # noqa: E402
 from checks.runner import checked_specs  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
-from scripts.command_line import built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import argument_parser, built_file, import_built, run_main  # noqa: E402
 
 
 def wall_ms(kernel, A, repeats: int = 5) -> float:
@@ -82,21 +81,21 @@ def profile_case(kernel, prob, spec: dict, show_timeline: bool = False) -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("--timeline", action="store_true", help="list every launch of the profiled call")
-    parser.add_argument("submission")
-    parser.add_argument("problem")
+    parser.add_argument("submission", metavar="SUBMISSION")
+    parser.add_argument("problem", metavar="PROBLEM")
     parser.add_argument("specs", nargs="+", metavar="SPEC")
     args = parser.parse_args(argv)
-    path = built_file(args.submission)
-    # The problem and every case are judged first: a typo in the last case cost a compile and the earlier
-    # cases' profiles, then ended in a traceback.
+    # The file, the problem and every case are judged first: a typo in the last case cost a compile and the
+    # earlier cases' profiles, then ended in a traceback.
     try:
         prob = load_problem(args.problem)
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: profile_route.py makes its inputs with a native "
                               f"checker's generators (checks/native/PROBLEM.py), which {prob.name} has not")
         specs = checked_specs(prob, args.specs)
+        path = built_file(args.submission, prob)
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         raise SystemExit(2)

@@ -53,4 +53,4 @@ def bench(path: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
-    run_main(lambda: bench_each_built_file(sys.argv[1:], __doc__, bench), "qr_kernel_bench.py")
+    run_main(lambda: bench_each_built_file(sys.argv[1:], __doc__, bench, "qr_v2"), "qr_kernel_bench.py")

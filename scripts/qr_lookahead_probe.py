@@ -77,4 +77,4 @@ def probe(path: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
-    run_main(lambda: bench_each_built_file(sys.argv[1:], __doc__, probe), "qr_lookahead_probe.py")
+    run_main(lambda: bench_each_built_file(sys.argv[1:], __doc__, probe, "qr_v2"), "qr_lookahead_probe.py")

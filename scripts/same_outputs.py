@@ -5,7 +5,8 @@ Usage (repository root; GPU host, or CPU for a native problem's CPU path):
   python3 scripts/same_outputs.py A.py B.py PROBLEM [--case SPEC ...] [--device cpu|cuda] [--set-a JSON]
                                   [--set-b JSON]
 Both files are imported into one process (A and B may be one file: two imports); every case's input (the problem's
-benchmark list unless --case is given) goes to A's custom_kernel and to B's, each on its own copy. One line a
+benchmark list unless --case is given; on a CPU, those small enough for its path, as `popkit check --device cpu`
+picks them) goes to A's custom_kernel and to B's, each on its own copy. One line a
 case: "same", or the first output that differs, where, and the largest absolute difference. Exit 0 when every case
 is the same, 1 when one differs, 2 on bad arguments. --set-a / --set-b set module globals on A's or B's import
 before it runs, as a sweep_route variant does, e.g. a route's bitwise reference path against its fast path in one
@@ -13,7 +14,6 @@ build:
   --set-a '{"UPDATE_RESIDENT": [[1073741824, 1, -4]]}' --set-b '{"UPDATE_RESIDENT": [[1073741824, 1, 4]]}'
 Native problems only (a harness problem's inputs come from its folder).
 """
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,9 +21,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))     # this checkout's checks/, from any folder
 from checks.problems import load_problem, short_spec  # noqa: E402
-from checks.runner import checked_specs  # noqa: E402
+from checks import runner  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
-from scripts.command_line import built_file, import_built, route_globals, run_main, set_globals  # noqa: E402
+from scripts.command_line import (argument_parser, built_file, import_built, route_globals, run_main,  # noqa: E402
+                                  set_globals)
 
 
 def as_tensors(output) -> list:
@@ -68,16 +69,15 @@ def compare(kernel_a, kernel_b, inputs, report=print) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argument_parser(__doc__)
     parser.add_argument("a", metavar="A.py")
     parser.add_argument("b", metavar="B.py")
-    parser.add_argument("problem")
+    parser.add_argument("problem", metavar="PROBLEM")
     parser.add_argument("--case", action="append", default=[], metavar="SPEC")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--set-a", default="{}", metavar="JSON", help="module globals to set on A (a JSON object)")
     parser.add_argument("--set-b", default="{}", metavar="JSON", help="module globals to set on B (a JSON object)")
     args = parser.parse_args(argv)
-    built_file(args.a), built_file(args.b)
     try:
         overrides = {"A": route_globals(args.set_a, "--set-a"), "B": route_globals(args.set_b, "--set-b")}
         if args.device == "cuda" and not torch.cuda.is_available():
@@ -85,11 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         prob = load_problem(args.problem)
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: this script compares native problems' outputs")
-        specs = checked_specs(prob, args.case) or prob.benchmarks
-        inputs = [(short_spec(spec), prob.native.generate(spec, args.device)) for spec in specs]
+        # On a CPU, the cases small enough for its path, as `popkit check --device cpu` picks them: the whole
+        # benchmark list made inputs of up to 1 x 8192 x 8192 and ran them for many minutes.
+        specs, notes = runner.select_specs(prob, "benchmarks", args.case, 0, args.device)
+        built_file(args.a, prob), built_file(args.b, prob)
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
+    inputs = [(short_spec(spec), prob.native.generate(spec, args.device)) for spec in specs]
     try:
         kernels = {}
         for side, path in (("A", args.a), ("B", args.b)):

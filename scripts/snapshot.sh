@@ -15,11 +15,20 @@ if [[ ${1:-} == --without-logs ]]; then
     logs=no
     shift
 fi
-if [[ $# -lt 1 || $# -gt 2 || $1 == -h || $1 == --help ]]; then
+if [[ ${1:-} == -h || ${1:-} == --help ]]; then
     sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'
-    [[ $# -ge 1 && ($1 == -h || $1 == --help) ]] && exit 0 || exit 2
+    exit 0
+fi
+if [[ $# -lt 1 || $# -gt 2 ]]; then
+    sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//' >&2
+    exit 2
 fi
 dest=$1
+# A misspelt option was taken for DEST: rm and mkdir then failed on it as an option of their own.
+if [[ $dest == -* ]]; then
+    echo "error: $dest: not an option (snapshot.sh takes --without-logs and --help); a DEST may not begin with -" >&2
+    exit 2
+fi
 rev=${2:-HEAD}
 if ! git rev-parse --show-toplevel > /dev/null 2>&1; then
     echo "error: run it inside the repository (here: $(pwd))" >&2

@@ -26,7 +26,6 @@ progress, as the verbs show it (each case, every 10th repeat of a loop), to stde
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -41,7 +40,8 @@ from checks.timing import MIN_REPEATS, Stats, cpu_bound_text  # noqa: E402
 from popcorn.errors import PopkitError, ProblemError  # noqa: E402
 from popcorn.evidence.logs import strict_json  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
-from scripts.command_line import as_global, built_file, import_built, run_main  # noqa: E402
+from scripts.command_line import (argument_parser, as_global, built_file, import_built, json_output,  # noqa: E402
+                                  run_main)
 
 
 def worst_fraction(report) -> float:
@@ -117,8 +117,7 @@ CELL = 23     # '     6537.7   ok 0.004': time, status, the worst gate fraction
 
 
 def main(argv: list[str] | None = None) -> None:
-    # The whole docstring: its first line alone left out the variants' format and how a case is timed.
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argument_parser(__doc__)
     parser.add_argument("submission", metavar="SUBMISSION", help="a built file (popkit build PROBLEM -o FILE.py)")
     parser.add_argument("problem", metavar="PROBLEM", help="a native problem (qr_v2, eigh, cholesky ...)")
     parser.add_argument("variants", metavar="VARIANTS.json", help="variant names and the globals each sets")
@@ -130,20 +129,18 @@ def main(argv: list[str] | None = None) -> None:
                         help="also time the problem's torch baseline on each case, after the rounds (as bench)")
     parser.add_argument("--json", metavar="OUT", help="the rows as JSON, rewritten after each case")
     args = parser.parse_args(argv)
-    path = built_file(args.submission)
     gpu = torch.cuda.is_available()
     # Everything that can be judged before the import (on a GPU host: a CUDA compile), as peers.py does.
     try:
         if args.reps < MIN_REPEATS:       # it was raised to the minimum without a word
             raise PopkitError(f"--reps {args.reps}: at least {MIN_REPEATS} alternating rounds a case")
         variants = read_variants(args.variants)
-        if args.json and Path(args.json).is_dir():
-            raise PopkitError(f"--json {args.json}: a folder; name the file to write")
+        json_output(args.json)
         prob = load_problem(args.problem)
         if prob.native is None:
             raise PopkitError(f"{prob.name} is a harness problem: sweep_route.py checks each variant against a "
                               f"native checker's gates (checks/native/PROBLEM.py), which {prob.name} has not")
-        runner.require_submission_for(prob, Path(path), "file")   # another problem's file failed every cell, exit 0
+        path = built_file(args.submission, prob)      # another problem's file failed every cell, exit 0
         specs, notes = runner.select_specs(prob, "benchmarks", args.case, 0, "cuda" if gpu else "cpu")
     except (PopkitError, ProblemError) as exc:
         print(f"error: {exc}", file=sys.stderr)

@@ -126,7 +126,8 @@ def test_bad_options_are_one_line_and_exit_2_before_the_file_is_looked_at(esb, c
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
 def test_without_a_gpu_the_kernel_benches_line_and_exit_2_before_the_import(esb, capsys, tmp_path):
     built = tmp_path / "built.py"
-    built.write_text("raise SystemExit('imported')\n")      # importing it (a CUDA compile on a GPU host) would say so
+    # a submission that says so if imported (a CUDA compile on a GPU host)
+    built.write_text("def custom_kernel(data):\n    return data\n\n\nraise SystemExit('imported')\n")
     assert run_script(esb, [str(built), "--shape", "4x176"]) == 2
     out = capsys.readouterr()
     assert out.out == ""

@@ -362,11 +362,13 @@ def test_an_archive_cut_by_ctrl_c_while_written_leaves_the_last_one_and_no_parti
     (["--budget", "0"], "--budget 0: a positive number of seconds"),
     (["-a", "out.zip"], "name the archive FILE.tgz"),
     (["-a", "{out}/back.tgz"], "put the archive outside DIR"),
+    (["-a", "{file}/back.tgz"], "file/back.tgz: cannot write it there"),
 ])
 def test_bad_arguments_are_refused_before_anything_runs(fog, tree, tmp_path, args, says):
+    (tmp_path / "file").write_text("")
     verbs = Verbs()
     with pytest.raises(fog.PopkitError, match=says.replace("*", r"\*").replace(".", r"\.")):
-        run(fog, tree, tmp_path / "out", H200, verbs, *[a.format(out=tmp_path / "out") for a in args])
+        run(fog, tree, tmp_path / "out", H200, verbs, *[a.format(out=tmp_path / "out", file=tmp_path / "file") for a in args])
     assert verbs.calls == [] and not (tmp_path / "out").exists()
 
 
@@ -409,6 +411,17 @@ def test_a_dir_that_holds_a_run_is_refused(fog, tree, tmp_path, left):
     (tmp_path / "out" / left).write_text("{}\n")
     with pytest.raises(fog.PopkitError, match="already holds a run"):
         run(fog, tree, tmp_path / "out", H200, Verbs())
+
+
+@pytest.mark.parametrize("out, says", [("file", "-o {out}: a file; give -o a folder"),
+                                       ("file/out", "-o {out}: cannot make the folder (Not a directory)")])
+def test_a_dir_that_cannot_be_a_folder_is_refused_before_anything_runs(fog, tree, tmp_path, out, says):
+    # mkdir's FileExistsError or NotADirectoryError, as a traceback.
+    (tmp_path / "file").write_text("")
+    verbs = Verbs()
+    with pytest.raises(fog.PopkitError) as refused:
+        run(fog, tree, tmp_path / out, H200, verbs)
+    assert str(refused.value) == says.format(out=tmp_path / out) and verbs.calls == []
 
 
 def test_a_root_without_problems_is_refused(fog, tmp_path):

@@ -43,3 +43,13 @@ def test_a_problem_or_case_it_cannot_run_is_one_line_before_anything_else(profil
         profile_script.main([str(built), *args])
     err = capsys.readouterr().err
     assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(line), err
+
+
+def test_a_file_that_is_no_submission_is_one_line_before_the_gpu_check(profile_script, tmp_path, capsys):
+    # On a GPU host it was imported (a CUDA compile) and ended in an AttributeError traceback (custom_kernel).
+    log = tmp_path / "log.txt"
+    log.write_text("raise SystemExit('imported')\n")
+    with pytest.raises(SystemExit) as stop:
+        profile_script.main([str(log), "qr_v2", "batch: 2; n: 8; cond: 1; seed: 1"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and "log.txt is not a submission (defines no " in err

@@ -210,6 +210,27 @@ def test_newest_check_fractions_of_limits(full):
     assert rows[short_spec(TESTS[3])] == ["pass", "0.0016", "4.0e-05", ""]     # significant digits, never 0.00
 
 
+def test_counters_get_their_columns_only_where_a_case_has_them(full, tmp_path):
+    # A submission's ROUTE_COUNTERS per case (counters, incumbent_counters) were in the records, not on the page.
+    _, page, _ = full
+    assert "counters" not in " ".join(page.tables["qr_v2-diff"][0] + page.tables["qr_v2-check"][0])
+    diff, check = _diff(), _check()
+    diff["cases"][0].update(counters={"calls": 12, "resolved": 7}, incumbent_counters={"calls": 12, "bad": "x"})
+    check["cases"][1]["counters"] = {"calls": 2, "flag": True}         # what is not a count is left out
+    log = tmp_path / "logs" / "performance.jsonl"
+    log.parent.mkdir()
+    log.write_text(f"{json.dumps(check)}\n{json.dumps(diff)}\n")
+    page = _Tables(build_report(log, tmp_path / "out").page.read_text())
+    table = page.tables["qr_v2-diff"]
+    assert table[0][-2:] == ["counters (candidate)", "counters (incumbent)"]
+    rows = _rows(table)
+    assert rows[short_spec(SPECS[0])][-2:] == ["calls 12, resolved 7", "calls 12"]
+    assert rows[short_spec(SPECS[1])][-2:] == ["-", "-"]
+    table = page.tables["qr_v2-check"]
+    assert table[0][-2:] == ["counters", "error"]
+    assert _rows(table)[short_spec(TESTS[1])][-2:] == ["calls 2", ""]
+
+
 def test_submissions_newest_first(full):
     _, page, _ = full
     table = page.tables["qr_v2-submissions"]

@@ -4,6 +4,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from checks.problems import load_problem
+
 SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "same_outputs.py"
 CASES = ["--case", "batch: 2; n: 40; cond: 1; seed: 3", "--case", "batch: 1; n: 100; cond: 0; seed: 4; case: rankdef"]
 
@@ -84,6 +86,23 @@ def test_bad_arguments_are_one_line_and_exit_2(same, built, args, says, capsys):
 
 
 def test_a_missing_file_is_refused_before_anything_runs(same, built, capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        same.main([str(built["qr_v2"]), "no/such.py", "qr_v2"])
-    assert exit_info.value.code == 2 and "no/such.py: no such file" in capsys.readouterr().err
+    assert same.main([str(built["qr_v2"]), "no/such.py", "qr_v2"]) == 2
+    assert "no/such.py: no such file" in capsys.readouterr().err
+
+
+def test_a_file_that_is_no_submission_is_refused_before_the_import(same, built, tmp_path, capsys):
+    # Imported, it ended in an AttributeError traceback (module.custom_kernel), exit 1.
+    log = tmp_path / "log.txt"
+    log.write_text("raise SystemExit('imported')\n")
+    assert same.main([str(built["qr_v2"]), str(log), "qr_v2"]) == 2
+    assert "log.txt is not a submission (defines no custom_kernel" in capsys.readouterr().err
+
+
+def test_on_a_cpu_only_the_cases_small_enough_for_its_path_run(same, tmp_path, capsys):
+    # Every benchmark case was made and run on the CPU, up to the largest: many minutes, then cut off.
+    toy = tmp_path / "toy.py"
+    toy.write_text("def custom_kernel(A):\n    return A\n")
+    assert same.main([str(toy), str(toy), "qr_v2", "--device", "cpu"]) == 0
+    out = capsys.readouterr()
+    assert "note: no GPU: running the CPU path on " in out.err
+    assert 0 < len(out.out.splitlines()) < len(load_problem("qr_v2").benchmarks)

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from checks.problems import load_problem
 from popcorn.errors import PopkitError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,12 +59,49 @@ def test_a_built_file_that_fails_at_import_is_named_in_one_error(cli, tmp_path, 
 
 def test_a_script_given_a_failing_built_file_ends_in_one_line_without_a_traceback(tmp_path):
     bad = tmp_path / "bad.py"
-    bad.write_text("raise RuntimeError('boom')\n")
+    bad.write_text("def custom_kernel(data):\n    return data\n\n\nraise RuntimeError('boom')\n")
     result = subprocess.run([sys.executable, str(ROOT / "scripts" / "same_outputs.py"), str(bad), str(bad), "qr_v2",
                              "--case", "batch: 1; n: 8; cond: 1; seed: 2", "--device", "cpu"],
                             capture_output=True, text=True, cwd=tmp_path, timeout=120)
     assert result.returncode == 2, result.stderr
     assert "bad.py: it fails at import: RuntimeError: boom" in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("body, says", [
+    ("x = 1\n", r"not a submission \(defines no custom_kernel at its top level"),
+    ("#!POPCORN leaderboard other\ndef custom_kernel(data):\n    return data\n", "built for leaderboard other"),
+])
+def test_a_built_file_for_no_problem_or_another_is_refused_without_its_import(cli, tmp_path, body, says):
+    # Imported, it ended in an AttributeError traceback (custom_kernel) or, on a GPU host, failed every case.
+    built = tmp_path / "built.py"
+    built.write_text(body + "raise SystemExit('imported')\n")
+    with pytest.raises(PopkitError, match=says):
+        cli.built_file(str(built), load_problem("qr_v2"))
+
+
+def test_a_built_file_it_cannot_read_is_one_error(cli, tmp_path, monkeypatch):
+    built = tmp_path / "built.py"
+    built.write_text("def custom_kernel(data):\n    return data\n")
+
+    prob, read_text = load_problem("qr_v2"), Path.read_text
+
+    def refuse(path, *args, **kwargs):       # chmod 000 is no refusal for root, who runs the GPU hosts
+        if path == built:
+            raise PermissionError(13, "Permission denied")
+        return read_text(path, *args, **kwargs)
+    monkeypatch.setattr(Path, "read_text", refuse)
+    with pytest.raises(PopkitError, match=r"built.py: cannot read it \(Permission denied\)"):
+        cli.built_file(str(built), prob)
+
+
+def test_a_json_output_it_could_not_write_is_refused_up_front(cli, tmp_path):
+    (tmp_path / "file").write_text("")
+    assert cli.json_output(None) is None and cli.json_output(str(tmp_path / "new" / "out.json"))
+    assert not (tmp_path / "new").exists()             # made by the first write, not by the question
+    with pytest.raises(PopkitError, match="--json .*: a folder; name the file to write"):
+        cli.json_output(str(tmp_path))
+    with pytest.raises(PopkitError, match=r"--json .*file/out.json: cannot write it there \(Not a directory\)"):
+        cli.json_output(str(tmp_path / "file" / "out.json"))
 
 
 def test_json_rows_become_the_tables_tuples(cli):

@@ -58,6 +58,18 @@ def test_an_option_before_the_problem_is_refused_before_anything_is_made(tmp_pat
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("out, command, line", [
+    ("out", "check qr_v2 --case 'batch: 1", "error: \"check qr_v2 --case 'batch: 1\": a quote is not closed"),
+    ("file", "check qr_v2", "error: -o {tmp}/file: a file; give -o a folder"),
+])
+def test_a_batch_it_cannot_run_is_refused_before_anything_is_built(tmp_path, out, command, line):
+    # An unclosed quote failed the verb in eval once every problem was built; -o naming a file, in mkdir.
+    (tmp_path / "file").write_text("")
+    done = session(ROOT, "-o", str(tmp_path / out), command)
+    assert done.returncode == 2 and done.stderr.splitlines() == [line.format(tmp=tmp_path)]
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("made", [True, False])
 def test_a_failed_build_leaves_the_folder_as_it_was_found(tmp_path, made):
     # DIR/builds/ stayed after the build failed and nothing ran: the fixed batch's same -o was refused as a folder
@@ -248,6 +260,8 @@ def script(cwd: Path, name: str, *args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=120)
 
 
+# A submission to every problem's checks (it defines custom_kernel) that says so if a script imports it.
+IMPORTED = "def custom_kernel(data):\n    return data\n\n\nraise SystemExit('imported')\n"
 PY_SCRIPTS = ["profile_route.py", "sweep_route.py", "cholesky_kernel_bench.py", "qr_kernel_bench.py", "peers.py",
               "same_outputs.py", "folders_on_gpu.py", "qr_lookahead_probe.py", "eigh_stage_bench.py"]
 
@@ -258,6 +272,14 @@ def test_help_from_another_folder_prints_the_usage(tmp_path, name):
     # folder each imported `checks` from wherever the interpreter found one, or failed to.
     done = script(tmp_path, name, "--help")
     assert done.returncode == 0 and done.stderr == "" and "usage" in done.stdout.lower(), done.stderr
+
+
+@pytest.mark.parametrize("name, says", [("profile_route.py", "--timeline also lists every launch"),
+                                        ("same_outputs.py", "Exit 0 when every case")])
+def test_help_prints_the_whole_docstring(tmp_path, name, says):
+    # Only its first line: not what a line of output means, the options' forms or the exit codes.
+    done = script(tmp_path, name, "--help")
+    assert says in done.stdout, done.stdout
 
 
 @pytest.mark.parametrize("name, default", [("peers.py", "--reps REPS samples per candidate and case (at least 3; default 20)"),
@@ -280,7 +302,7 @@ def test_help_names_the_default_of_reps(tmp_path, name, default):
 def test_a_missing_submission_is_one_line(tmp_path, name, args):
     # A FileNotFoundError traceback from importlib.
     (tmp_path / "variants.json").write_text('{"default": {}}')
-    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")      # every file is checked before any runs
+    (tmp_path / "ok.py").write_text(IMPORTED)      # every file is checked before any runs
     done = script(tmp_path, name, *args)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: missing.py: no such file (build one: popkit build PROBLEM -o FILE.py)"]
@@ -300,21 +322,51 @@ def test_without_arguments_the_usage_is_the_error(tmp_path, name):
     (["cholesky", "--reps", "2"], "error: --reps 2 --budget 10: at least 3 samples and a positive budget"),
     (["cholesky", "--budget", "nan"], "error: --reps 20 --budget nan: at least 3 samples and a positive budget"),
     (["cholesky", "--json", "."], "error: --json .: a folder; name the file to write"),
+    # a traceback once the first case was timed
+    (["cholesky", "--json", "built.py/out.json"], "error: --json built.py/out.json: cannot write it there (Not a dir"),
 ])
 def test_peers_refuses_a_problem_or_case_it_cannot_run_in_one_line(tmp_path, args, line):
     # Refused before the built file is imported (on a GPU host: a CUDA compile), which here would exit 'imported'.
-    (tmp_path / "built.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "built.py").write_text(IMPORTED)
     done = script(tmp_path, "peers.py", "built.py", *args)
     assert done.returncode == 2 and done.stdout == ""
     assert len(done.stderr.splitlines()) == 1 and done.stderr.startswith(line), done.stderr
 
 
+KERNEL_BENCHES = ["cholesky_kernel_bench.py", "qr_kernel_bench.py", "qr_lookahead_probe.py", "eigh_stage_bench.py"]
+
+
+@pytest.mark.parametrize("name", KERNEL_BENCHES)
+def test_a_kernel_bench_refuses_a_file_that_is_no_submission_before_any_import(tmp_path, name):
+    # On a GPU host: every file before it compiled and ran, then an AttributeError traceback.
+    (tmp_path / "ok.py").write_text(IMPORTED)
+    (tmp_path / "log.txt").write_text("raise SystemExit('imported')\n")
+    done = script(tmp_path, name, "ok.py", "log.txt")
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith("error: log.txt is not a submission (defines no custom_kernel") and \
+        len(done.stderr.splitlines()) == 1, done.stderr
+
+
+@pytest.mark.parametrize("name, args, line", [
+    ("cholesky_kernel_bench.py", ["ok.py", "--help"], None),
+    ("qr_kernel_bench.py", ["ok.py", "--json", "out.json"],
+     "error: --json: not an option: this script takes built files only (--help says more)"),
+])
+def test_a_kernel_bench_knows_an_option_from_a_file(tmp_path, name, args, line):
+    # "--help: no such file" after a file; "--json: no such file" for an option it does not have.
+    (tmp_path / "ok.py").write_text(IMPORTED)
+    done = script(tmp_path, name, *args)
+    if line is None:
+        assert done.returncode == 0 and done.stdout.startswith("Time cholesky's CUDA entry points"), done.stderr
+    else:
+        assert done.returncode == 2 and done.stderr.splitlines() == [line]
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
-@pytest.mark.parametrize("name", ["cholesky_kernel_bench.py", "qr_kernel_bench.py", "qr_lookahead_probe.py",
-                                  "eigh_stage_bench.py"])
+@pytest.mark.parametrize("name", KERNEL_BENCHES)
 def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
     # It imported the built file (a CUDA compile on a GPU host) and failed in torch's device code.
-    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "ok.py").write_text(IMPORTED)
     done = script(tmp_path, name, "ok.py")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: a kernel bench times CUDA kernels: this machine has no CUDA GPU "
@@ -324,7 +376,7 @@ def test_a_kernel_bench_without_a_gpu_is_one_line(tmp_path, name):
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a CUDA GPU")
 def test_profile_route_without_a_gpu_is_one_line(tmp_path):
     # It imported the built file and died in torch's CUDA generator with a traceback.
-    (tmp_path / "ok.py").write_text("raise SystemExit('imported')\n")
+    (tmp_path / "ok.py").write_text(IMPORTED)
     done = script(tmp_path, "profile_route.py", "ok.py", "qr_v2", "batch: 2; n: 32; cond: 1; seed: 3")
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.splitlines() == ["error: profile_route.py profiles CUDA kernels: this machine has no CUDA GPU "
@@ -404,3 +456,16 @@ def test_a_snapshot_without_logs_leaves_logs_out(repo):
     assert snapshot(repo, "vendor/full").returncode == 0 and (repo / "vendor" / "full" / "logs").is_dir()
     help_text = snapshot(repo, "--help").stdout
     assert "--without-logs" in help_text and "#" not in help_text
+
+
+@pytest.mark.parametrize("args, line", [
+    # taken for DEST: rm and mkdir failed on it as their own option, in lines of theirs
+    (["--without-log"], "error: --without-log: not an option (snapshot.sh takes --without-logs and --help); a "
+                        "DEST may not begin with -"),
+    (["a", "b", "c"], None),
+])
+def test_a_snapshot_s_bad_usage_goes_to_stderr_and_writes_nothing(repo, args, line):
+    done = snapshot(repo, *args)
+    assert done.returncode == 2 and done.stdout == ""       # the usage went to stdout, with exit 2
+    assert done.stderr.splitlines() == [line] if line else done.stderr.startswith("Write a copy")
+    assert sorted(p.name for p in repo.iterdir()) == [".git", "a.txt", "scratch.txt"]

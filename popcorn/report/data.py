@@ -80,6 +80,9 @@ class DiffCase:
     verdict: str | None
     margin: float | None
     incumbent_margin: float | None
+    # each side's ROUTE_COUNTERS increase on the case (checks/worker.py RouteCounters; {}: it counts nothing)
+    counters: dict[str, int] = field(default_factory=dict)
+    incumbent_counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -93,6 +96,11 @@ class Diff:
     changed_parts: list[str]
     cases: list[DiffCase]
 
+    @property
+    def counted(self) -> bool:
+        """Whether a side counted its route on any case: the page's counters columns only then."""
+        return any(c.counters or c.incumbent_counters for c in self.cases)
+
 
 @dataclass
 class CheckCase:
@@ -100,6 +108,7 @@ class CheckCase:
     status: str | None
     error: str | None
     fractions: dict[str, float | None]
+    counters: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -110,6 +119,10 @@ class Check:
     gpu: str | None
     gates: list[str]
     cases: list[CheckCase]
+
+    @property
+    def counted(self) -> bool:
+        return any(c.counters for c in self.cases)
 
 
 @dataclass(frozen=True)
@@ -373,7 +386,8 @@ def newest_diff(records: list[dict]) -> Diff | None:
     rows = [DiffCase(label, case.get("status"), _num(case.get("mean_us")),
                      _num(case.get("incumbent_us")), _num(case.get("ratio")),
                      case.get("verdict") if case.get("verdict") in VERDICTS else None,
-                     _worst(case.get("residuals")), _worst(case.get("incumbent_residuals")))
+                     _worst(case.get("residuals")), _worst(case.get("incumbent_residuals")),
+                     _counters(case.get("counters")), _counters(case.get("incumbent_counters")))
             for case, label in zip(cases, _labels([c["spec"] for c in cases]))]
     passed = record.get("passed")
     parts = record.get("changed_parts")
@@ -389,7 +403,8 @@ def newest_check(records: list[dict]) -> Check | None:
     cases = _cases(record)
     gates = list(dict.fromkeys(g for c in cases for g in _residuals(c.get("residuals"))))
     rows = [CheckCase(label, case.get("status"), case.get("error"),
-                      {g: _fraction(_residuals(case.get("residuals")).get(g)) for g in gates})
+                      {g: _fraction(_residuals(case.get("residuals")).get(g)) for g in gates},
+                      _counters(case.get("counters")))
             for case, label in zip(cases, _labels([c["spec"] for c in cases]))]
     return Check(record.get("time"), _text(record.get("commit")), _text(record.get("gpu")), gates, rows)
 
@@ -474,6 +489,13 @@ def _seconds_to_us(value) -> float | None:
 
 def _residuals(value) -> dict:
     return value if isinstance(value, dict) else {}
+
+
+def _counters(value) -> dict[str, int]:
+    """A case's counters (checks/worker.py RouteCounters: name -> increase), the str -> int entries of a dict."""
+    if not isinstance(value, dict):
+        return {}
+    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
 
 
 def _fraction(pair) -> float | None:

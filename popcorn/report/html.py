@@ -7,10 +7,11 @@ from pathlib import Path
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from popcorn.evidence.logs import ROOT, utc_now
-from popcorn.evidence.tables import fmt_sig, fmt_us
+from popcorn.evidence.tables import fmt_counters, fmt_sig, fmt_us
 from popcorn.report.data import Evidence
 
 TEMPLATE = ROOT / "templates" / "report.html.j2"
+COUNTERS_WIDTH = 120      # a page's cell wraps; the cut only keeps a runaway dict from widening its table
 
 
 def fmt_time(value) -> str:
@@ -31,7 +32,8 @@ def write_page(evidence: Evidence, charts: dict[str, dict[str, str]],
     """Render the page; charts and notes map problem -> section -> PNG file name / note text."""
     env = Environment(loader=FileSystemLoader(TEMPLATE.parent), autoescape=True,
                       undefined=StrictUndefined, trim_blocks=True, lstrip_blocks=True)
-    env.filters.update(us=fmt_us, when=fmt_time, num=fmt_number, sig=fmt_sig)
+    env.filters.update(us=fmt_us, when=fmt_time, num=fmt_number, sig=fmt_sig,
+                       counters=lambda value: fmt_counters(value, COUNTERS_WIDTH))
     html = env.get_template(TEMPLATE.name).render(
         evidence=evidence, charts=charts, notes=notes, generated=utc_now())
     path.write_text(html, encoding="utf-8")      # the page says charset utf-8, whatever the locale's encoding
