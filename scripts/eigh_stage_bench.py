@@ -1,7 +1,8 @@
 """Check and time eigh's own route (issue 10, route.REDUCTION = "ours") stage by stage beside cuSOLVER (GPU host).
 
 Usage: python3 scripts/eigh_stage_bench.py BUILT.py [BUILT.py ...] [--shape BxN ... | --benchmarks]
-                                           [--gate-shape BxN ...] [--stages LIST] [--budget SECONDS] [--json OUT]
+                                           [--gate-shape BxN ...] [--stages LIST] [--set JSON ...]
+                                           [--budget SECONDS] [--json OUT]
 Each BUILT.py is `popkit build eigh -o FILE.py` (whatever its route.REDUCTION: the script sets the module's
 REDUCTION global itself, "ours" or "cusolver", around each call of custom_kernel). Shapes: --shape BATCHxN
 (n > 32, repeatable; input: the dense family, cond 1, seed 1), else eigh's benchmark shapes with n > 32 (40x176,
@@ -33,6 +34,9 @@ about 0.5 s of calls, 2 to 20 of them). One line per stage and shape as it finis
 stage's start on stderr, so a hang shows where), then per file a table of the shapes and one of the gates.
 Every stage runs in its own try: an error is one line and the run goes on; if the CUDA context is lost (an
 illegal address), the tables so far are printed and the run ends (rerun with --stages leaving that stage out).
+--set JSON sets module globals on each built file as it is imported, e.g. '{"SYMV": "tiles"}' (a name the file does
+not define is refused); repeated, every file runs once per --set, in order, tagged with it (v0:FILE[SYMV=tiles]): one
+build compares its route's forms in one run, e.g. --stages reduction --set '{}' --set '{"SYMV": "tiles"}'.
 --budget SECONDS skips the stages left once that much time has passed since the start (a stage running then
 finishes). --json OUT writes every number, rewritten after each stage. Exit 0 when every stage ran, 1 when
 one raised, 2 on bad arguments, a missing file, a machine without a CUDA GPU or a lost CUDA context.
@@ -61,7 +65,7 @@ from popcorn.evidence import logs  # noqa: E402
 from popcorn.evidence.files import write_atomic  # noqa: E402
 from popcorn.evidence.tables import fmt_us, render_table  # noqa: E402
 from scripts.command_line import (argument_parser, bench_each_built_file, import_built, json_output,  # noqa: E402
-                                  run_main)
+                                  route_globals, run_main, set_globals)
 
 STAGES = ("reduction", "cusolver", "leaves", "solver", "back", "route", "gates")
 SMALL_MAX_N = 32                 # route.SMALL_MAX_N: n <= 32 runs the Jacobi kernel, not this route
@@ -435,12 +439,18 @@ STAGE_FUNCTIONS = {"reduction": stage_reduction, "cusolver": stage_cusolver, "le
                    "solver": stage_solver, "back": stage_back, "route": stage_route}
 
 
+def variant_label(overrides: dict) -> str:
+    """'' for a file as built, else its --set globals as a tag suffix: '[SYMV=tiles]'."""
+    return f"[{','.join(f'{key}={value}' for key, value in overrides.items())}]" if overrides else ""
+
+
 class Run:
     """The whole run: options, the JSON document, and one try per stage."""
 
     def __init__(self, specs: list[dict], gate_shapes: list[tuple[int, int]], stages: list[str],
-                 budget: float | None, json_path: str | None):
+                 budget: float | None, json_path: str | None, variants: list[dict] | None = None):
         self.specs, self.gate_shapes, self.stages = specs, gate_shapes, stages
+        self.variants = variants or [{}]              # module globals to set, one run of every file each
         self.deadline = None if budget is None else time.monotonic() + budget
         self.json_path = json_path
         self.failures = 0
@@ -480,8 +490,14 @@ class Run:
             raise self.lost
 
     def bench(self, path: str, tag: str) -> None:
+        """Every stage of the built file at PATH, once per variant (its --set globals)."""
+        for overrides in self.variants:
+            self.bench_variant(path, tag + variant_label(overrides), overrides)
+
+    def bench_variant(self, path: str, tag: str, overrides: dict) -> None:
         module = import_built(path, f"eigh_stages_{len(self.document['files'])}")
-        entry = {"file": path, "tag": tag, "sha256": logs.file_sha256(path),
+        set_globals(module, overrides, f"--set {json.dumps(overrides)}")
+        entry = {"file": path, "tag": tag, "sha256": logs.file_sha256(path), "globals": overrides,
                  "reduction_global": getattr(module, "REDUCTION", None), "shapes": {}, "gates": {}}
         if not self.document["files"]:
             self.document.update(environment(DEVICE))
@@ -590,6 +606,9 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"a shape for the gates stage (repeatable; default {' and '.join(GATE_SHAPES)})")
     parser.add_argument("--stages", metavar="LIST", help=f"comma-separated stages to run (default all: "
                                                          f"{','.join(STAGES)})")
+    parser.add_argument("--set", action="append", default=[], metavar="JSON",
+                        help="module globals to set on each built file, a JSON object (repeatable: every file runs "
+                             "once per --set)")
     parser.add_argument("--budget", type=float, metavar="SECONDS",
                         help="skip the stages left after this many seconds (default: no limit)")
     parser.add_argument("--json", metavar="OUT", help="every number as JSON, rewritten after each stage")
@@ -601,10 +620,11 @@ def main(argv: list[str] | None = None) -> int:
              or (benchmark_specs() if args.benchmarks else default_specs()))
     gate_shapes = list(dict.fromkeys(parse_shape(text, "--gate-shape") for text in args.gate_shape or GATE_SHAPES))
     stages = parse_stages(args.stages)
+    variants = [route_globals(text, "--set") for text in args.set]
     if args.budget is not None and not args.budget > 0:       # 'not >' refuses nan too
         raise PopkitError(f"--budget {args.budget:g}: a positive number of seconds")
     json_output(args.json)
-    run = Run(specs, gate_shapes, stages, args.budget, args.json)
+    run = Run(specs, gate_shapes, stages, args.budget, args.json, variants)
     bench_each_built_file(args.files, __doc__, run.bench, "eigh")
     return 1 if run.failures else 0
 

@@ -115,6 +115,7 @@ def run_script(esb, argv):
     (["--json", "."], "error: --json .: a folder; name the file to write"),
     (["--benchmarks", "--shape", "4x64"], "error: --benchmarks runs eigh's benchmark cases; --shape names others: "
                                           "give one of them"),
+    (["--set", "SYMV=tiles"], "error: --set SYMV=tiles: not JSON (Expecting value: line 1 column 1 (char 0))"),
 ])
 def test_bad_options_are_one_line_and_exit_2_before_the_file_is_looked_at(esb, capsys, args, line):
     # The file does not exist: the options are judged first, so the line names the option, not the file.
@@ -402,3 +403,26 @@ def test_past_the_budget_the_stages_left_are_skipped(esb, on_cpu, tmp_path, caps
     out = capsys.readouterr().out
     assert "v0:built.py 2x40 reduction: skipped (--budget spent)" in out and run.failures == 0
     assert document["files"][0]["shapes"]["2x40"]["back"] == {"skipped": "budget"}
+
+
+def test_each_set_runs_every_file_once_under_its_globals_tagged_with_them(esb, on_cpu, tmp_path, capsys):
+    seen = []
+
+    def reduce(A, panel=rm.PANEL):
+        seen.append(on_cpu.SYMV)                 # the global as the route reads it, at call time
+        return rm.tridiagonalize_model(A, panel)
+    on_cpu.SYMV, on_cpu.tridiagonalize_cuda = "rows", reduce
+    built = tmp_path / "built.py"
+    built.write_text("# a built file stand-in\n")
+    run = esb.Run([esb.shape_spec(2, 40)], [(2, 34)], ["reduction"], None, str(tmp_path / "out.json"),
+                  [{}, {"SYMV": "tiles"}])
+    run.bench(str(built), "v0:built.py")
+    out = capsys.readouterr().out
+    assert "v0:built.py 2x40 reduction: " in out and "v0:built.py[SYMV=tiles] 2x40 reduction: " in out
+    assert seen == ["rows", "rows", "tiles", "tiles"]        # each variant: the checked call, then the timed one
+    files = json.loads((tmp_path / "out.json").read_text())["files"]
+    assert [(f["tag"], f["globals"]) for f in files] == [("v0:built.py", {}),
+                                                          ("v0:built.py[SYMV=tiles]", {"SYMV": "tiles"})]
+    with pytest.raises(PopkitError, match=r'^--set \{"SYMVS": "tiles"\}: the built file defines no SYMVS$'):
+        esb.Run([esb.shape_spec(2, 40)], [(2, 34)], ["reduction"], None, None, [{"SYMVS": "tiles"}]).bench(
+            str(built), "v0:built.py")

@@ -146,6 +146,27 @@ def shift_next_to_a_cluster_member():
     return d, e
 
 
+def clustered_benchmark_leaf():
+    """Rows 32-63 (after the tears) of the tridiagonal of matrix 572 of the 640x512 'clustered' benchmark input
+    (cond 0, seed 770004), reduced in float32 by reduction_kernel_model in batches of 32 and scaled by the
+    solver's power of two: 15 eigenvalues near -1/2 and 15 near +1/2, each chain with gaps of 1-13 eps ||T||.
+    Grouped at gaps <= 4 eps ||T|| with each group's shift above it, shifts fell inside the chains and
+    Gram-Schmidt cancelled to noise: residual 398 (model) and 707 (kernel order) n eps ||T||, the matrix's
+    eigen equation at 18 units of n eps ||A|| (docs/priors.md, eigh)."""
+    d = torch.tensor([
+        0.495911181, -0.499968827, 0.499968141, -0.499886185, 0.499885023, -0.499688566, 0.499688089, -0.499322176,
+        0.499321043, -0.497601449, 0.497600257, -0.494389415, 0.494388819, -0.483943164, 0.483941853, -0.43661806,
+        0.43661654, -0.405053973, 0.405053318, -0.267761886, 0.267760158, 0.049395889, -0.0493966788, 0.239178285,
+        -0.239179164, 0.401235461, -0.401236832, 0.470888197, -0.470889151, 0.487354696, -0.487356126, 0.438429713])
+    e = torch.tensor([
+        -0.000216872577, -0.00586734293, 0.000155437374, -0.0108113876, 8.86100752e-05, -0.0177379251,
+        4.80444069e-05, -0.0260891877, -3.47934256e-05, -0.0489483811, 1.82419626e-05, -0.07471627, 1.11902682e-05,
+        0.12570782, -7.08940661e-06, -0.243655443, -3.81432233e-06, 0.293145776, 3.14198974e-06, -0.422263741,
+        2.54193196e-06, -0.497556955, 2.17748175e-06, 0.439085782, 3.47147784e-06, -0.298349053, -4.68218104e-06,
+        -0.168127403, 7.91061393e-06, 0.111747637, 1.5102155e-05])
+    return d, e
+
+
 HARD = {
     "zero couplings at the tear points": lambda: split_couplings(100, 1),
     "Wilkinson W21+": wilkinson_plus,
@@ -160,6 +181,7 @@ HARD = {
     "graded with random signs": lambda: graded(64, signs=True),
     "integer diagonal, couplings ~eps": lambda: integer_diagonal_eps_couplings(64, 35),
     "shift 1e-16 from one member of a cluster": shift_next_to_a_cluster_member,
+    "clustered benchmark leaf: chains with gaps of 1-13 eps": clustered_benchmark_leaf,
 }
 
 
@@ -295,12 +317,19 @@ def test_secular_roots_interlace_and_the_loewner_vectors_are_orthogonal():
     assert residual <= 2 * n * EPS * norm
 
 
-def test_cluster_shifts_share_one_shift_outside_each_unresolved_group():
-    w = torch.tensor([[-1.0, 0.0, 1e-8, 2e-8, 0.5, 1.0, 1.0]])
-    tnorm = torch.tensor([1.0])
+def test_cluster_shifts_share_one_shift_outside_each_chain_nearest_lanes_first():
+    """A chain (gaps <= CLUSTER_GAP eps ||T||) shares one shift CLUSTER_OFFSET eps ||T|| outside it, on the side of
+    its wider outer gap; shifted from above, its lanes take its eigenvalues from the top down (columns reversed)."""
+    e = EPS
+    w = torch.tensor([[-1.0, 0.0, 1e-8, 2e-8, 0.5, 1.0, 1.0],
+                      [-1.0, 0.5 - 20 * e, 0.5, 0.5 + 2 * e, 0.5 + 4 * e, 1.0, 1.0 + 8 * e]])
     offset = model.CLUSTER_OFFSET * EPS
-    expected = torch.tensor([[-1.0, 2e-8 + offset, 2e-8 + offset, 2e-8 + offset, 0.5, 1.0 + offset, 1.0 + offset]])
-    assert torch.equal(model.cluster_shifts(w, tnorm), expected)
+    assert 8 <= model.CLUSTER_GAP < 20                        # gaps of 2 and 8 eps chain, 20 eps splits
+    expected = torch.tensor([[-1.0, -offset, -offset, -offset, 0.5, 1.0 + offset, 1.0 + offset],
+                             [-1.0, 0.5 - 20 * e] + [0.5 + 4 * e + offset] * 3 + [1.0 + 8 * e + offset] * 2])
+    shift, column = model.cluster_shifts(w, torch.tensor([1.0, 1.0]))
+    assert torch.equal(shift, expected)
+    assert column.tolist() == [[0, 1, 2, 3, 4, 6, 5], [0, 1, 4, 3, 2, 6, 5]]
 
 
 def test_bisection_finds_every_leaf_eigenvalue_to_eps_norm():

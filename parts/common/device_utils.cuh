@@ -1,5 +1,5 @@
-// Shared device helpers for every popkit kernel: warp/block reductions (and a warp's
-// transposed sum of a register vector), reflectors,
+// Shared device helpers for every popkit kernel: warp/block reductions (and a warp's or a lane
+// group's transposed sum of a register vector), reflectors,
 // the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
@@ -52,14 +52,14 @@ __device__ __forceinline__ float select_entry(const float* a, int idx) {
     }
 }
 
-// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
-// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
+// One butterfly stage of a transposed sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
+// `kLow LEN / 2` apart (the lane bit that decides which half this lane keeps); then the next
 // stage. Recursion on the template argument keeps every index a compile-time constant (a
 // loop over LEN compiled to a runtime loop with select chains over all W registers).
-template <int LEN, int W>
+template <int LEN, int W, int kLow = 32 / W>
 __device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
     if constexpr (LEN > 1) {
-        constexpr int kOff = 16 * LEN / W;
+        constexpr int kOff = kLow * LEN / 2;
         const bool upper = lane & kOff;
 #pragma unroll
         for (int k = 0; k < LEN / 2; ++k) {
@@ -67,16 +67,26 @@ __device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
             const float keep = upper ? p[k + LEN / 2] : p[k];
             p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
         }
-        transpose_sum_stage<LEN / 2, W>(p, lane);
+        transpose_sum_stage<LEN / 2, W, kLow>(p, lane);
     }
+}
+
+// Sum a W-vector (W a power of two) over the W lanes that differ only in lane bits kLow .. kLow W / 2,
+// with W - 1 shuffles: afterwards lane l holds that sum of entry (l / kLow) % W. A warp holding a
+// 32 x 32 tile as lane groups (rows by some lane bits, columns by the others) sums its rows and its
+// columns this way, each lane left with one whole row or column.
+template <int W, int kLow>
+__device__ __forceinline__ float lanes_transpose_sum(float (&p)[W], int lane) {
+    static_assert(W >= 1 && (W & (W - 1)) == 0 && kLow >= 1 && kLow * W <= 32, "W lanes from bit kLow within a warp");
+    transpose_sum_stage<W, W, kLow>(p, lane);
+    return p[0];
 }
 
 // Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
 // afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
 template <int W>
 __device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
-    transpose_sum_stage<W, W>(p, lane);
-    float total = p[0];
+    float total = lanes_transpose_sum<W, 32 / W>(p, lane);
 #pragma unroll
     for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
     return total;

@@ -11,14 +11,28 @@ This model replays those steps vectorised over the batch, with every output and 
 NaN (what torch.empty may hold) and that one W entry stored only once the next column has read row c+1:
 an entry read before it is written shows up as NaN in d, e, V or T. Summation orders are torch's, so it
 agrees with the kernel to rounding, not bit for bit; tests compare it with reduction_model.py.
+
+Step 3's A22 v has two forms, as the kernel's `symv` argument (reduction_route.SYMV): "rows", the full
+square's rows dotted with v, and "tiles" (symv_tiles): 32 x 32 tiles at absolute indices on and below the
+diagonal, each read once, whose row and column sums its 16 warps leave in 8 partial vectors that step 4
+adds. Here the tiles read a copy of A with every block above the diagonal NaN (never read) and zeros past n
+(what the kernel loads there), v from the kernel's s_v (v over 0..n-1, zeros up to row c, zero padding to
+whole tiles), and the partial vectors start NaN every column: a tile the warps skip, a partial sum step 4
+reads unwritten, or a read above the diagonal shows as NaN.
 """
 import torch
 
 from parts.eigh.reduction_model import PANEL, householder, matvec  # popkit: inline
 
+SYMV_TILE = 32
+SYMV_GROUPS = SYMV_CLASSES = 4            # the tiles form's 16 warps: row groups x column classes
 
-def tridiagonalize_kernel_order(A: torch.Tensor, panel: int = PANEL):
-    """(d, e, V, T) as tridiagonal_reduction.cu's eigh_tridiagonalize computes them (reduction_model's storage)."""
+
+def tridiagonalize_kernel_order(A: torch.Tensor, panel: int = PANEL, symv: str = "rows"):
+    """(d, e, V, T) as tridiagonal_reduction.cu's eigh_tridiagonalize computes them (reduction_model's storage),
+    step 3 in the form `symv` ("rows" or "tiles")."""
+    if symv not in ("rows", "tiles"):
+        raise ValueError(f"symv {symv!r}: rows or tiles")
     b, n, _ = A.shape
     reflectors = max(n - 2, 0)
     nan = dict(fill_value=float("nan"), dtype=A.dtype, device=A.device)
@@ -29,7 +43,7 @@ def tridiagonalize_kernel_order(A: torch.Tensor, panel: int = PANEL):
     Vp, W = torch.full((b, n, panel), **nan), torch.full((b, n, panel), **nan)
     for k in range(0, reflectors, panel):
         nb = min(panel, reflectors - k)
-        panel_kernel(A, d, e, V, T, Vp, W, k, nb)
+        panel_kernel(A, d, e, V, T, Vp, W, k, nb, symv)
         update_kernel(A, Vp, W, k + nb, nb)
     d[:, reflectors:] = A[:, reflectors:, reflectors:].diagonal(dim1=1, dim2=2)
     if n >= 2:
@@ -37,11 +51,18 @@ def tridiagonalize_kernel_order(A: torch.Tensor, panel: int = PANEL):
     return d, e, V, T
 
 
-def panel_kernel(A, d, e, V, T, Vp, W, k, nb):
+def panel_kernel(A, d, e, V, T, Vp, W, k, nb, symv="rows"):
     """eigh_reduce_panel: steps 1-5 of the kernel per column; A is only read."""
     b, n, _ = A.shape
     panel = Vp.shape[2]
-    s_T = torch.full((b, panel, panel), float("nan"), dtype=A.dtype, device=A.device)
+    nan = dict(fill_value=float("nan"), dtype=A.dtype, device=A.device)
+    s_T = torch.full((b, panel, panel), **nan)
+    if symv == "tiles":
+        ld = -(-n // SYMV_TILE) * SYMV_TILE
+        seen = tiles_view(A, ld)                             # A does not change inside a panel
+        s_v = torch.full((b, ld), **nan)
+        s_v[:, n:] = 0                                       # the last tile's padding, zeroed once
+        s_sym = torch.full((b, SYMV_GROUPS + SYMV_CLASSES, ld), **nan)
     pending = None                                           # (row, column, value) of W not yet stored
     for j in range(nb):
         c = k + j
@@ -59,7 +80,13 @@ def panel_kernel(A, d, e, V, T, Vp, W, k, nb):
         V[:, c + 1:, c] = v
         Vp[:, c + 1:, j] = v
         # 3. A22 v and the panel's V^T v, W^T v over rows c+1..
-        Av = matvec(A[:, c + 1:, c + 1:], v)
+        if symv == "rows":
+            Av = matvec(A[:, c + 1:, c + 1:], v)
+        else:
+            s_v[:, :c + 1], s_v[:, c + 1:n] = 0, v
+            s_sym.fill_(float("nan"))
+            symv_tiles(seen, s_v, s_sym, c)
+            Av = s_sym[:, :, c + 1:n].sum(dim=1)              # step 4: row i's partial sums
         Vv, Wv = matvec(Vp[:, c + 1:, :j].mT, v), matvec(W[:, c + 1:, :j].mT, v)
         # 4. p; T's column j reads only s_T's upper triangle (its only written entries).
         p = tau[:, None] * ((Av - matvec(Vp[:, c + 1:, :j], Wv)) - matvec(W[:, c + 1:, :j], Vv))
@@ -76,6 +103,53 @@ def panel_kernel(A, d, e, V, T, Vp, W, k, nb):
     written = (rows <= columns) & (columns < nb)
     block = s_T[:, :nb, :T.shape[2]]
     T[:, k:k + nb, :] = torch.where(written, block, torch.zeros_like(block))
+
+
+def tiles_view(A, ld):
+    """A as the tiles form can read it, ld x ld: the 32 x 32 blocks on and below the diagonal, zeros past n (the
+    kernel's loads of the last tile row and column there), NaN in every block above the diagonal (never read)."""
+    b, n, _ = A.shape
+    seen = A.new_zeros(b, ld, ld)
+    seen[:, :n, :n] = A
+    block = torch.arange(ld, device=A.device) // SYMV_TILE
+    seen[:, block[:, None] < block[None, :]] = float("nan")
+    return seen
+
+
+def snake_members(m, k, count):
+    """The tile indices below `count` of class m among k, in the kernel's snake order (snake_member)."""
+    members, b = [], 0
+    while (t := k * b + (k - 1 - m if b % 2 else m)) < count:
+        members.append(t)
+        b += 1
+    return members
+
+
+def symv_tiles(seen, s_v, part, c):
+    """Step 3 in the tiles form: warp (g, q) takes the tiles whose tile row (from the one holding row c+1) is of row
+    group g and whose tile column is of column class q; each tile's row sums add to its tile row's total, stored in
+    part[q], and below the diagonal its column sums add to part[SYMV_CLASSES + g] (zeroed first), as the kernel's
+    lanes do. A diagonal tile counts whole, for its row sums alone."""
+    b, ld, _ = seen.shape
+    t0 = (c + 1) // SYMV_TILE
+    tiles = ld // SYMV_TILE - t0
+
+    def span(t):
+        return slice((t0 + t) * SYMV_TILE, (t0 + t + 1) * SYMV_TILE)
+
+    for g in range(SYMV_GROUPS):
+        for q in range(SYMV_CLASSES):
+            columns = snake_members(q, SYMV_CLASSES, tiles)
+            for u in columns:
+                part[:, SYMV_CLASSES + g, span(u)] = 0
+            for t in snake_members(g, SYMV_GROUPS, tiles):
+                total = torch.zeros(b, SYMV_TILE, dtype=seen.dtype, device=seen.device)
+                for u in (u for u in columns if u <= t):
+                    tile = seen[:, span(t), span(u)]
+                    total += matvec(tile, s_v[:, span(u)])
+                    if u < t:
+                        part[:, SYMV_CLASSES + g, span(u)] += matvec(tile.mT, s_v[:, span(t)])
+                part[:, q, span(t)] = total
 
 
 def update_kernel(A, Vp, W, start, nb):

@@ -16,6 +16,11 @@ from parts.eigh.tridiagonal_route import tridiagonal_eigh_cuda  # popkit: inline
 # The panel kernel's CTA size (a multiple of 32, at most 512): a guess to sweep on the GPU
 # (512 gives two CTAs an SM at the kernel's <= 64 registers).
 PANEL_THREADS = 512
+# The form of the panel kernel's matrix-vector product A22 v: "rows" (every trailing row dotted with v, the reference)
+# or "tiles" (32 x 32 tiles on and below the diagonal, each read once for its products with v and its transpose's:
+# half the bytes, more loads in flight; runs at PANEL_THREADS 512 only). "rows" until a GPU run compares them.
+SYMV = "rows"
+SYMV_FORMS = {"rows": 0, "tiles": 1}            # tridiagonal_reduction.cu's `symv` argument
 
 
 def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL):
@@ -23,6 +28,8 @@ def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL):
     b, n, _ = A.shape
     if A.shape != (b, n, n) or panel != PANEL:
         raise ValueError(f"need A (batch, n, n) and panel {PANEL} (the kernel's); got {tuple(A.shape)}, {panel}")
+    if SYMV not in SYMV_FORMS:
+        raise ValueError(f"SYMV {SYMV!r}: one of {', '.join(SYMV_FORMS)}")
     reflectors = max(n - 2, 0)
     trailing = A.clone()              # the kernel leaves the trailing matrices in its A
     d = torch.empty(b, n, dtype=A.dtype, device=A.device)
@@ -31,7 +38,7 @@ def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL):
     T = torch.empty(b, reflectors, min(panel, reflectors), dtype=A.dtype, device=A.device)
     Vp = torch.empty(b, n, panel, dtype=A.dtype, device=A.device)     # the panel's V and W, row-major
     W = torch.empty(b, n, panel, dtype=A.dtype, device=A.device)
-    CUDA.call("eigh_tridiagonalize", trailing, d, e, V, T, Vp, W, b, n, PANEL_THREADS)
+    CUDA.call("eigh_tridiagonalize", trailing, d, e, V, T, Vp, W, b, n, PANEL_THREADS, SYMV_FORMS[SYMV])
     return d, e, V, T
 
 

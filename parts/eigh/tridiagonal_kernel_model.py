@@ -44,14 +44,14 @@ def solve_leaf_kernel_order(d: torch.Tensor, e: torch.Tensor):
     lo, hi = model.gershgorin_interval(d, e)
     tnorm = torch.maximum(lo.abs(), hi.abs())
     values = model.bisect_leaf(d, e, lo, hi, tnorm)
-    shift = model.cluster_shifts(values, tnorm)
+    shift, column = model.cluster_shifts(values, tnorm)
     pivtol = torch.clamp(finfo.eps * tnorm, min=finfo.tiny)
     x = model.start_vectors(m, m, d.dtype, d.device).T.expand(b, m, m).clone()     # x[row][lane]
     for _ in range(model.INVERSE_ITERATIONS):
         x = solve_shifted(d, e, shift, pivtol, x)
         x = gram_schmidt(x)
     w[:] = values
-    Z[:] = x
+    Z.scatter_(2, column[:, None, :].expand(b, m, m), x)          # lane l's vector is column column_l
     return w, Z
 
 

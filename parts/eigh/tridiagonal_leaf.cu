@@ -9,8 +9,11 @@
 //   Bisection: eigenvalue j is where the Sturm count (negative pivots of the LDL^T of T - x I, a pivot
 //   under pivmin = tiny max(1, max e^2) replaced by -pivmin) passes j; the Gershgorin interval widened by
 //   2 m eps ||T|| + 2 pivmin, halved 26 times (bisection_steps(eps) in float32).
-//   Shifts (cluster_shifts): eigenvalues whose consecutive gaps are all <= 4 eps ||T|| form a group;
-//   a group of two or more shares the shift max(group) + 2 eps ||T||, every other lane shifts by its w.
+//   Shifts (cluster_shifts): a chain of eigenvalues whose consecutive gaps are all <= 8 eps ||T|| forms a
+//   group; a group of two or more shares one shift 2 eps ||T|| outside it on the side of its wider outer
+//   gap (max + 2 eps ||T|| or min - 2 eps ||T||), every other lane shifts by its w. Lane l's vector is
+//   column l of Z, except in a group shifted from above: lane first + i there holds column last - i
+//   (the group's eigenvalues nearest its shift are taken by its first lanes).
 //   Inverse iteration, 3 times: solve (T - shift I) x = x by LU with partial pivoting (slagtf; a final
 //   pivot under eps ||T|| is replaced by eps ||T|| with its sign, slagts), scale x by its largest entry,
 //   then classical Gram-Schmidt twice of the leaf's vectors in lane order, each normalised.
@@ -40,7 +43,7 @@ constexpr int kStride = kLeafMax + 1;
 constexpr unsigned kFull = 0xffffffffu;
 constexpr int kBisectionSteps = 26;              // tridiagonal_model.bisection_steps(FLT_EPSILON)
 constexpr int kInverseIterations = 3;            // tridiagonal_model.INVERSE_ITERATIONS
-constexpr float kClusterGap = 4.f;               // tridiagonal_model.CLUSTER_GAP
+constexpr float kClusterGap = 8.f;               // tridiagonal_model.CLUSTER_GAP
 constexpr float kClusterOffset = 2.f;            // tridiagonal_model.CLUSTER_OFFSET
 
 struct LeafSmem {
@@ -183,21 +186,25 @@ leaf_kernel(const float* __restrict__ d, const float* __restrict__ e, float* __r
     }
     const float wj = 0.5f * (below_lo + below_hi);
 
-    // cluster_shifts: group = the number of wide gaps below this lane; the group's max and size by a scan.
+    // cluster_shifts: the group is the chain between the nearest wide gaps at or below this lane and above
+    // it (gap bits by ballot); its shift and this lane's column from the chain's ends and outer gaps.
     const float w_before = __shfl_up_sync(kFull, wj, 1);
     const bool apart = lane > 0 && row && (wj - w_before) > (kClusterGap * FLT_EPSILON) * tnorm;
     const unsigned gaps = __ballot_sync(kFull, apart);
-    const int group = __popc(gaps & ((2u << lane) - 1u));
-    float top = -INFINITY;
-    int size = 0;
-    for (int l = 0; l < m; ++l) {
-        const float wl = __shfl_sync(kFull, wj, l);
-        if (__shfl_sync(kFull, group, l) == group) {
-            top = fmaxf(top, wl);
-            ++size;
-        }
-    }
-    const float shift = size > 1 ? top + (kClusterOffset * FLT_EPSILON) * tnorm : wj;
+    const unsigned through = (2u << lane) - 1u;  // lanes 0..lane (all 32 at lane 31: 2u << 31 wraps to 0)
+    const int first = (gaps & through) ? 31 - __clz(gaps & through) : 0;
+    const int last = (gaps & ~through) ? __ffs(gaps & ~through) - 2 : m - 1;
+    const float w_first = __shfl_sync(kFull, wj, first);
+    const float w_below = __shfl_sync(kFull, wj, first > 0 ? first - 1 : 0);
+    const float w_last = __shfl_sync(kFull, wj, last);
+    const float w_above = __shfl_sync(kFull, wj, last < m - 1 ? last + 1 : last);
+    const float gap_below = first > 0 ? w_first - w_below : INFINITY;
+    const float gap_above = last < m - 1 ? w_above - w_last : INFINITY;
+    const bool up = gap_above >= gap_below;
+    const float offset = (kClusterOffset * FLT_EPSILON) * tnorm;
+    const bool shared = last > first;
+    const float shift = shared ? (up ? w_last + offset : w_first - offset) : wj;
+    const int column = shared && up ? first + last - lane : lane;
     const float pivtol = fmaxf(FLT_EPSILON * tnorm, FLT_MIN);
 
     if (row)
@@ -209,7 +216,7 @@ leaf_kernel(const float* __restrict__ d, const float* __restrict__ e, float* __r
     }
     if (row) {
         w[lane] = wj;
-        for (int i = 0; i < m; ++i) Z[(size_t)i * m + lane] = s.x[i][lane];
+        for (int i = 0; i < m; ++i) Z[(size_t)i * m + column] = s.x[i][lane];
     }
 }
 

@@ -26,7 +26,7 @@ Recursion shape
 
 CUDA kernels (one row per stage; tridiagonal_route.py runs them through this recursion)
     leaf kernel     tridiagonal_leaf.cu, `solve_leaf`: one warp per leaf, one lane per eigenvalue. Bisection on Sturm
-                    counts, the lane's shift (`cluster_shifts`: a neighbour scan), then inverse
+                    counts, the lane's shift (`cluster_shifts`: a ballot and shuffles), then inverse
                     iteration (a tridiagonal LU solve per lane) and Gram-Schmidt of the leaf's vectors.
     merge kernel    tridiagonal_merge.cu, `merge_factors`: z, sort, `deflate` (a serial scan: one thread),
                     `solve_secular` (one thread per root), `secular_vectors` (a thread per
@@ -39,8 +39,8 @@ Numerical safeguards
       in e^2 or z^2 (inputs reach 1.8e19), and every tolerance below is relative to 1.
     - Sturm counts replace a pivot smaller than pivmin by -pivmin (LAPACK's slaebz), so an
       exact zero pivot never divides.
-    - Inverse iteration perturbs tiny LU pivots (slagts), gives the lanes of eigenvalues that
-      bisection cannot tell apart one shared shift just outside their group (`cluster_shifts`:
+    - Inverse iteration perturbs tiny LU pivots (slagts), gives the lanes of a chain of eigenvalues that
+      bisection cannot tell apart one shared shift just outside the chain (`cluster_shifts`:
       without it, clusters such as d = 1 with couplings near eps lose orthogonality entirely),
       normalises by the largest entry before Gram-Schmidt (no overflow in the dot products),
       and orthogonalises every leaf vector against all earlier ones.
@@ -73,10 +73,12 @@ SECULAR_MAX_STEPS = 64
 # whose residual (eps/gap)^3 * gap stays below eps for any gap >= eps. Clusters tighter than
 # that are handled by cluster_shifts and Gram-Schmidt, not by more solves.
 INVERSE_ITERATIONS = 3
-# Bisection leaves each eigenvalue within ~eps ||T|| / 4 of the truth: neighbours closer than
-# CLUSTER_GAP eps ||T|| may be unresolved and share one shift, CLUSTER_OFFSET eps ||T|| above them
-# (see cluster_shifts; LAPACK's stein separates such shifts by a similar 5 eps).
-CLUSTER_GAP = 4
+# Bisection leaves each eigenvalue within ~eps ||T|| of the truth (0.7 eps ||T|| measured): chains of
+# neighbours closer than CLUSTER_GAP eps ||T|| share one shift, CLUSTER_OFFSET eps ||T|| outside the
+# chain (see cluster_shifts). 4 split chains of gaps 1-13 eps ||T|| (the clustered family at n = 512)
+# into groups whose shift sat inside the chain: leaf residuals up to 707 n eps ||T||; 8, 12 and 16
+# measured alike (<= 6.8 over 2 x 10240 leaves of 640x512 clustered and mixed; 8 has the lowest median).
+CLUSTER_GAP = 8
 CLUSTER_OFFSET = 2
 
 
@@ -205,44 +207,68 @@ def start_vectors(lanes: int, m: int, dtype, device) -> torch.Tensor:
 
 
 def inverse_iteration(d, e, w, tnorm) -> torch.Tensor:
-    """Eigenvectors (columns) of each leaf for its eigenvalues w: INVERSE_ITERATIONS solves with T - sigma_j I
-    per lane (sigma from cluster_shifts), each followed by Gram-Schmidt of all the leaf's vectors in ascending order.
+    """Eigenvectors (columns) of each leaf for its eigenvalues w: INVERSE_ITERATIONS solves with T - sigma_l I
+    per lane (sigma from cluster_shifts), each followed by Gram-Schmidt of all the leaf's vectors in lane order;
+    lane l's vector is the eigenvector of w[column_l] (cluster_shifts: a group's lanes nearest its shift first).
 
     Orthogonalising against every earlier vector (not only a cluster of close eigenvalues, as
     LAPACK's stein does) costs m^3/2 per leaf at m <= 32 and removes the eps/gap loss of
     orthogonality between separately computed vectors of moderately close eigenvalues.
     """
     b, m = d.shape
+    shift, column = cluster_shifts(w, tnorm)
     pivtol = torch.finfo(d.dtype).eps * tnorm                     # slagts: pivots below eps ||T|| are perturbed
-    factors = factor_shifted(d, e, cluster_shifts(w, tnorm), torch.clamp(pivtol, min=torch.finfo(d.dtype).tiny))
-    x = start_vectors(m, m, d.dtype, d.device).expand(b, m, m)    # rows: lanes (eigenvalues), columns: entries
+    factors = factor_shifted(d, e, shift, torch.clamp(pivtol, min=torch.finfo(d.dtype).tiny))
+    x = start_vectors(m, m, d.dtype, d.device).expand(b, m, m)    # rows: lanes, columns: entries
     for _ in range(INVERSE_ITERATIONS):
         x = solve_factored(factors, x)
         x = x / x.abs().amax(dim=2, keepdim=True)                # a solve grows x by up to 1/pivtol
         x = orthonormalize_rows(x)
-    return x.transpose(1, 2).contiguous()
+    return torch.empty_like(x).scatter_(2, column[:, None, :].expand(b, m, m), x.transpose(1, 2))
 
 
-def cluster_shifts(w: torch.Tensor, tnorm: torch.Tensor) -> torch.Tensor:
-    """Per lane, the shift of its solves: w_j itself, or for a group of eigenvalues that bisection
-    could not tell apart (consecutive gaps <= CLUSTER_GAP eps ||T||), one shared shift
-    CLUSTER_OFFSET eps ||T|| above the group's largest.
+def cluster_shifts(w: torch.Tensor, tnorm: torch.Tensor):
+    """(shift, column) per lane l of a leaf with eigenvalues w ascending: the shift of lane l's solves and the
+    eigenvalue whose vector lane l computes.
 
-    Why: lanes of an unresolved group would otherwise solve with (nearly) the same shift, which
-    can sit far closer to one of the group's eigenvalues than to the others (1e-16 against 1e-8
-    is seen): one solve then favours that direction by more than 1/eps in every lane and
-    Gram-Schmidt is left with dependent vectors. From just outside the group every member is
-    about equally far (ratio <= 1 + width / offset), so the lanes' solves and Gram-Schmidt are a
-    subspace iteration onto the group's invariant subspace. The shift stays within offset of
-    the group, so the residual a lane can inherit from its neighbours is bounded by the group's width.
+    A group is a chain of eigenvalues whose consecutive gaps are all <= CLUSTER_GAP eps ||T||. A lone
+    eigenvalue's lane solves with w_l itself, column l. A group of two or more shares one shift
+    CLUSTER_OFFSET eps ||T|| outside the chain, on the side of its wider outer gap (above its largest w,
+    or below its smallest), and its lanes take its eigenvalues nearest that shift first: above, lane
+    first + i computes the vector of w[last - i]; below, lane l computes column l.
+
+    Why one shift per group: lanes of an unresolved group would otherwise solve with (nearly) the same
+    shift, which can sit far closer to one of the group's eigenvalues than to the others (1e-16
+    against 1e-8 is seen): one solve then favours that direction by more than 1/eps in every lane and
+    Gram-Schmidt is left with dependent vectors. From outside the chain every member lies on one side
+    of the shift, so the lanes' solves and Gram-Schmidt are a subspace iteration onto the group's
+    invariant subspace, and a lane's residual is bounded by the chain's width.
+    Why chains, outside, and the wider side (2026-12-02, 640x512 clustered, seed 770004): with gaps
+    of 1-13 eps ||T|| a threshold of 4 split one chain into groups whose shift, above each group,
+    lay inside the chain, nearer the next group's eigenvalue than its own farthest member. Lanes with
+    different shifts on both sides of an eigenvalue (an indefinite operator on the chain) then
+    produced a vector lying in the span of the earlier ones: Gram-Schmidt's remainder was 2e-4 to
+    4e-7 of it, the rest rounding noise along eigenvalues ||T|| away, leaf residuals up to 707 n eps
+    ||T|| and 18 units of the eigen equation's n eps ||A|| at n = 512. Nearest first: the first
+    lanes converge onto the members nearest the shift, so each keeps its own eigenvector (median
+    leaf residual 1.5 against 4.9 in ascending order).
     """
+    b, m = w.shape
     eps = torch.finfo(w.dtype).eps
-    apart = (w[:, 1:] - w[:, :-1]) > CLUSTER_GAP * eps * tnorm[:, None]
-    group = torch.cat([torch.zeros_like(w[:, :1], dtype=torch.long), apart.long().cumsum(dim=1)], dim=1)
-    top = torch.full_like(w, -math.inf).scatter_reduce(1, group, w, reduce="amax")
-    size = torch.zeros_like(w).scatter_add(1, group, torch.ones_like(w))
-    shared = size.gather(1, group) > 1
-    return torch.where(shared, top.gather(1, group) + CLUSTER_OFFSET * eps * tnorm[:, None], w)
+    gaps = w[:, 1:] - w[:, :-1]
+    apart = gaps > CLUSTER_GAP * eps * tnorm[:, None]
+    index = torch.arange(m, device=w.device).expand(b, m)
+    starts = torch.cat([torch.ones_like(apart[:, :1]), apart], dim=1)         # lane l begins a group
+    ends = torch.cat([apart, torch.ones_like(apart[:, :1])], dim=1)           # lane l ends one
+    first = torch.where(starts, index, 0).cummax(dim=1).values
+    last = torch.where(ends, index, m - 1).flip(1).cummin(dim=1).values.flip(1)
+    outside = torch.full_like(w[:, :1], math.inf)
+    padded = torch.cat([outside, gaps, outside], dim=1)        # padded[l] = w_l - w_{l-1}, inf past either end
+    up = padded.gather(1, last + 1) >= padded.gather(1, first)
+    offset = CLUSTER_OFFSET * eps * tnorm[:, None]
+    shared = last > first
+    shift = torch.where(shared, torch.where(up, w.gather(1, last) + offset, w.gather(1, first) - offset), w)
+    return shift, torch.where(shared & up, first + last - index, index)
 
 
 def factor_shifted(d, e, shift, pivtol):

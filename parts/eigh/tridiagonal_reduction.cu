@@ -16,15 +16,25 @@
 //   after the panel A22 -= V W^T + W V^T (the rank-2k update, its own kernel).
 //   A is kept as a full symmetric square, exactly symmetric: the update computes each lower tile once
 //   and writes it to both triangles. So column c is read as row c (coalesced), and A22 v is one
-//   contiguous row dot product per row, as the model's full-square matvec.
+//   contiguous row dot product per row, as the model's full-square matvec ("rows", the reference), or
+//   ("tiles", the candidate: `symv` picks at run time) a symmetric product over 32 x 32 tiles at absolute
+//   indices on and below the diagonal: a tile below it read once for both y_I += A_IJ v_J and
+//   y_J += A_IJ^T v_I, a diagonal tile read whole for y_I += A_II v_I; rows and columns <= c meet v's
+//   zeros (reduction_kernel_model.symv_tiles replays it).
 //
 // Launch shape
-//   eigh_reduce_panel: grid = batch (one CTA per matrix), `threads` (a multiple of 32, <= 512) threads,
-//     3 n floats of dynamic shared memory (the column, v, A22 v then p). Row i of the per-row work
+//   eigh_reduce_panel: grid = batch (one CTA per matrix), `threads` (a multiple of 32, <= 512; tiles:
+//     512) threads, 3 n floats of dynamic shared memory (the column, v, A22 v then p; tiles: 11 n, n
+//     rounded up to 32, with 8 partial vectors of A22 v). Row i of the per-row work
 //     (column update, v, p, W's column) belongs to thread i % threads in every column, so a thread
-//     reads back its own writes of V and W without a barrier; the matrix-vector product gives each
-//     warp kSymvRows rows at a time. Six barriers a column: the two norms' reductions, v ready, A22 v
-//     ready, V^T v and W^T v summed, p^T v.
+//     reads back its own writes of V and W without a barrier. The matrix-vector product, rows: each
+//     warp takes kSymvRows rows at a time; tiles: the 16 warps as 4 row groups x 4 column classes, warp
+//     (g, q) the tiles whose tile row is g's and tile column q's, lane 4h + r reading rows r + 4s
+//     (s < 8), columns 4h..4h+3 of a tile (8 float4 loads, 4 whole rows a load instruction); row sums
+//     and column sums leave the lanes by transposed shuffle sums (7 + 3 shuffles a tile), each into a
+//     partial vector of its own writer (row sums: one a class, column sums: one a group), which the
+//     row's owner adds in a fixed order: deterministic, no atomics. Six barriers a column either way:
+//     the two norms' reductions, v ready, A22 v ready, V^T v and W^T v summed, p^T v.
 //     The panel's V and W also go to Vp, W (n x 32 each, row-major): 128-byte aligned rows that the
 //     per-row dot products read as float4 and the matrix-vector loop reads one coalesced row a warp.
 //   eigh_update_trailing: grid = (lower-triangle 64 x 64 tiles, batch), 256 threads, 4 x 4 entries a
@@ -32,15 +42,19 @@
 //     to the upper triangle.
 //   eigh_tridiagonalize: the loop over panels (panel, update), then the last 2 x 2 block; one call.
 //
-// Why it is fast (or meant to be: not yet measured on a GPU)
+// Why it is fast (rows: measured, 2026-12-02; tiles: meant to be, not yet measured on a GPU)
 //   The time is the matrix-vector product: it reads the trailing matrix once per column (n^3/3 floats
-//   a matrix) and nothing else can start before it ends. Each warp has one float4 load per lane of
-//   each of its kSymvRows rows in flight (2 KB a warp, 32 KB a CTA, two CTAs an SM at <= 64
+//   a matrix) and nothing else can start before it ends. Rows: each warp has one float4 load per lane
+//   of each of its kSymvRows rows in flight (2 KB a warp, 32 KB a CTA, two CTAs an SM at <= 64
 //   registers), reads the rows as float4 where n % 4 == 0 (scalar otherwise), through the read-only
 //   path (A does not change inside a panel), and the products with the panel's V and W ride in the
-//   same loop on rows the warp has just touched. Everything else is O(n) a column, in shared memory
-//   or L1. The reduction is latency-bound (seeds/000): loads in flight, barriers a column and the
-//   bytes per entry (an fp16 copy of A) are the levers to measure next.
+//   same loop on rows the warp has just touched. Measured 74.5 ms at 640 x 512 (~3x the ~24 ms its
+//   bytes take at HBM speed), 66-75% of the route: latency-bound, one wave of 4 loads after another.
+//   Tiles: half the bytes (the upper triangle is never read off the diagonal tiles) and up to 8 float4
+//   loads a lane a wave (4 KB a warp; ptxas issues 5, then 3 as the first land, at 64 registers, no
+//   spills), so about 3x fewer waves of loads a column; its V^T v, W^T v take a short loop of their own.
+//   Everything else is O(n) a column, in shared memory or L1. Levers to measure next: an L2 prefetch
+//   of a warp's next tile (loads in flight without registers), barriers a column, an fp16 copy of A.
 #include "device_utils.cuh"
 
 namespace {
@@ -49,6 +63,12 @@ constexpr int kPanel = 32;                       // reduction_model.PANEL, and t
 constexpr int kPanelMaxThreads = 512;
 constexpr int kPanelMaxWarps = kPanelMaxThreads / 32;
 constexpr int kSymvRows = 4;                     // rows a warp multiplies at once: loads in flight
+constexpr int kSymvTile = 32;                    // the tiles form's square tile, and its shared vectors' padding
+constexpr int kSymvRowsForm = 0, kSymvTilesForm = 1;   // eigh_reduce_panel's `symv`
+// The tiles form's 16 warps (it runs kPanelMaxThreads threads) as 4 row groups x 4 column classes: 4 + 4 partial
+// vectors, where one a warp would take 16 (n = 2048 would then not fit two CTAs' shared memory).
+constexpr int kSymvGroups = 4, kSymvClasses = kPanelMaxWarps / kSymvGroups;
+constexpr int kSymvPartials = kSymvGroups + kSymvClasses;
 constexpr int kTile = 64;                        // the update's tile
 constexpr int kUpdateThreads = 256;              // 16 x 16, each 4 x 4 entries of a tile
 constexpr int kFinishThreads = 128;
@@ -120,23 +140,149 @@ __device__ __forceinline__ void row_products(const float* __restrict__ A, const 
     }
 }
 
-// Vp and W are written and read back inside the kernel: plain pointers, never the read-only path.
+// Row i's terms of the panel's V^T v and W^T v: lane l < j adds Vp[i, l] v_i and W[i, l] v_i.
+__device__ __forceinline__ void panel_terms(const float* Vp, const float* W, const float* s_v, int i, int j, int lane,
+                                            float& vv, float& wv) {
+    if (lane < j) {
+        const float vi = s_v[i];
+        vv = fmaf(Vp[(size_t)i * kPanel + lane], vi, vv);
+        wv = fmaf(W[(size_t)i * kPanel + lane], vi, wv);
+    }
+}
+
+// The stride of the panel kernel's shared vectors: whole tiles in the tiles form (its last tile row and column run
+// past n), else 16 bytes (s_v's float4 reads), as before the tiles form existed.
+__host__ __device__ constexpr int vector_stride(int n, bool tiles) {
+    return tiles ? (n + kSymvTile - 1) / kSymvTile * kSymvTile : (n + 3) & ~3;
+}
+
+// The b-th tile index of class m among k, in the snake order 0 1 .. k-1 k-1 .. 1 0 0 1 ..: increasing in b, and each
+// class's tile rows (or columns) spread from the top of the triangle to its bottom, so the classes' shares of the
+// triangle's tiles nearly balance.
+__device__ __forceinline__ int snake_member(int b, int m, int k) { return k * b + ((b & 1) ? k - 1 - m : m); }
+
+// Quads s0 .. s0 + S - 1 of a lane's 8 in a tile: rows i0 + r + 4s, columns col .. col + 3, one pointer walked down
+// the rows; float4 loads where n % 4 == 0 (16-byte aligned then), else four scalars.
+// kEdge: the last tile row when 32 does not divide n. Its rows past n (a suffix of each lane's s) load as 0; its
+// columns past n (only in its diagonal tile) as 0 in float4s and as column n - 1 (in bounds) in scalars, values that
+// meet s_v's zero padding. Sums of rows and columns past n land in the padding, which step 4 never reads.
+template <bool kVec4, bool kEdge, int S>
+__device__ __forceinline__ void load_quads(const float* __restrict__ A, int n, int i0, int r, int col, int s0,
+                                           float4 (&a)[S]) {
+    const float* at = A + (size_t)(i0 + r + 4 * s0) * n + col;
+    const size_t four_rows = (size_t)4 * n;
+    const int rows = (n - i0 - r + 3) / 4;                  // this lane's rows before n (>= 8 off the edge)
+    const int last = kEdge ? n - 1 - col : 3;               // the last column offset in bounds
+#pragma unroll
+    for (int s = 0; s < S; ++s, at += four_rows) {
+        a[s] = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (kEdge && s0 + s >= rows) continue;
+        if constexpr (kVec4) {
+            if (!kEdge || last >= 0) a[s] = __ldg(reinterpret_cast<const float4*>(at));
+        } else {
+            a[s] = make_float4(__ldg(at + min(0, last)), __ldg(at + min(1, last)), __ldg(at + min(2, last)),
+                               __ldg(at + min(3, last)));
+        }
+    }
+}
+
+// One 32 x 32 tile of the trailing matrix, rows i0.., columns j0.., read once: lane l returns the tile's row sum
+// (A_IJ v_J)[l] in row_sum and, off the diagonal (i0 > j0), its column sum (A_IJ^T v_I)[l] in col_sum. Lane l = 4h + r
+// reads rows i0 + r + 4s (s < 8), columns j0 + 4h .. 4h + 3: each load instruction is 4 whole 128-byte rows, and a lane
+// has all 8 (32 floats, 128 bytes) in flight at once where n % 4 == 0; four at a time in scalars (32 scalar loads in
+// flight spilled at 64 registers). A diagonal tile is read whole (A is exactly symmetric) for its row sums alone.
+template <bool kVec4, bool kEdge, bool kDiagonal>
+__device__ __forceinline__ void symv_tile(const float* __restrict__ A, const float* s_v, int n, int i0, int j0,
+                                          int lane, float& row_sum, float& col_sum) {
+    constexpr int kInFlight = kVec4 ? 8 : 4;
+    const int r = lane & 3, h = lane >> 2;
+    const float4 vq = *reinterpret_cast<const float4*>(s_v + j0 + 4 * h);
+    float rows[8], cols[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+    for (int s0 = 0; s0 < 8; s0 += kInFlight) {
+        float4 a[kInFlight];
+        load_quads<kVec4, kEdge>(A, n, i0, r, j0 + 4 * h, s0, a);
+#pragma unroll
+        for (int s = s0; s < s0 + kInFlight; ++s) {
+            const float4 x = a[s - s0];
+            rows[s] = fmaf(x.w, vq.w, fmaf(x.z, vq.z, fmaf(x.y, vq.y, x.x * vq.x)));
+            if (!kDiagonal) {
+                const float vi = s_v[i0 + r + 4 * s];
+                cols[0] = fmaf(x.x, vi, cols[0]);
+                cols[1] = fmaf(x.y, vi, cols[1]);
+                cols[2] = fmaf(x.z, vi, cols[2]);
+                cols[3] = fmaf(x.w, vi, cols[3]);
+            }
+        }
+    }
+    row_sum = popkit::lanes_transpose_sum<8, 4>(rows, lane);     // over h (lane bits 2..4): entry h, row r + 4h = l
+    if (!kDiagonal) col_sum = popkit::lanes_transpose_sum<4, 1>(cols, lane);   // over r (bits 0..1): column 4h + r = l
+}
+
+// The tiles of tile row t (from t0) that warp column class q takes (tile columns u <= t, snake order), summed: the
+// row sums returned (lane l: row i0 + l), the column sums of the tiles below the diagonal added to col_part.
+template <bool kVec4, bool kEdge>
+__device__ __forceinline__ float symv_tile_row(const float* __restrict__ A, const float* s_v, float* col_part, int n,
+                                               int t0, int t, int q, int lane) {
+    const int i0 = (t0 + t) * kSymvTile;
+    float row_total = 0.f, row_sum, col_sum;
+#pragma unroll 1
+    for (int b = 0, u; (u = snake_member(b, q, kSymvClasses)) < t; ++b) {
+        const int j0 = (t0 + u) * kSymvTile;
+        symv_tile<kVec4, kEdge, false>(A, s_v, n, i0, j0, lane, row_sum, col_sum);
+        row_total += row_sum;
+        col_part[j0 + lane] += col_sum;
+    }
+    if (snake_member(t / kSymvClasses, q, kSymvClasses) == t) {     // the diagonal tile is this class's
+        symv_tile<kVec4, kEdge, true>(A, s_v, n, i0, i0, lane, row_sum, col_sum);
+        row_total += row_sum;
+    }
+    return row_total;
+}
+
+// Step 3's A22 v in the tiles form: the 32 x 32 tiles on and below the diagonal of the trailing matrix (absolute tile
+// indices, from the one holding row c + 1), each read once. Rows and columns <= c of the first tile row and column
+// meet v's zeros in s_v (and stay out of the rows step 4 reads). Warp (g, q) takes the tiles of the tile rows of row
+// group g and the tile columns of column class q (snake orders), so every partial sum has one writer: the row sums of
+// a tile row go to part[q] (stored once: lane l owns row 32 I + l), the column sums to part[kSymvClasses + g]
+// (zeroed, then added to tile by tile: lane l owns column 32 J + l). Step 4 adds a row's 8 partial sums in a fixed
+// order: no atomics, the same sums every run.
 template <bool kVec4>
+__device__ __forceinline__ void symv_tiles(const float* __restrict__ A, const float* s_v, float* part, int ld, int n,
+                                           int c, int warp, int lane) {
+    const int g = warp / kSymvClasses, q = warp % kSymvClasses;
+    const int t0 = (c + 1) / kSymvTile, tiles = (n + kSymvTile - 1) / kSymvTile - t0;
+    float* row_part = part + q * ld;
+    float* col_part = part + (kSymvClasses + g) * ld;
+    for (int b = 0, u; (u = snake_member(b, q, kSymvClasses)) < tiles; ++b) col_part[(t0 + u) * kSymvTile + lane] = 0.f;
+#pragma unroll 1
+    for (int b = 0, t; (t = snake_member(b, g, kSymvGroups)) < tiles; ++b) {
+        const bool edge = (t0 + t + 1) * kSymvTile > n;
+        row_part[(t0 + t) * kSymvTile + lane] =
+            edge ? symv_tile_row<kVec4, true>(A, s_v, col_part, n, t0, t, q, lane)
+                 : symv_tile_row<kVec4, false>(A, s_v, col_part, n, t0, t, q, lane);
+    }
+}
+
+// Vp and W are written and read back inside the kernel: plain pointers, never the read-only path.
+template <bool kVec4, bool kTiles>
 __global__ void __launch_bounds__(kPanelMaxThreads, 2)
 reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* __restrict__ e,
                     float* __restrict__ V, float* __restrict__ T, float* Vp, float* W, int n, int k, int nb) {
     extern __shared__ float4 dynamic_smem[];
-    const int n4 = (n + 3) & ~3;                 // keeps s_v 16-byte aligned for the float4 reads
+    const int ld = vector_stride(n, kTiles);
     float* s_col = reinterpret_cast<float*>(dynamic_smem);
-    float* s_v = s_col + n4;
-    float* s_y = s_v + n4;
+    float* s_v = s_col + ld;
+    float* s_y = s_v + ld;
+    float* s_sym = s_y + ld;                     // the tiles form's kSymvPartials partial vectors
     __shared__ float s_red[3][kPanelMaxWarps];
     __shared__ float s_part[kPanelMaxWarps][2 * kPanel];   // per warp: V^T v (lanes 0..31), W^T v (32..63)
     __shared__ float s_vw[2 * kPanel];
     __shared__ float s_T[kPanel][kPanel + 1];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int threads = blockDim.x, warps = threads >> 5;
+    // The tiles form always runs kPanelMaxThreads threads: a constant there divides by shifts and spares registers.
+    const int threads = kTiles ? kPanelMaxThreads : blockDim.x, warps = threads >> 5;
     const int r = n - 2, p_cols = min(kPanel, r);
     const size_t mat = blockIdx.x;
     A += mat * n * n;
@@ -147,6 +293,8 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
     Vp += mat * n * kPanel;
     W += mat * n * kPanel;
 
+    if constexpr (kTiles)
+        for (int i = n + tid; i < ld; i += threads) s_v[i] = 0.f;   // the last tile's rows and columns past n
     float coef_prev = 0.f;                       // (tau/2)(p^T v) of the previous column
 #pragma unroll 1
     for (int j = 0; j < nb; ++j) {
@@ -187,36 +335,36 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
         for (int i = tid; i < n; i += threads) {
             const float v = (i <= c) ? 0.f : (i == c + 1) ? 1.f : s_col[i] / denominator;
             V[(size_t)i * r + c] = v;
-            if (i > c) {
-                s_v[i] = v;
-                Vp[(size_t)i * kPanel + j] = v;
-            }
+            if (kTiles || i > c) s_v[i] = v;                     // the tiles read the zeros up to row c too
+            if (i > c) Vp[(size_t)i * kPanel + j] = v;
             if (i == c) d[c] = s_col[c];
         }
         if (tid == 0) e[c] = reflect ? beta : alpha;
         __syncthreads();
 
-        // 3. A22 v (the hot loop), and V^T v, W^T v over the rows each warp has just multiplied.
+        // 3. A22 v (the hot loop), and V^T v, W^T v: in the rows form over the rows each warp has just multiplied,
+        //    in the tiles form (partial sums left in s_sym) by a loop of their own.
         float vv = 0.f, wv = 0.f;                                // lane l: entry l of V^T v, W^T v
-        for (int i0 = c + 1 + warp * kSymvRows; i0 < n; i0 += warps * kSymvRows) {
-            int rows[kSymvRows];
-            float acc[kSymvRows];
+        if constexpr (kTiles) {
+            symv_tiles<kVec4>(A, s_v, s_sym, ld, n, c, warp, lane);
+            for (int i = c + 1 + warp; i < n; i += warps) panel_terms(Vp, W, s_v, i, j, lane, vv, wv);
+        } else {
+            for (int i0 = c + 1 + warp * kSymvRows; i0 < n; i0 += warps * kSymvRows) {
+                int rows[kSymvRows];
+                float acc[kSymvRows];
 #pragma unroll
-            for (int t = 0; t < kSymvRows; ++t) {
-                rows[t] = min(i0 + t, n - 1);
-                acc[t] = 0.f;
-            }
-            row_products<kVec4>(A, s_v, n, c + 1, rows, acc, lane);
+                for (int t = 0; t < kSymvRows; ++t) {
+                    rows[t] = min(i0 + t, n - 1);
+                    acc[t] = 0.f;
+                }
+                row_products<kVec4>(A, s_v, n, c + 1, rows, acc, lane);
 #pragma unroll
-            for (int t = 0; t < kSymvRows; ++t) {
-                const float total = popkit::warp_sum(acc[t]);
-                const int i = i0 + t;
-                if (i < n) {
-                    if (lane == 0) s_y[i] = total;
-                    if (lane < j) {
-                        const float vi = s_v[i];
-                        vv = fmaf(Vp[(size_t)i * kPanel + lane], vi, vv);
-                        wv = fmaf(W[(size_t)i * kPanel + lane], vi, wv);
+                for (int t = 0; t < kSymvRows; ++t) {
+                    const float total = popkit::warp_sum(acc[t]);
+                    const int i = i0 + t;
+                    if (i < n) {
+                        if (lane == 0) s_y[i] = total;
+                        panel_terms(Vp, W, s_v, i, j, lane, vv, wv);
                     }
                 }
             }
@@ -237,7 +385,10 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
             if (i <= c) continue;
             const float s1 = panel_dot(Vp + (size_t)i * kPanel, s_vw + kPanel, j, false, 0.f);
             const float s2 = panel_dot(W + (size_t)i * kPanel, s_vw, j, false, 0.f);
-            const float p = tau * ((s_y[i] - s1) - s2);
+            float av = kTiles ? 0.f : s_y[i];                   // (A22 v)_i: the rows form's, or the tiles' partial
+            if constexpr (kTiles)                                // sums added in a fixed order
+                for (int part = 0; part < kSymvPartials; ++part) av += s_sym[part * ld + i];
+            const float p = tau * ((av - s1) - s2);
             s_y[i] = p;
             pv = fmaf(p, s_v[i], pv);
         }
@@ -349,24 +500,44 @@ __global__ void finish_last_block_kernel(const float* __restrict__ A, float* __r
 }
 
 bool valid_threads(int threads) { return threads >= 32 && threads <= kPanelMaxThreads && threads % 32 == 0; }
+// The rows form runs any `threads`; the tiles form's warp layout is fixed at kPanelMaxThreads.
+bool valid_symv(int symv, int threads) {
+    return symv == kSymvRowsForm || (symv == kSymvTilesForm && threads == kPanelMaxThreads);
+}
+
+// One instantiation of the panel kernel: its shared memory allowed (once per new maximum), then launched.
+template <bool kVec4, bool kTiles>
+cudaError_t launch_panel(int& granted, int smem, int batch, int threads, const float* A, float* d, float* e, float* V,
+                         float* T, float* Vp, float* W, int n, int k, int nb) {
+    const cudaError_t err = popkit::allow_dynamic_smem(reduce_panel_kernel<kVec4, kTiles>, smem, granted);
+    if (err != cudaSuccess) return err;
+    reduce_panel_kernel<kVec4, kTiles><<<batch, threads, smem>>>(A, d, e, V, T, Vp, W, n, k, nb);
+    return cudaGetLastError();
+}
 
 }  // namespace
 
 // Panel k..k+nb-1 (nb <= 32, k + nb <= n - 2) of every matrix: d, e, V at those columns, T's rows k..k+nb-1,
 // and the panel's V, W in Vp, W (batch x n x 32, row-major) for eigh_update_trailing. A is only read.
+// symv: the form of step 3's A22 v, 0 rows (the reference) or 1 tiles (the lower triangle's tiles, each read once).
 POPKIT_EXPORT int eigh_reduce_panel(const float* A, float* d, float* e, float* V, float* T, float* Vp, float* W,
-                                    int batch, int n, int k, int nb, int threads) {
-    if (batch < 1 || n < 3 || k < 0 || nb < 1 || nb > kPanel || k + nb > n - 2 || !valid_threads(threads))
+                                    int batch, int n, int k, int nb, int threads, int symv) {
+    if (batch < 1 || n < 3 || k < 0 || nb < 1 || nb > kPanel || k + nb > n - 2 || !valid_threads(threads) ||
+        !valid_symv(symv, threads))
         return (int)cudaErrorInvalidValue;
-    const int smem = 3 * ((n + 3) & ~3) * (int)sizeof(float);
-    static int granted[2] = {0, 0};
-    const bool vec4 = n % 4 == 0;
-    cudaError_t err = vec4 ? popkit::allow_dynamic_smem(reduce_panel_kernel<true>, smem, granted[1])
-                           : popkit::allow_dynamic_smem(reduce_panel_kernel<false>, smem, granted[0]);
-    if (err != cudaSuccess) return (int)err;
-    if (vec4) reduce_panel_kernel<true><<<batch, threads, smem>>>(A, d, e, V, T, Vp, W, n, k, nb);
-    else reduce_panel_kernel<false><<<batch, threads, smem>>>(A, d, e, V, T, Vp, W, n, k, nb);
-    return (int)cudaGetLastError();
+    const bool vec4 = n % 4 == 0, tiles = symv == kSymvTilesForm;
+    // s_col, s_v, s_y, and the tiles form's 8 partial vectors, each padded to whole tiles there: (3 + 8) x 2048 floats
+    // (88 KiB) at n = 2048, 97 KiB a CTA with the static arrays, so two CTAs still fit an SM.
+    const int vectors = 3 + (tiles ? kSymvPartials : 0);
+    const int smem = vectors * vector_stride(n, tiles) * (int)sizeof(float);
+    static int granted[2][2] = {};                // [tiles][vec4]
+    int& allowed = granted[tiles][vec4];
+    const cudaError_t err =
+        tiles ? (vec4 ? launch_panel<true, true>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb)
+                      : launch_panel<false, true>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb))
+              : (vec4 ? launch_panel<true, false>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb)
+                      : launch_panel<false, false>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb));
+    return (int)err;
 }
 
 // A[start:, start:] -= V W^T + W V^T with the panel's nb columns of Vp, W (eigh_reduce_panel's), both triangles.
@@ -380,13 +551,14 @@ POPKIT_EXPORT int eigh_update_trailing(float* A, const float* Vp, const float* W
 
 // The whole reduction of a batch (reduction_model.tridiagonalize_model with panel 32): A (batch x n x n,
 // overwritten), d (batch x n), e (batch x n-1), V (batch x n x n-2), T (batch x n-2 x min(32, n-2)),
-// Vp, W (batch x n x 32 workspace); panel CTAs of `threads` threads.
+// Vp, W (batch x n x 32 workspace); panel CTAs of `threads` threads, step 3 in the form `symv` (eigh_reduce_panel's).
 POPKIT_EXPORT int eigh_tridiagonalize(float* A, float* d, float* e, float* V, float* T, float* Vp, float* W,
-                                      int batch, int n, int threads) {
-    if (batch < 1 || batch > 65535 || n < 1 || !valid_threads(threads)) return (int)cudaErrorInvalidValue;
+                                      int batch, int n, int threads, int symv) {
+    if (batch < 1 || batch > 65535 || n < 1 || !valid_threads(threads) || !valid_symv(symv, threads))
+        return (int)cudaErrorInvalidValue;
     for (int k = 0; k < n - 2; k += kPanel) {
         const int nb = min(kPanel, n - 2 - k);
-        int err = eigh_reduce_panel(A, d, e, V, T, Vp, W, batch, n, k, nb, threads);
+        int err = eigh_reduce_panel(A, d, e, V, T, Vp, W, batch, n, k, nb, threads, symv);
         if (err == 0) err = eigh_update_trailing(A, Vp, W, batch, n, k + nb, nb);
         if (err != 0) return err;
     }
