@@ -18,8 +18,9 @@ from parts.eigh.tridiagonal_route import tridiagonal_eigh_cuda  # popkit: inline
 PANEL_THREADS = 512
 # The form of the panel kernel's matrix-vector product A22 v: "rows" (every trailing row dotted with v, the reference)
 # or "tiles" (32 x 32 tiles on and below the diagonal, each read once for its products with v and its transpose's:
-# half the bytes, more loads in flight; runs at PANEL_THREADS 512 only). "rows" until a GPU run compares them.
-SYMV = "rows"
+# half the bytes, more loads in flight; runs at PANEL_THREADS 512 only). Tiles: 0.64-0.83x the reduction's time at
+# every benchmark shape, same similarity (H200, logs/device/20261202T1015Z-aa6375e-eigh_symv_rows_tiles.txt).
+SYMV = "tiles"
 SYMV_FORMS = {"rows": 0, "tiles": 1}            # tridiagonal_reduction.cu's `symv` argument
 
 
