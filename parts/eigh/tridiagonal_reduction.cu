@@ -89,27 +89,16 @@ __device__ __forceinline__ float block_reduce(float x, float* slot) {
 // sum_{l < j} x[l] y[l] over a 32-float row x (Vp or W: 16-byte aligned) and y, in order of l.
 // Entries l >= j are not read as products (they may hold another panel's values, or nothing yet).
 // y_last replaces y[j - 1]: the row-c entry of W that its owner is writing in this very column.
-// x's float4s are loaded kBatch at a time before their products (predicated on 4q < j): x is a row of Vp or W in
-// L2, and a loop of one load at a time waited up to 8 L2 round trips a call, three times a column (all 8 at once
-// spilled at 64 registers, as did a fully unrolled loop of batches). The sum keeps its order.
 __device__ __forceinline__ float panel_dot(const float* x, const float* y, int j, bool replace_last, float y_last) {
-    constexpr int kBatch = 4;
     float total = 0.f;
-#pragma unroll 1
-    for (int q0 = 0; 4 * q0 < j; q0 += kBatch) {
-        float4 a[kBatch];
+    for (int q = 0; 4 * q < j; ++q) {
+        const float4 a = reinterpret_cast<const float4*>(x)[q];
+        const float xs[4] = {a.x, a.y, a.z, a.w};
 #pragma unroll
-        for (int b = 0; b < kBatch; ++b)
-            a[b] = 4 * (q0 + b) < j ? reinterpret_cast<const float4*>(x)[q0 + b] : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int b = 0; b < kBatch; ++b) {
-            const float xs[4] = {a[b].x, a[b].y, a[b].z, a[b].w};
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-                const int l = 4 * (q0 + b) + t;
-                const float yl = (replace_last && l == j - 1) ? y_last : (l < j) ? y[l] : 0.f;
-                if (4 * (q0 + b) < j) total = fmaf(l < j ? xs[t] : 0.f, yl, total);   // the quads the loop visited
-            }
+        for (int t = 0; t < 4; ++t) {
+            const int l = 4 * q + t;
+            const float yl = (replace_last && l == j - 1) ? y_last : (l < j) ? y[l] : 0.f;
+            total = fmaf(l < j ? xs[t] : 0.f, yl, total);
         }
     }
     return total;
@@ -159,30 +148,6 @@ __device__ __forceinline__ void panel_terms(const float* Vp, const float* W, con
         vv = fmaf(Vp[(size_t)i * kPanel + lane], vi, vv);
         wv = fmaf(W[(size_t)i * kPanel + lane], vi, wv);
     }
-}
-
-// panel_terms over rows i0, i0 + step, .. < n, four rows' loads issued before their products (in order of i, as one
-// row at a time): the loop of one row at a time waited an L2 round trip a row, ~24 rows a warp a column at n = 512.
-__device__ __forceinline__ void panel_terms_rows(const float* Vp, const float* W, const float* s_v, int i0, int n,
-                                                 int step, int j, int lane, float& vv, float& wv) {
-    constexpr int kRows = 4;
-    if (lane >= j) return;
-    int i = i0;
-    for (; i + (kRows - 1) * step < n; i += kRows * step) {
-        float vp[kRows], w[kRows];
-#pragma unroll
-        for (int t = 0; t < kRows; ++t) {
-            vp[t] = Vp[(size_t)(i + t * step) * kPanel + lane];
-            w[t] = W[(size_t)(i + t * step) * kPanel + lane];
-        }
-#pragma unroll
-        for (int t = 0; t < kRows; ++t) {
-            const float vi = s_v[i + t * step];
-            vv = fmaf(vp[t], vi, vv);
-            wv = fmaf(w[t], vi, wv);
-        }
-    }
-    for (; i < n; i += step) panel_terms(Vp, W, s_v, i, j, lane, vv, wv);
 }
 
 // The stride of the panel kernel's shared vectors: whole tiles in the tiles form (its last tile row and column run
@@ -382,7 +347,7 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
         float vv = 0.f, wv = 0.f;                                // lane l: entry l of V^T v, W^T v
         if constexpr (kTiles) {
             symv_tiles<kVec4>(A, s_v, s_sym, ld, n, c, warp, lane);
-            panel_terms_rows(Vp, W, s_v, c + 1 + warp, n, warps, j, lane, vv, wv);
+            for (int i = c + 1 + warp; i < n; i += warps) panel_terms(Vp, W, s_v, i, j, lane, vv, wv);
         } else {
             for (int i0 = c + 1 + warp * kSymvRows; i0 < n; i0 += warps * kSymvRows) {
                 int rows[kSymvRows];
