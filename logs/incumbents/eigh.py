@@ -1,10 +1,10 @@
 #!POPCORN leaderboard eigh
 #!POPCORN gpu B200
 # Built by popkit from parts/eigh: do not edit; change the parts and rebuild.
-# toolkit commit: a8277e4
+# toolkit commit: a74e6fe
 # part common/device_utils.cuh sha256 862f3902f12d351ab656702749e9877726d099b269fcc90dc2a67cb7fae0d517
 # part eigh/jacobi_small.cu sha256 609790b5b5abd3b41e8b422944df532e4bd41718746bfef62465703cb9576509
-# part eigh/tridiagonal_reduction.cu sha256 059e3196d46e06db574cea892d7897445eed63ced282b1070922e92f4bacef74
+# part eigh/tridiagonal_reduction.cu sha256 2f4a02614d06cdb866984864930fc25441237dd6c417fafe6b67c526fe3c4d9e
 # part eigh/tridiagonal_leaf.cu sha256 44e26474d27ec1c10cb2699e0066e057d33a74aea8d26abdb42ba2cb357814f1
 # part eigh/tridiagonal_merge.cu sha256 8be38bf8dd41c40a4c4f663c95c2151df7fb469abe24c8004ab2c752f795417f
 # part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
@@ -718,16 +718,20 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
 }
 
 // A[start:, start:] -= Vp W^T + W Vp^T (rows from start, nb columns), lower tiles computed, both triangles written.
+// Thread (ty, tx) computes rows 4 ty .. 4 ty + 3 and columns 4 tx .. 4 tx + 3 of its tile: each l's four factors
+// are one float4 load of shared memory each (sixteen scalar loads before, for 32 FMAs: the loads, not the FMAs, set
+// the pace). Each entry's sum over l is in the same order as before, so A is the same bit for bit.
 __global__ void __launch_bounds__(kUpdateThreads)
 update_trailing_kernel(float* __restrict__ A, const float* __restrict__ Vp, const float* __restrict__ W,
                        int n, int start, int nb) {
-    constexpr int kLd = kTile + 1;
-    __shared__ float smem[4 * kPanel * kLd];     // V, W of the row tile and the column tile; then the result
+    constexpr int kLd = kTile + 4;               // rows of a factor 16-byte aligned for the float4 loads
+    constexpr int kLdC = kTile + 1;              // the result's transposed reads free of bank conflicts
+    __shared__ __align__(16) float smem[4 * kPanel * kLd];   // V, W of the row tile and the column tile; then C
     float* sVI = smem;
     float* sWI = sVI + kPanel * kLd;
     float* sVJ = sWI + kPanel * kLd;
     float* sWJ = sVJ + kPanel * kLd;
-    float* sC = smem;                             // kTile x kLd, once the factors are no longer read
+    float* sC = smem;                             // kTile x kLdC, once the factors are no longer read
 
     // Tile (I, J), J <= I, of the lower triangle from the linear index.
     const int q = blockIdx.x;
@@ -755,14 +759,12 @@ update_trailing_kernel(float* __restrict__ A, const float* __restrict__ Vp, cons
     // The model's order: X = V W^T and Y = W V^T summed over l separately, then A - (X + Y).
     float x[4][4] = {}, y[4][4] = {};
     for (int l = 0; l < nb; ++l) {
-        float vi[4], wi[4], vj[4], wj[4];
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            vi[t] = sVI[l * kLd + ty + 16 * t];
-            wi[t] = sWI[l * kLd + ty + 16 * t];
-            vj[t] = sVJ[l * kLd + tx + 16 * t];
-            wj[t] = sWJ[l * kLd + tx + 16 * t];
-        }
+        const float4 vi4 = *reinterpret_cast<const float4*>(sVI + l * kLd + 4 * ty);
+        const float4 wi4 = *reinterpret_cast<const float4*>(sWI + l * kLd + 4 * ty);
+        const float4 vj4 = *reinterpret_cast<const float4*>(sVJ + l * kLd + 4 * tx);
+        const float4 wj4 = *reinterpret_cast<const float4*>(sWJ + l * kLd + 4 * tx);
+        const float vi[4] = {vi4.x, vi4.y, vi4.z, vi4.w}, wi[4] = {wi4.x, wi4.y, wi4.z, wi4.w};
+        const float vj[4] = {vj4.x, vj4.y, vj4.z, vj4.w}, wj[4] = {wj4.x, wj4.y, wj4.z, wj4.w};
 #pragma unroll
         for (int a = 0; a < 4; ++a)
 #pragma unroll
@@ -773,24 +775,23 @@ update_trailing_kernel(float* __restrict__ A, const float* __restrict__ Vp, cons
     }
     __syncthreads();                             // sC overwrites the factors
 
+#pragma unroll
+    for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) sC[(4 * ty + a) * kLdC + 4 * tx + b] = x[a][b] + y[a][b];
+    __syncthreads();
+    // A's tile and its transpose, A[j0 + a, i0 + b] taking the update of A[i0 + b, j0 + a] (the upper part of a
+    // diagonal tile), with 16 consecutive columns a half warp.
     const bool diagonal = I == J;
 #pragma unroll
     for (int a = 0; a < 4; ++a)
 #pragma unroll
         for (int b = 0; b < 4; ++b) {
             const int ra = ty + 16 * a, cb = tx + 16 * b;
-            const float update = x[a][b] + y[a][b];
-            sC[ra * kLd + cb] = update;
-            if (i0 + ra < n && j0 + cb < n && (!diagonal || ra >= cb)) A[(size_t)(i0 + ra) * n + j0 + cb] -= update;
-        }
-    __syncthreads();
-    // The transpose: A[j0 + a, i0 + b] takes the update of A[i0 + b, j0 + a] (the upper part of a diagonal tile).
-#pragma unroll
-    for (int a = 0; a < 4; ++a)
-#pragma unroll
-        for (int b = 0; b < 4; ++b) {
-            const int ra = ty + 16 * a, cb = tx + 16 * b;
-            if (j0 + ra < n && i0 + cb < n && (!diagonal || ra < cb)) A[(size_t)(j0 + ra) * n + i0 + cb] -= sC[cb * kLd + ra];
+            if (i0 + ra < n && j0 + cb < n && (!diagonal || ra >= cb))
+                A[(size_t)(i0 + ra) * n + j0 + cb] -= sC[ra * kLdC + cb];
+            if (j0 + ra < n && i0 + cb < n && (!diagonal || ra < cb))
+                A[(size_t)(j0 + ra) * n + i0 + cb] -= sC[cb * kLdC + ra];
         }
 }
 

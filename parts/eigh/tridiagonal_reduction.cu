@@ -42,19 +42,21 @@
 //     to the upper triangle.
 //   eigh_tridiagonalize: the loop over panels (panel, update), then the last 2 x 2 block; one call.
 //
-// Why it is fast (rows: measured, 2026-12-02; tiles: meant to be, not yet measured on a GPU)
+// Why it is fast (H200, 2026-12-02; docs/priors.md "## eigh" has the runs)
 //   The time is the matrix-vector product: it reads the trailing matrix once per column (n^3/3 floats
 //   a matrix) and nothing else can start before it ends. Rows: each warp has one float4 load per lane
 //   of each of its kSymvRows rows in flight (2 KB a warp, 32 KB a CTA, two CTAs an SM at <= 64
 //   registers), reads the rows as float4 where n % 4 == 0 (scalar otherwise), through the read-only
 //   path (A does not change inside a panel), and the products with the panel's V and W ride in the
-//   same loop on rows the warp has just touched. Measured 74.5 ms at 640 x 512 (~3x the ~24 ms its
-//   bytes take at HBM speed), 66-75% of the route: latency-bound, one wave of 4 loads after another.
-//   Tiles: half the bytes (the upper triangle is never read off the diagonal tiles) and up to 8 float4
-//   loads a lane a wave (4 KB a warp; ptxas issues 5, then 3 as the first land, at 64 registers, no
-//   spills), so about 3x fewer waves of loads a column; its V^T v, W^T v take a short loop of their own.
-//   Everything else is O(n) a column, in shared memory or L1. Levers to measure next: an L2 prefetch
-//   of a warp's next tile (loads in flight without registers), barriers a column, an fp16 copy of A.
+//   same loop on rows the warp has just touched: 74.5 ms at 640 x 512, latency-bound.
+//   Tiles (the default): half the bytes (the upper triangle is never read off the diagonal tiles) and up
+//   to 8 float4 loads a lane a wave (4 KB a warp; ptxas issues 5, then 3 as the first land, at 64
+//   registers, no spills); its V^T v, W^T v take a short loop of their own: the panels 42 ms at 640 x 512
+//   (DRAM at 49% of its peak, long-scoreboard stalls 59%), against ~12 ms of bytes. Batching the panel's
+//   L2 loads of Vp and W rows changed nothing (43 ms). The update, its factors one float4 shared load
+//   each: 5.4 ms at 640 x 512 (13.6 with sixteen scalar loads an l). Levers to measure next: an L2
+//   prefetch of a warp's next tile (loads in flight without registers), barriers a column, a cluster of
+//   CTAs a matrix where the batch is small (8 x 2048: 8 CTAs on 132 SMs).
 #include "device_utils.cuh"
 
 namespace {
