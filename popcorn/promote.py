@@ -102,6 +102,8 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
                           "candidate with --submission")
     used = {}
     if not force:
+        # A wrong --log (the candidate, history.jsonl) holds no evidence: its refusal asked for runs into that file.
+        logs.refuse_non_log(log_path, "nothing was promoted")
         records, _ = logs.read_records(log_path)
         missing = []
         for mode in ("diff",) if target.is_file() else ("check", "bench"):

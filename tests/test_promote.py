@@ -346,6 +346,25 @@ def test_cli_missing_log_is_a_usage_error(bound, candidate, tmp_path):
     assert not bound.exists()
 
 
+@pytest.mark.parametrize("name, text, why", [
+    ("candidate.py", None, "its name ends in .py"),
+    ("history.jsonl", '{"problem": "qr_v2", "sha256": "ab"}\n',
+     "none of its 1 record(s) is a check, bench, diff or leaderboard run (no such 'mode')"),
+    ("notes.txt", "a note\n", "none of its 1 non-blank line(s) is a JSON record"),
+])
+def test_cli_a_log_that_is_not_an_evidence_log_is_refused_as_such(bound, candidate, tmp_path, name, text, why):
+    # --log naming the candidate or promote's own history said "no GPU check of this file ...: run `popkit check
+    # ... --log FILE`", a command that refuses that file.
+    wrong = tmp_path / name
+    if text is not None:
+        wrong.write_text(text)
+    result = run("promote", "qr_v2", "--submission", candidate, "--log", wrong)
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        f"error: {wrong}: not an evidence log ({why}; a log holds one JSON record per line, like "
+        "logs/performance.jsonl): nothing was promoted"]
+    assert not bound.exists()
+
+
 def test_cli_help_names_the_file_promote_takes():
     # The help once said an unbuilt problem's parts are built to a temporary file: promote builds nothing.
     result = run("promote", "--help")
