@@ -301,6 +301,21 @@ def test_the_incumbent_itself_is_refused_in_one_line(candidate, root, log, tmp_p
     assert target.read_text() == INCUMBENT
 
 
+def test_a_copy_of_the_incumbent_is_refused_in_one_line(candidate, root, log, tmp_path):
+    # A build promoted once and its promote line (merge prints it at every merge of the run) run again: it asked for
+    # a GPU diff of the file against its own copy, and --force archived the incumbent and logged a promotion.
+    target = with_incumbent(root)
+    copy = tmp_path / "builds" / "qr_v2.py"
+    copy.parent.mkdir()
+    copy.write_text(INCUMBENT)
+    for force in (False, True):
+        with pytest.raises(PopkitError) as info:
+            promote("qr_v2", copy, root, log, force=force)
+        assert str(info.value) == (f"{copy} is a copy of the qr_v2 incumbent ({target}, "
+                                   f"{logs.file_sha256(target)[:12]}): nothing to promote")
+    assert sorted(p.name for p in root.iterdir()) == ["qr_v2.py"] and target.read_text() == INCUMBENT
+
+
 def test_incumbents_folder_follows_the_module_setting(tmp_path, monkeypatch):
     monkeypatch.setattr(promote_mod, "INCUMBENTS", tmp_path)
     assert promote_mod.incumbent_path("qr_v2") == tmp_path / "qr_v2.py"
