@@ -21,6 +21,7 @@ from checks.native import native_checker
 from checks.native.gate_tools import GateReport
 from checks.problems import short_spec
 from popcorn.errors import ProblemError
+from popcorn.evidence.counters import COUNTERS, NOT_COUNTS, route_counts
 
 
 def checker(problem: str):
@@ -275,9 +276,6 @@ def time_rounds(problem, kernels: dict, inputs, device, rounds, send, label,
     return reports, samples
 
 
-COUNTERS = "ROUTE_COUNTERS"     # the module-level name a submission counts under
-
-
 class RouteCounters:
     """A submission's own counts, read around each case: a module may define COUNTERS, a dict of str -> int that
     its route increments as it runs (e.g. how many calls took a fast path and how many results its fallback re-did).
@@ -287,7 +285,8 @@ class RouteCounters:
     input (checked) and every timed repeat; in a diff, those of every round, each side its own. Not bench's
     warm-up on the first case, which runs before any case, nor the torch baseline (not the submission). A case
     that fails keeps the calls it made. A module without the dict adds nothing; one whose dict is not of
-    str -> int is named once in a progress line and left out for the rest of the run."""
+    str -> int (popcorn/evidence/counters.py: a bool is no count) is named once in a progress line and left out
+    for the rest of the run."""
 
     def __init__(self, modules: dict, send):
         self.modules = {name: module for name, module in modules.items() if hasattr(module, COUNTERS)}
@@ -312,12 +311,11 @@ class RouteCounters:
         if name not in self.modules:
             return None
         module = self.modules[name]
-        counts = getattr(module, COUNTERS)
-        if isinstance(counts, dict) and all(isinstance(key, str) and isinstance(value, int)
-                                            for key, value in counts.items()):
+        counts = route_counts(getattr(module, COUNTERS))
+        if counts is not None:
             return counts
         del self.modules[name]
-        self.send(("progress", f"{module.__file__} (the {name}): its {COUNTERS} is not a dict of str -> int; "
+        self.send(("progress", f"{module.__file__} (the {name}): its {COUNTERS} is {NOT_COUNTS}; "
                                "its counters are left out of this run"))
         return None
 

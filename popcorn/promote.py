@@ -100,8 +100,14 @@ def promote(problem: str, submission: Path, root: Path | None = None, log_path: 
         alias = "" if submission == target else f" ({target})"
         raise PopkitError(f"{submission} is the {problem} incumbent itself{alias}: nothing to promote; pass the "
                           "candidate with --submission")
+    if target.is_file() and logs.file_sha256(target) == sha:
+        # Its diff would be against its own copy, and --force logged a promotion that changed nothing.
+        raise PopkitError(f"{submission} is a copy of the {problem} incumbent ({target}, {sha[:12]}): nothing to "
+                          "promote")
     used = {}
     if not force:
+        # A wrong --log (the candidate, history.jsonl) holds no evidence: its refusal asked for runs into that file.
+        logs.refuse_non_log(log_path, "nothing was promoted")
         records, _ = logs.read_records(log_path)
         missing = []
         for mode in ("diff",) if target.is_file() else ("check", "bench"):

@@ -301,6 +301,21 @@ def test_the_incumbent_itself_is_refused_in_one_line(candidate, root, log, tmp_p
     assert target.read_text() == INCUMBENT
 
 
+def test_a_copy_of_the_incumbent_is_refused_in_one_line(candidate, root, log, tmp_path):
+    # A build promoted once and its promote line (merge prints it at every merge of the run) run again: it asked for
+    # a GPU diff of the file against its own copy, and --force archived the incumbent and logged a promotion.
+    target = with_incumbent(root)
+    copy = tmp_path / "builds" / "qr_v2.py"
+    copy.parent.mkdir()
+    copy.write_text(INCUMBENT)
+    for force in (False, True):
+        with pytest.raises(PopkitError) as info:
+            promote("qr_v2", copy, root, log, force=force)
+        assert str(info.value) == (f"{copy} is a copy of the qr_v2 incumbent ({target}, "
+                                   f"{logs.file_sha256(target)[:12]}): nothing to promote")
+    assert sorted(p.name for p in root.iterdir()) == ["qr_v2.py"] and target.read_text() == INCUMBENT
+
+
 def test_incumbents_folder_follows_the_module_setting(tmp_path, monkeypatch):
     monkeypatch.setattr(promote_mod, "INCUMBENTS", tmp_path)
     assert promote_mod.incumbent_path("qr_v2") == tmp_path / "qr_v2.py"
@@ -343,6 +358,25 @@ def test_cli_missing_log_is_a_usage_error(bound, candidate, tmp_path):
     result = run("promote", "qr_v2", "--submission", candidate, "--log", missing)
     assert result.exit_code == 2
     assert f"Invalid value for '--log': File '{missing}' does not exist." in result.output
+    assert not bound.exists()
+
+
+@pytest.mark.parametrize("name, text, why", [
+    ("candidate.py", None, "its name ends in .py"),
+    ("history.jsonl", '{"problem": "qr_v2", "sha256": "ab"}\n',
+     "none of its 1 record(s) is a check, bench, diff or leaderboard run (no such 'mode')"),
+    ("notes.txt", "a note\n", "none of its 1 non-blank line(s) is a JSON record"),
+])
+def test_cli_a_log_that_is_not_an_evidence_log_is_refused_as_such(bound, candidate, tmp_path, name, text, why):
+    # --log naming the candidate or promote's own history said "no GPU check of this file ...: run `popkit check
+    # ... --log FILE`", a command that refuses that file.
+    wrong = tmp_path / name
+    if text is not None:
+        wrong.write_text(text)
+    result = run("promote", "qr_v2", "--submission", candidate, "--log", wrong)
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        f"error: {wrong}: not an evidence log ({why}; a log holds one JSON record per line, like "
+        "logs/performance.jsonl): nothing was promoted"]
     assert not bound.exists()
 
 

@@ -549,6 +549,23 @@ def test_two_runs_that_would_write_one_file_differently_are_refused(tmp_path, ta
     assert untouched(tmp_path, target, before)
 
 
+@pytest.mark.parametrize("blocked", ["builds", "device"])
+def test_a_table_or_build_that_cannot_be_written_is_refused_before_the_log_is(tmp_path, target, run, blocked):
+    # A file where --builds or device/ should be failed after the log was replaced: 'error: ...: Not a directory',
+    # the records merged and the builds not.
+    (tmp_path / "builds").write_text("a file\n")
+    builds = tmp_path / "builds" / "sub" if blocked == "builds" else tmp_path / "b"
+    if blocked == "device":
+        (target.parent / "device").write_text("a file\n")
+    folder = builds / "20261201T103005Z" if blocked == "builds" else target.parent / "device"
+    before = target.read_bytes()
+    result = CliRunner().invoke(main, ["merge", str(pack(tmp_path / "gs.tgz", run)), "--log", str(target),
+                                       "--builds", str(builds)])
+    assert result.exit_code == 1 and result.output.splitlines() == [
+        f"error: {folder}: cannot be written (Not a directory); nothing merged"]
+    assert target.read_bytes() == before and not (tmp_path / "b").exists()
+
+
 def test_archives_are_merged_alone(tmp_path, target, run):
     packed = pack(tmp_path / "gs.tgz", run)
     for files, tables in (([packed, run / "performance.jsonl"], None), ([packed], run)):

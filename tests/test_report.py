@@ -216,19 +216,25 @@ def test_counters_get_their_columns_only_where_a_case_has_them(full, tmp_path):
     assert "counters" not in " ".join(page.tables["qr_v2-diff"][0] + page.tables["qr_v2-check"][0])
     diff, check = _diff(), _check()
     diff["cases"][0].update(counters={"calls": 12, "resolved": 7}, incumbent_counters={"calls": 12, "bad": "x"})
-    check["cases"][1]["counters"] = {"calls": 2, "flag": True}         # what is not a count is left out
+    check["cases"][1]["counters"] = {"calls": 2}
+    check["cases"][2]["counters"] = {"calls": 2, "flag": True}         # a bool is no count: the dict is left out
     log = tmp_path / "logs" / "performance.jsonl"
     log.parent.mkdir()
     log.write_text(f"{json.dumps(check)}\n{json.dumps(diff)}\n")
-    page = _Tables(build_report(log, tmp_path / "out").page.read_text())
+    report = build_report(log, tmp_path / "out")
+    page = _Tables(report.page.read_text())
     table = page.tables["qr_v2-diff"]
     assert table[0][-2:] == ["counters (candidate)", "counters (incumbent)"]
     rows = _rows(table)
-    assert rows[short_spec(SPECS[0])][-2:] == ["calls 12, resolved 7", "calls 12"]
+    assert rows[short_spec(SPECS[0])][-2:] == ["calls 12, resolved 7", "-"]
     assert rows[short_spec(SPECS[1])][-2:] == ["-", "-"]
     table = page.tables["qr_v2-check"]
     assert table[0][-2:] == ["counters", "error"]
     assert _rows(table)[short_spec(TESTS[1])][-2:] == ["calls 2", ""]
+    assert _rows(table)[short_spec(TESTS[2])][-2:] == ["-", "boom"]
+    assert report.evidence.notes == [
+        "qr_v2's newest diff: 1 counters dict(s) of its cases left out, not a dict of str -> int (a bool is no count)",
+        "qr_v2's newest check: 1 counters dict(s) of its cases left out, not a dict of str -> int (a bool is no count)"]
 
 
 def test_submissions_newest_first(full):

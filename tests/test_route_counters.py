@@ -15,6 +15,7 @@ from checks import runner, timing, worker
 from checks.native.matrix_specs import benchmark_count
 from checks.problems import short_spec
 from popcorn.evidence import logs
+from popcorn.evidence.counters import route_counts
 from popcorn.evidence.tables import fmt_counters
 from popcorn.report.dashboard import build_report
 
@@ -154,6 +155,25 @@ def test_route_counters_take_new_keys_and_the_dicts_order():
     assert list(counters.since(before)["counters"]) == ["resolved", "calls", "fallback"]
     module.ROUTE_COUNTERS["calls"] = 1.5
     assert counters.since(before) == {} and counters.read() == {} and counters.since(before) == {}
+    assert lines == [("progress", "s.py (the candidate): its ROUTE_COUNTERS is not a dict of str -> int; its "
+                                  "counters are left out of this run")]
+
+
+def test_a_bool_is_no_count_and_refuses_the_whole_dict():
+    # One rule for the worker (a live module's dict) and the report (a logged case's): the worker took
+    # {"fast": True} as a count of 1, the report dropped the entry and showed the rest as the whole dict.
+    counts = {"calls": 3, "resolved": 0}
+    assert route_counts(counts) is counts and route_counts({}) == {}
+    for bad in ({"calls": 3, "fast": True}, {"calls": False}, {"calls": 1.0}, {"calls": "1"}, {1: 0}, [("calls", 1)],
+                None, 5):
+        assert route_counts(bad) is None, bad
+
+
+def test_the_worker_names_a_dict_holding_a_bool_once_and_leaves_it_out():
+    module = SimpleNamespace(__file__="s.py", ROUTE_COUNTERS={"calls": 1, "fast": True})
+    lines = []
+    counters = worker.RouteCounters({"candidate": module}, lines.append)
+    assert counters.read() == {} and counters.since({"candidate": {}}) == {}
     assert lines == [("progress", "s.py (the candidate): its ROUTE_COUNTERS is not a dict of str -> int; its "
                                   "counters are left out of this run")]
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from popcorn.errors import PopkitError
-from popcorn.evidence.files import folder_error, locked, write_atomic
+from popcorn.evidence.files import folder_error, locked, write_atomic, write_error
 
 ROOT = Path(__file__).resolve().parents[2]   # popcorn/evidence/logs.py -> the project root
 DEFAULT_LOG = ROOT / "logs" / "performance.jsonl"
@@ -447,8 +447,8 @@ def merge_runs(runs: list[Run], target: Path | str = DEFAULT_LOG, builds: Path |
     merged out of order), because readers take the last record as the newest. The file is replaced
     in one step, so a reader never sees half a merge, and under its lock, so no writer's record is
     lost. Everything is checked before anything is written (PopkitError): logs with bad lines and no valid record
-    at all, and a table or build that would replace a file of other content (_placed). Runs without a record
-    leave TARGET as it was (one that did not exist is not made: the lock made it, empty)."""
+    at all, a table or build that would replace a file of other content (_placed) or whose folder cannot take it.
+    Runs without a record leave TARGET as it was (one that did not exist is not made: the lock made it, empty)."""
     target = Path(target)
     refuse_non_log(target, "nothing merged")
     result, incoming, times = Merge(), [], []
@@ -468,6 +468,11 @@ def merge_runs(runs: list[Run], target: Path | str = DEFAULT_LOG, builds: Path |
     copies = {dest: data for dest, data in {**tables, **built}.items() if not dest.exists()}   # identical: left
     if not incoming:        # nor a table (it needs a record to be named after): a log that was not there stays so
         return result
+    # Asked before the log is replaced: a file where device/ or a build's folder should be failed after it, and the
+    # error came with the records merged and the builds not.
+    for dest in {dest.parent: dest for dest in copies}.values():
+        if why := write_error(dest):
+            raise PopkitError(f"{dest.parent}: cannot be written ({why}); nothing merged")
     with locked(target):        # held until the file is replaced: a record appended meanwhile would be lost
         # Read and parsed once, keeping only each line's keys: a log of hundreds of MB was read twice, as records.
         old = target.read_bytes().splitlines() if target.is_file() else []

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from checks.problems import Problem, known_problems, load_problem, normalize, parse_spec, short_spec
 from popcorn.errors import PopkitError, ProblemError
+from popcorn.evidence.counters import NOT_COUNTS, route_counts
 from popcorn.evidence.logs import capped, covers, not_a_log, ran_on_gpu, read_records, spec_key, where_ran
 
 VERDICTS = ("faster", "slower", "within noise")
@@ -95,6 +96,7 @@ class Diff:
     passed: bool | None
     changed_parts: list[str]
     cases: list[DiffCase]
+    refused_counters: int = 0       # counters dicts left out whole: not a dict of str -> int
 
     @property
     def counted(self) -> bool:
@@ -119,6 +121,7 @@ class Check:
     gpu: str | None
     gates: list[str]
     cases: list[CheckCase]
+    refused_counters: int = 0
 
     @property
     def counted(self) -> bool:
@@ -241,8 +244,13 @@ def load_evidence(log: Path | str, problem: str | None = None, include_cpu: bool
         raise PopkitError(f"no records for problem {problem!r} in {log}, and popkit does not know it")
     names = [problem] if problem else sorted(by_problem)
     root = log.resolve().parent.parent
-    return Evidence(log, [problem_evidence(n, by_problem.get(n, []), root, include_cpu, all_cases)
-                          for n in names], notes, include_cpu, all_cases)
+    problems = [problem_evidence(n, by_problem.get(n, []), root, include_cpu, all_cases) for n in names]
+    for ev in problems:
+        for mode, section in (("diff", ev.diff), ("check", ev.check)):
+            if section and section.refused_counters:
+                notes.append(f"{ev.name}'s newest {mode}: {section.refused_counters} counters dict(s) of its cases "
+                             f"left out, {NOT_COUNTS} (a bool is no count)")
+    return Evidence(log, problems, notes, include_cpu, all_cases)
 
 
 def problem_evidence(name: str, records: list[dict], root: Path, include_cpu: bool = False,
@@ -393,7 +401,8 @@ def newest_diff(records: list[dict]) -> Diff | None:
     parts = record.get("changed_parts")
     return Diff(record.get("time"), _text(record.get("commit")), _text(record.get("submission_sha256")),
                 _text(record.get("incumbent_sha256")), passed if isinstance(passed, bool) else None,
-                [str(p) for p in parts] if isinstance(parts, list) else [], rows)
+                [str(p) for p in parts] if isinstance(parts, list) else [], rows,
+                _refused(cases, ("counters", "incumbent_counters")))
 
 
 def newest_check(records: list[dict]) -> Check | None:
@@ -406,7 +415,8 @@ def newest_check(records: list[dict]) -> Check | None:
                       {g: _fraction(_residuals(case.get("residuals")).get(g)) for g in gates},
                       _counters(case.get("counters")))
             for case, label in zip(cases, _labels([c["spec"] for c in cases]))]
-    return Check(record.get("time"), _text(record.get("commit")), _text(record.get("gpu")), gates, rows)
+    return Check(record.get("time"), _text(record.get("commit")), _text(record.get("gpu")), gates, rows,
+                 _refused(cases, ("counters",)))
 
 
 def newest_submissions(records: list[dict], root: Path, prob: Problem | None) -> list[Submission]:
@@ -492,10 +502,14 @@ def _residuals(value) -> dict:
 
 
 def _counters(value) -> dict[str, int]:
-    """A case's counters (checks/worker.py RouteCounters: name -> increase), the str -> int entries of a dict."""
-    if not isinstance(value, dict):
-        return {}
-    return {k: v for k, v in value.items() if isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool)}
+    """A case's counters (checks/worker.py RouteCounters: name -> increase); {} for none, or for a dict the rule
+    of popcorn/evidence/counters.py refuses (_refused counts those)."""
+    return route_counts(value) or {}
+
+
+def _refused(cases: list[dict], keys: tuple[str, ...]) -> int:
+    """How many counters dicts under KEYS the cases hold that are not a dict of str -> int (null: none logged)."""
+    return sum(case.get(key) is not None and route_counts(case[key]) is None for case in cases for key in keys)
 
 
 def _fraction(pair) -> float | None:
