@@ -1,8 +1,8 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: e5d0e2b4d292a7ef4f04be033475c264c8788970
-# part common/device_utils.cuh sha256 cab98ec14c538053c961c39b6ce3768c400adb7d37a652c0daf93dccf5e02ec1
+# toolkit commit: 9363b2e686f1d4ce95341185d614cbc41e13bedd
+# part common/device_utils.cuh sha256 862f3902f12d351ab656702749e9877726d099b269fcc90dc2a67cb7fae0d517
 # part common/launch.cuh sha256 171fb3c933df7c52317c755137b0d732cb87c7e0abb9a11bd34ce497b1c05240
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
 # part qr_v2/householder_warp.cu sha256 5f26198a081ed462155fb899b99d14d1a3c4bf3e5f774d3e0dc5601b5dc5adf7
@@ -29,8 +29,8 @@ and linked together, or, on a machine of under 4 CPUs, every part as one unit.
 # The CUDA parts in manifest order, their #includes of each other and #pragma once dropped.
 CUDA_PARTS = {
     "common/device_utils.cuh": r'''
-// Shared device helpers for every popkit kernel: warp/block reductions (and a warp's
-// transposed sum of a register vector), reflectors,
+// Shared device helpers for every popkit kernel: warp/block reductions (and a warp's or a lane
+// group's transposed sum of a register vector), reflectors,
 // the C entry-point convention and the shared-memory opt-in.
 //
 // Entry points are `extern "C"` functions taking raw device pointers and sizes;
@@ -82,14 +82,14 @@ __device__ __forceinline__ float select_entry(const float* a, int idx) {
     }
 }
 
-// One butterfly stage of warp_transpose_sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
-// `16 LEN / W` apart (the lane bit that decides which half this lane keeps); then the next
+// One butterfly stage of a transposed sum: p[0:LEN) -> p[0:LEN/2), exchanging across lanes
+// `kLow LEN / 2` apart (the lane bit that decides which half this lane keeps); then the next
 // stage. Recursion on the template argument keeps every index a compile-time constant (a
 // loop over LEN compiled to a runtime loop with select chains over all W registers).
-template <int LEN, int W>
+template <int LEN, int W, int kLow = 32 / W>
 __device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
     if constexpr (LEN > 1) {
-        constexpr int kOff = 16 * LEN / W;
+        constexpr int kOff = kLow * LEN / 2;
         const bool upper = lane & kOff;
 #pragma unroll
         for (int k = 0; k < LEN / 2; ++k) {
@@ -97,16 +97,26 @@ __device__ __forceinline__ void transpose_sum_stage(float (&p)[W], int lane) {
             const float keep = upper ? p[k + LEN / 2] : p[k];
             p[k] = keep + __shfl_xor_sync(0xffffffffu, send, kOff);
         }
-        transpose_sum_stage<LEN / 2, W>(p, lane);
+        transpose_sum_stage<LEN / 2, W, kLow>(p, lane);
     }
+}
+
+// Sum a W-vector (W a power of two) over the W lanes that differ only in lane bits kLow .. kLow W / 2,
+// with W - 1 shuffles: afterwards lane l holds that sum of entry (l / kLow) % W. A warp holding a
+// 32 x 32 tile as lane groups (rows by some lane bits, columns by the others) sums its rows and its
+// columns this way, each lane left with one whole row or column.
+template <int W, int kLow>
+__device__ __forceinline__ float lanes_transpose_sum(float (&p)[W], int lane) {
+    static_assert(W >= 1 && (W & (W - 1)) == 0 && kLow >= 1 && kLow * W <= 32, "W lanes from bit kLow within a warp");
+    transpose_sum_stage<W, W, kLow>(p, lane);
+    return p[0];
 }
 
 // Sum a W-vector over the warp's lanes with W - 1 + (5 - log2 W) shuffles:
 // afterwards every lane l holds the warp's total of entry l >> (5 - log2 W).
 template <int W>
 __device__ __forceinline__ float warp_transpose_sum(float (&p)[W], int lane) {
-    transpose_sum_stage<W, W>(p, lane);
-    float total = p[0];
+    float total = lanes_transpose_sum<W, 32 / W>(p, lane);
 #pragma unroll
     for (int off = 16 / W; off > 0; off >>= 1) total += __shfl_xor_sync(0xffffffffu, total, off);
     return total;
