@@ -90,7 +90,7 @@ Newton-Schulz: not applied, measured. One step Q <- Q + Q (I - Q^T Q)/2 after th
 """
 import torch
 
-from parts.eigh.tridiagonal_model import power_of_two_scale, tridiagonal_eigh_model  # popkit: inline
+from parts.eigh.tridiagonal_model import largest_magnitude, power_of_two_above, tridiagonal_eigh_model  # popkit: inline
 
 PANEL = 32
 
@@ -101,12 +101,13 @@ def eigh_pipeline_model(A: torch.Tensor, panel: int = PANEL, tridiagonalize=None
     `tridiagonalize(A, panel) -> (d, e, V, T)` replaces step 2 (default tridiagonalize_model) and
     `solve_tridiagonal(d, e) -> (w, Z)` step 3 (default tridiagonal_eigh_model): the CUDA route passes
     its kernels, so the rest of the pipeline is this model's, unchanged."""
-    scaled, scale = prescale(A)
-    d, e, V, T = (tridiagonalize or tridiagonalize_model)(scaled, panel)
+    largest = largest_magnitude(A.flatten(1))
+    scale = power_of_two_above(largest)                 # prescale's, from the max kept for the zero test below
+    d, e, V, T = (tridiagonalize or tridiagonalize_model)(A / scale[:, None, None], panel)
     w, Z = (solve_tridiagonal or tridiagonal_eigh_model)(d, e)
     # A zero matrix has eigenvalues exactly 0, where bisection's pivmin safeguard leaves ~1e-38; the
     # gates measure residuals relative to ||A||_1 = 0 there and accept only exact zeros.
-    zero = (A == 0).flatten(1).all(dim=1)
+    zero = largest == 0
     L = torch.where(zero[:, None], torch.zeros_like(w), w * scale[:, None])
     return apply_q_model(V, T, Z), L
 
@@ -118,7 +119,7 @@ def prescale(A: torch.Tensor):
     float32 and which no fp16 copy can hold (see "Precision and safeguards"). A power of two is exact:
     the eigenvalues of A / s are A's divided by s exactly and the eigenvectors are the same.
     """
-    scale = power_of_two_scale(A.flatten(1))
+    scale = power_of_two_above(largest_magnitude(A.flatten(1)))
     return A / scale[:, None, None], scale
 
 

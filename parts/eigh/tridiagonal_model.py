@@ -100,7 +100,16 @@ def tridiagonal_eigh_model(d: torch.Tensor, e: torch.Tensor, leaf_size: int = LE
 
 def power_of_two_scale(entries: torch.Tensor) -> torch.Tensor:
     """Per matrix, the power of two that brings max |entry| into [0.5, 1) (1 for a zero matrix): exact scaling."""
-    largest = entries.abs().amax(dim=1)
+    return power_of_two_above(largest_magnitude(entries))
+
+
+def largest_magnitude(entries: torch.Tensor) -> torch.Tensor:
+    """Per row of entries, max |entry| (NaN if one is NaN): one reduction, no |entries| temporary of the batch."""
+    return torch.linalg.vector_norm(entries, ord=math.inf, dim=1)
+
+
+def power_of_two_above(largest: torch.Tensor) -> torch.Tensor:
+    """The power of two that brings each `largest` into [0.5, 1) (1 for a zero)."""
     _, exponent = torch.frexp(largest)
     return torch.where(largest > 0, torch.ldexp(torch.ones_like(largest), exponent), torch.ones_like(largest))
 
