@@ -353,9 +353,13 @@ def merge(w1, Z1, w2, Z2, beta):
 
 
 def back_multiply(Z1: torch.Tensor, Z2: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
-    """T's eigenvectors diag(Z1, Z2) S: the merge's GEMM."""
+    """T's eigenvectors diag(Z1, Z2) S: the merge's GEMM, each half's product written into its rows of the result
+    (torch's batched GEMM takes a row-major view with a longer batch stride as its output: no copy, no cat)."""
     n1 = Z1.shape[1]
-    return torch.cat([Z1 @ S[:, :n1], Z2 @ S[:, n1:]], dim=1)
+    Z = torch.empty(S.shape, dtype=S.dtype, device=S.device)
+    torch.bmm(Z1, S[:, :n1], out=Z[:, :n1])
+    torch.bmm(Z2, S[:, n1:], out=Z[:, n1:])
+    return Z
 
 
 def merge_factors(w1, Z1, w2, Z2, beta):
