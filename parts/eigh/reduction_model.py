@@ -90,7 +90,7 @@ Newton-Schulz: not applied, measured. One step Q <- Q + Q (I - Q^T Q)/2 after th
 """
 import torch
 
-from parts.eigh.tridiagonal_model import power_of_two_scale, tridiagonal_eigh_model  # popkit: inline
+from parts.eigh.tridiagonal_model import largest_magnitude, power_of_two_above, tridiagonal_eigh_model  # popkit: inline
 
 PANEL = 32
 
@@ -100,15 +100,17 @@ def eigh_pipeline_model(A: torch.Tensor, panel: int = PANEL, tridiagonalize=None
 
     `tridiagonalize(A, panel) -> (d, e, V, T)` replaces step 2 (default tridiagonalize_model) and
     `solve_tridiagonal(d, e) -> (w, Z)` step 3 (default tridiagonal_eigh_model): the CUDA route passes
-    its kernels, so the rest of the pipeline is this model's, unchanged."""
-    scaled, scale = prescale(A)
-    d, e, V, T = (tridiagonalize or tridiagonalize_model)(scaled, panel)
+    its kernels, so the rest of the pipeline is this model's, unchanged. tridiagonalize gets the pipeline's
+    own prescaled copy of A and may overwrite it; the back-transform overwrites solve_tridiagonal's Z."""
+    largest = largest_magnitude(A.flatten(1))
+    scale = power_of_two_above(largest)                 # prescale's, from the max kept for the zero test below
+    d, e, V, T = (tridiagonalize or tridiagonalize_model)(A / scale[:, None, None], panel)
     w, Z = (solve_tridiagonal or tridiagonal_eigh_model)(d, e)
     # A zero matrix has eigenvalues exactly 0, where bisection's pivmin safeguard leaves ~1e-38; the
     # gates measure residuals relative to ||A||_1 = 0 there and accept only exact zeros.
-    zero = (A == 0).flatten(1).all(dim=1)
+    zero = largest == 0
     L = torch.where(zero[:, None], torch.zeros_like(w), w * scale[:, None])
-    return apply_q_model(V, T, Z), L
+    return apply_q_model(V, T, Z, overwrite=True), L
 
 
 def prescale(A: torch.Tensor):
@@ -118,7 +120,7 @@ def prescale(A: torch.Tensor):
     float32 and which no fp16 copy can hold (see "Precision and safeguards"). A power of two is exact:
     the eigenvalues of A / s are A's divided by s exactly and the eigenvectors are the same.
     """
-    scale = power_of_two_scale(A.flatten(1))
+    scale = power_of_two_above(largest_magnitude(A.flatten(1)))
     return A / scale[:, None, None], scale
 
 
@@ -213,13 +215,14 @@ def finish_last_block(A, start, d, e):
 # Back-transform: Q1 Z as compact-WY block products.
 # ---------------------------------------------------------------------------------------------
 
-def apply_q_model(V: torch.Tensor, T: torch.Tensor, Z: torch.Tensor) -> torch.Tensor:
+def apply_q_model(V: torch.Tensor, T: torch.Tensor, Z: torch.Tensor, overwrite: bool = False) -> torch.Tensor:
     """Q1 Z (batch x n x m) with Q1 = prod over panels of (I - V_k T_k V_k^T), applied last panel first.
 
     Panel k's reflectors are zero above row k+1, so only Z's rows k+1.. take part in its products.
+    overwrite=True computes it in Z itself (no copy of the batch), for a caller whose Z is its own temporary.
     """
     panel = max(T.shape[2], 1)
-    Z = Z.clone()
+    Z = Z if overwrite else Z.clone()
     for k in reversed(range(0, V.shape[2], panel)):
         nb = min(panel, V.shape[2] - k)
         Vk, Tk = V[:, k + 1:, k:k + nb], T[:, k:k + nb, :nb]

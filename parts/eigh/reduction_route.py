@@ -7,6 +7,8 @@ The pipeline is reduction_model.eigh_pipeline_model with step 2 replaced by trid
                        torch batched matmuls for the merges' back-multiplication
     back-transform     apply_q_model, torch batched matmuls in fp32 (placeholder for the compact-WY GEMMs)
 """
+import functools
+
 import torch
 
 from parts.common.cuda_loader import CUDA  # popkit: inline
@@ -24,15 +26,18 @@ SYMV = "tiles"
 SYMV_FORMS = {"rows": 0, "tiles": 1}            # tridiagonal_reduction.cu's `symv` argument
 
 
-def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL):
-    """tridiagonal_reduction.cu with reduction_model.tridiagonalize_model's signature and outputs (d, e, V, T)."""
+def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL, overwrite: bool = False):
+    """tridiagonal_reduction.cu with reduction_model.tridiagonalize_model's signature and outputs (d, e, V, T).
+
+    overwrite=True lets the kernel work in A itself (A's entries are then lost): a caller whose A is a
+    temporary of its own saves a copy of the whole batch."""
     b, n, _ = A.shape
     if A.shape != (b, n, n) or panel != PANEL:
         raise ValueError(f"need A (batch, n, n) and panel {PANEL} (the kernel's); got {tuple(A.shape)}, {panel}")
     if SYMV not in SYMV_FORMS:
         raise ValueError(f"SYMV {SYMV!r}: one of {', '.join(SYMV_FORMS)}")
     reflectors = max(n - 2, 0)
-    trailing = A.clone()              # the kernel leaves the trailing matrices in its A
+    trailing = A if overwrite else A.clone()          # the kernel leaves the trailing matrices in it
     d = torch.empty(b, n, dtype=A.dtype, device=A.device)
     e = torch.empty(b, max(n - 1, 0), dtype=A.dtype, device=A.device)
     V = torch.empty(b, n, reflectors, dtype=A.dtype, device=A.device)
@@ -45,4 +50,6 @@ def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL):
 
 def reduction_eigh_cuda(A: torch.Tensor):
     """(Q, L) through our reduction and tridiagonal kernels and the model's back-transform on the GPU."""
-    return eigh_pipeline_model(A, PANEL, tridiagonalize_cuda, tridiagonal_eigh_cuda)
+    # The pipeline hands step 2 its own prescaled copy of A: the kernel may work in it.
+    in_place = functools.partial(tridiagonalize_cuda, overwrite=True)
+    return eigh_pipeline_model(A, PANEL, in_place, tridiagonal_eigh_cuda)

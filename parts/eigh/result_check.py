@@ -19,12 +19,14 @@ scale-free and takes L as returned), in fp32 at IEEE accuracy
 products and the split are torch operations). Their rounding is within 4 units of float64 measures (CPU
 tests), small against 50 but not against 2: a good matrix (0.03-0.3 units at n = 512 on the H200) rounded over 2
 is solved again, which costs time, never accuracy. Cost: two batched n x n x n products (A Q and Q^T Q), ~4 n^3
-flops a matrix.
+flops a matrix; three temporaries of the batch's size (A / 2^k and the two products, each turned into its
+residual in place), every |X| summed inside the reduction.
 """
 import torch
 
 from parts.common.tf32_model import matmul_precision, tf32x3_product  # popkit: inline
 from parts.eigh.reduction_model import prescale  # popkit: inline
+from parts.eigh.tridiagonal_model import largest_magnitude  # popkit: inline
 
 EPS = 2.0 ** -23
 # The eigen equation is accepted under 1% of its gate, the others under half: `popkit diff` (checks/verdicts.py)
@@ -47,29 +49,45 @@ def fp32_product(P: torch.Tensor, Q: torch.Tensor, product: str) -> torch.Tensor
 
 
 def column_l1(X: torch.Tensor) -> torch.Tensor:
-    """Per matrix: the largest column sum of |X|."""
-    return X.abs().sum(dim=-2).amax(dim=-1)
+    """Per matrix: the largest column sum of |X| (one reduction, no |X| temporary)."""
+    return torch.linalg.vector_norm(X, ord=1, dim=-2).amax(dim=-1)
+
+
+def eigen_residual(A: torch.Tensor, Q: torch.Tensor, L: torch.Tensor, product: str):
+    """Per matrix, (||A' Q - Q diag(L')||_1, ||A'||_1) with A' = A / 2^k and L' = L / 2^k (prescale's k).
+
+    Q diag(L') is taken from the product in its own buffer (addcmul_), so A' and A' Q are the only temporaries
+    of the batch's size."""
+    scaled, scale = prescale(A)
+    residual = fp32_product(scaled, Q, product).addcmul_(Q, (L / scale[:, None])[:, None, :], value=-1)
+    return column_l1(residual), column_l1(scaled)
+
+
+def orthogonality_l1(Q: torch.Tensor, product: str) -> torch.Tensor:
+    """Per matrix, ||Q^T Q - I||_1: the identity subtracted from the product's diagonal in place."""
+    gram = fp32_product(Q.mT, Q, product)
+    gram.diagonal(dim1=-2, dim2=-1).sub_(1.0)
+    return column_l1(gram)
 
 
 def residual_units(A: torch.Tensor, Q: torch.Tensor, L: torch.Tensor, product: str = "ieee") -> dict:
     """Per matrix, each ACCEPT measure in its gate's units (inf where a unit is zero and the residual is not)."""
     n = A.shape[-1]
-    scaled, scale = prescale(A)
-    residual = column_l1(fp32_product(scaled, Q, product) - Q * (L / scale[:, None])[:, None, :])
-    unit = n * EPS * column_l1(scaled)
-    eye = torch.eye(n, dtype=Q.dtype, device=Q.device)
+    residual, norm = eigen_residual(A, Q, L, product)
+    unit = n * EPS * norm
     descent = (L[:, :-1] - L[:, 1:]).amax(dim=-1).clamp(min=0) if n > 1 else torch.zeros_like(unit)
     return {
         "eigen_equation": torch.where(unit > 0, residual / unit.clamp(min=torch.finfo(A.dtype).tiny),
                                       torch.where(residual == 0, 0.0, float("inf"))),
-        "orthogonality": column_l1(fp32_product(Q.mT, Q, product) - eye) / (n * EPS),
+        "orthogonality": orthogonality_l1(Q, product) / (n * EPS),
         "sorted": descent / (n * EPS * L.abs().amax(dim=-1).clamp(min=1.0)),
     }
 
 
 def rejected(A: torch.Tensor, Q: torch.Tensor, L: torch.Tensor, product: str = "ieee") -> torch.Tensor:
     """Per matrix, True where (Q, L) is not finite or a measure is at or over ACCEPT (a NaN measure too)."""
-    finite = torch.isfinite(Q).flatten(1).all(dim=1) & torch.isfinite(L).all(dim=1)
+    # max |Q| is finite exactly when every entry is (it is NaN with one NaN): no elementwise test of the batch
+    finite = largest_magnitude(Q.flatten(1)).isfinite() & torch.isfinite(L).all(dim=1)
     accepted = finite
     for name, units in residual_units(A, Q, L, product).items():
         accepted = accepted & (units < ACCEPT[name])

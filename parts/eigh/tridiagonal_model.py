@@ -100,7 +100,16 @@ def tridiagonal_eigh_model(d: torch.Tensor, e: torch.Tensor, leaf_size: int = LE
 
 def power_of_two_scale(entries: torch.Tensor) -> torch.Tensor:
     """Per matrix, the power of two that brings max |entry| into [0.5, 1) (1 for a zero matrix): exact scaling."""
-    largest = entries.abs().amax(dim=1)
+    return power_of_two_above(largest_magnitude(entries))
+
+
+def largest_magnitude(entries: torch.Tensor) -> torch.Tensor:
+    """Per row of entries, max |entry| (NaN if one is NaN): one reduction, no |entries| temporary of the batch."""
+    return torch.linalg.vector_norm(entries, ord=math.inf, dim=1)
+
+
+def power_of_two_above(largest: torch.Tensor) -> torch.Tensor:
+    """The power of two that brings each `largest` into [0.5, 1) (1 for a zero)."""
     _, exponent = torch.frexp(largest)
     return torch.where(largest > 0, torch.ldexp(torch.ones_like(largest), exponent), torch.ones_like(largest))
 
@@ -344,9 +353,13 @@ def merge(w1, Z1, w2, Z2, beta):
 
 
 def back_multiply(Z1: torch.Tensor, Z2: torch.Tensor, S: torch.Tensor) -> torch.Tensor:
-    """T's eigenvectors diag(Z1, Z2) S: the merge's GEMM."""
+    """T's eigenvectors diag(Z1, Z2) S: the merge's GEMM, each half's product written into its rows of the result
+    (torch's batched GEMM takes a row-major view with a longer batch stride as its output: no copy, no cat)."""
     n1 = Z1.shape[1]
-    return torch.cat([Z1 @ S[:, :n1], Z2 @ S[:, n1:]], dim=1)
+    Z = torch.empty(S.shape, dtype=S.dtype, device=S.device)
+    torch.bmm(Z1, S[:, :n1], out=Z[:, :n1])
+    torch.bmm(Z2, S[:, n1:], out=Z[:, n1:])
+    return Z
 
 
 def merge_factors(w1, Z1, w2, Z2, beta):
