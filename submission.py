@@ -1,7 +1,7 @@
 #!POPCORN leaderboard qr_v2
 #!POPCORN gpu B200
 # Built by popkit from parts/qr_v2: do not edit; change the parts and rebuild.
-# toolkit commit: 9363b2e686f1d4ce95341185d614cbc41e13bedd
+# toolkit commit: d317f7ae1e1ca6140596ae71b72a81d20f5b4d42
 # part common/device_utils.cuh sha256 862f3902f12d351ab656702749e9877726d099b269fcc90dc2a67cb7fae0d517
 # part common/launch.cuh sha256 171fb3c933df7c52317c755137b0d732cb87c7e0abb9a11bd34ce497b1c05240
 # part qr_v2/householder_small.cu sha256 c64d5c67f35e0da905eb766b3eb0f80f841cd25e27975ef654c396170c928cb6
@@ -14,7 +14,7 @@
 # part common/async_copy.cuh sha256 6b8309532d20ee2ada8fb39eade36e058bb0a2049c1df47f98d72d1d718449b7
 # part qr_v2/householder_update.cu sha256 36f40f8060757562ab0c6bcd9cdcbe7ba803454ff068be41208f8d04765fb449
 # part qr_v2/householder_blocked.cu sha256 29da4167e17ad921aed2f47d79c0ccf6f0f19357089a843047bedc27cdc5055e
-# part common/cuda_loader.py sha256 9873efa2c5adb5794b84e56e361d84f87083f32e94babf39b0e2f0ed826f2b91
+# part common/cuda_loader.py sha256 aed590e3646216e85d3818c09f397ef9cc73323962732406b6e511ef2a3b6e47
 # part common/tf32_model.py sha256 d6983f5a4e5234072fce81d8d7533ccfa1818f1358ea7c6d0f0169f5f43f2e30
 # part qr_v2/model.py sha256 617280a5e7bc299431d64907a7db089158a1a64ca13d0826691f8f6ec882b27f
 # part qr_v2/route.py sha256 4d5d1d97ef880230d3fe7aff23fc72efa32f7305ad550de87393bc22e5d28b07
@@ -1896,6 +1896,14 @@ import torch
 
 PARALLEL_MIN_CPUS = 4                        # fewer CPUs: one unit (ninja's parallel jobs would not pay)
 CUDA_FLAGS = ["-O3", "-std=c++17"]
+# POPKIT_CUDA_LINEINFO=1 adds -lineinfo (source lines in the SASS: ncu's per-line stall samples; the code is the
+# same). The flags are part of the cache name, so such a build never stands in for a plain one or the reverse.
+LINEINFO_ENV = "POPKIT_CUDA_LINEINFO"
+
+
+def cuda_flags() -> list:
+    """nvcc's flags for this process: CUDA_FLAGS, and -lineinfo where LINEINFO_ENV is 1."""
+    return CUDA_FLAGS + (["-lineinfo"] if os.environ.get(LINEINFO_ENV) == "1" else [])
 
 
 def target_arch() -> str:
@@ -1977,9 +1985,10 @@ class CudaLibrary:
         """A unit's text: its parts in order, each under a `// ---- part PATH ----` line (as build.py joins them)."""
         return "\n\n".join(f"// ---- part {path} ----\n{self.parts[path]}" for path in unit)
 
-    def name_for(self, arch: str, sources: list) -> str:
-        """The extension's name: a hash of the target architecture and every unit's source, and the unit count."""
-        digest = hashlib.sha256("\0".join([arch, *sources]).encode()).hexdigest()[:16]
+    def name_for(self, arch: str, sources: list, flags: list = CUDA_FLAGS) -> str:
+        """The extension's name: a hash of the target architecture, nvcc's flags and every unit's source, and the
+        unit count."""
+        digest = hashlib.sha256("\0".join([arch, " ".join(flags), *sources]).encode()).hexdigest()[:16]
         return f"{self.name}_{digest}_{len(sources)}u"
 
     def load(self) -> ctypes.CDLL:
@@ -1991,14 +2000,15 @@ class CudaLibrary:
         arch = target_arch()
         units = self.plan()
         sources = [self.unit_source(unit) for unit in units]
-        self.build_name = self.name_for(arch, sources)
+        flags = cuda_flags()
+        self.build_name = self.name_for(arch, sources, flags)
         previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
         start = time.perf_counter()
         try:
             if len(sources) == 1:
                 path = load_inline(name=self.build_name, cpp_sources="", cuda_sources=sources[0],
-                                   is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=CUDA_FLAGS)
+                                   is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=flags)
             else:
                 directory = extension_directory(self.build_name)
                 files = []
@@ -2008,7 +2018,7 @@ class CudaLibrary:
                     files.append(os.path.join(directory, f"u{index}_{stem}.cu"))
                     write_if_changed(files[-1], source)
                 path = load(name=self.build_name, sources=files, build_directory=directory,
-                            is_python_module=False, extra_cuda_cflags=CUDA_FLAGS)
+                            is_python_module=False, extra_cuda_cflags=flags)
         finally:
             if previous is None:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)

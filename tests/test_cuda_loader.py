@@ -108,6 +108,7 @@ def fake_torch(loader, monkeypatch, tmp_path):
     monkeypatch.setattr(loader.ctypes, "CDLL", lambda path: ("library", path))
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
     monkeypatch.delenv("TORCH_CUDA_ARCH_LIST", raising=False)
+    monkeypatch.delenv(loader.LINEINFO_ENV, raising=False)
     return calls
 
 
@@ -137,6 +138,21 @@ def test_few_cpus_build_one_unit_with_load_inline(loader, library, fake_torch, m
                       "is_python_module": False, "no_implicit_headers": True,
                       "extra_cuda_cflags": ["-O3", "-std=c++17"]}
     assert library.build_name.endswith("_1u")
+
+
+def test_lineinfo_on_request_adds_the_flag_and_names_another_build(loader, library, fake_torch, monkeypatch):
+    # ncu's per-line stall samples need -lineinfo; a cached plain build must not answer for it, nor the reverse.
+    monkeypatch.setattr(loader, "usable_cpus", lambda: 2)
+    library.load()
+    plain = library.build_name
+    for value, lineinfo in (("0", False), ("1", True)):
+        monkeypatch.setenv(loader.LINEINFO_ENV, value)
+        library.configure("popkit_toy", PARTS, UNITS)            # a fresh process's library
+        library.load()
+        flags = fake_torch[-1][1]["extra_cuda_cflags"]
+        assert flags == ["-O3", "-std=c++17"] + (["-lineinfo"] if lineinfo else [])
+        assert (library.build_name != plain) == lineinfo
+    assert loader.CUDA_FLAGS == ["-O3", "-std=c++17"]                # the default list is not grown in place
 
 
 def test_an_unchanged_unit_file_is_not_rewritten(loader, tmp_path):

@@ -25,6 +25,14 @@ import torch
 
 PARALLEL_MIN_CPUS = 4                        # fewer CPUs: one unit (ninja's parallel jobs would not pay)
 CUDA_FLAGS = ["-O3", "-std=c++17"]
+# POPKIT_CUDA_LINEINFO=1 adds -lineinfo (source lines in the SASS: ncu's per-line stall samples; the code is the
+# same). The flags are part of the cache name, so such a build never stands in for a plain one or the reverse.
+LINEINFO_ENV = "POPKIT_CUDA_LINEINFO"
+
+
+def cuda_flags() -> list:
+    """nvcc's flags for this process: CUDA_FLAGS, and -lineinfo where LINEINFO_ENV is 1."""
+    return CUDA_FLAGS + (["-lineinfo"] if os.environ.get(LINEINFO_ENV) == "1" else [])
 
 
 def target_arch() -> str:
@@ -106,9 +114,10 @@ class CudaLibrary:
         """A unit's text: its parts in order, each under a `// ---- part PATH ----` line (as build.py joins them)."""
         return "\n\n".join(f"// ---- part {path} ----\n{self.parts[path]}" for path in unit)
 
-    def name_for(self, arch: str, sources: list) -> str:
-        """The extension's name: a hash of the target architecture and every unit's source, and the unit count."""
-        digest = hashlib.sha256("\0".join([arch, *sources]).encode()).hexdigest()[:16]
+    def name_for(self, arch: str, sources: list, flags: list = CUDA_FLAGS) -> str:
+        """The extension's name: a hash of the target architecture, nvcc's flags and every unit's source, and the
+        unit count."""
+        digest = hashlib.sha256("\0".join([arch, " ".join(flags), *sources]).encode()).hexdigest()[:16]
         return f"{self.name}_{digest}_{len(sources)}u"
 
     def load(self) -> ctypes.CDLL:
@@ -120,14 +129,15 @@ class CudaLibrary:
         arch = target_arch()
         units = self.plan()
         sources = [self.unit_source(unit) for unit in units]
-        self.build_name = self.name_for(arch, sources)
+        flags = cuda_flags()
+        self.build_name = self.name_for(arch, sources, flags)
         previous = os.environ.get("TORCH_CUDA_ARCH_LIST")
         os.environ["TORCH_CUDA_ARCH_LIST"] = arch
         start = time.perf_counter()
         try:
             if len(sources) == 1:
                 path = load_inline(name=self.build_name, cpp_sources="", cuda_sources=sources[0],
-                                   is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=CUDA_FLAGS)
+                                   is_python_module=False, no_implicit_headers=True, extra_cuda_cflags=flags)
             else:
                 directory = extension_directory(self.build_name)
                 files = []
@@ -137,7 +147,7 @@ class CudaLibrary:
                     files.append(os.path.join(directory, f"u{index}_{stem}.cu"))
                     write_if_changed(files[-1], source)
                 path = load(name=self.build_name, sources=files, build_directory=directory,
-                            is_python_module=False, extra_cuda_cflags=CUDA_FLAGS)
+                            is_python_module=False, extra_cuda_cflags=flags)
         finally:
             if previous is None:
                 os.environ.pop("TORCH_CUDA_ARCH_LIST", None)
