@@ -17,7 +17,8 @@ The last section checks tridiagonal_reduction.cu's plan on CPU (the kernel itsel
 reduction_kernel_model.py replays its data flow with every output and workspace starting as NaN, so it
 must give the model's d, e, V, T and leave no entry read before it was written; in both forms of its
 matrix-vector product (SYMV_FORMS: "rows", the reference, and "tiles", which must also never read a block
-above the diagonal), whose float32 reductions must agree to rounding.
+above the diagonal), whose float32 reductions must agree to rounding; and so must the tiles form on a cluster
+of C CTAs a matrix (CLUSTERS), whose A22 v adds its partial sums in another order (rank by rank).
 
 Blocking changes only the order of roundings, and the reduction amplifies roundings in its later
 columns (the Lanczos-like sensitivity of T to A: measured 1e-16 -> 1e-11 in float64 at n = 100),
@@ -31,7 +32,8 @@ import torch
 from checks.native import native_checker
 from checks.problems import load_problem
 from parts.eigh import reduction_model as model
-from parts.eigh.reduction_kernel_model import tridiagonalize_kernel_order
+from parts.eigh.reduction_kernel_model import (CLUSTER_SIZES, cluster_sum, symv_tiles, tiles_view,
+                                               tridiagonalize_kernel_order)
 from parts.eigh.reduction_model import apply_q_model, eigh_pipeline_model, prescale, tridiagonalize_model
 
 EPS = 2.0 ** -23
@@ -339,3 +341,71 @@ def test_tiles_and_rows_agree_in_float32(n):
 def test_an_unknown_symv_form_is_refused():
     with pytest.raises(ValueError, match="'cols'"):
         tridiagonalize_kernel_order(symmetric(1, 5, seed=0), symv="cols")
+
+
+# ---------------------------------------------------------------------------------------------
+# The tiles form on a cluster of C CTAs a matrix (the kernel's `cluster`, reduction_route.CLUSTER).
+# ---------------------------------------------------------------------------------------------
+
+CLUSTERS = CLUSTER_SIZES[1:]
+
+
+@pytest.mark.parametrize("cluster", CLUSTER_SIZES)
+@pytest.mark.parametrize("n", (1000, 2048))
+def test_cluster_tiles_sum_to_the_product_at_large_n(n, cluster):
+    """One column's step 3 and step 4's sum at the benchmark's sizes, where the ranks' snake orders wrap (over 16 row
+    groups from 17 tile rows on): every tile counted once (a tile dropped or doubled gives a wrong A22 v), no partial
+    entry step 4 adds left unwritten and no entry of v read below the tile of row c+1 (both NaN here)."""
+    ld = -(-n // 32) * 32
+    A = symmetric(1, n, seed=n, dtype=torch.float64)
+    seen = tiles_view(A, ld)
+    for c in (0, 33, n // 2, n - 40, n - 3):
+        v = torch.randn(1, n - c - 1, generator=torch.Generator().manual_seed(c), dtype=torch.float64)
+        s_v = torch.full((1, cluster, ld), float("nan"), dtype=torch.float64)
+        s_v[:, :, (c + 1) // 32 * 32:c + 1], s_v[:, :, c + 1:n], s_v[:, :, n:] = 0, v, 0
+        part = torch.full((1, cluster, 8, ld), float("nan"), dtype=torch.float64)
+        symv_tiles(seen, s_v, part, c)
+        Av = cluster_sum(part, c, n)
+        assert bool(torch.isfinite(Av).all()), c
+        assert (Av - A[:, c + 1:, c + 1:] @ v[0]).abs().max().item() <= 1e-12 * n, c
+
+
+@pytest.mark.parametrize("cluster", CLUSTERS)
+@pytest.mark.parametrize("n", (67, 200))
+def test_cluster_order_is_the_model_elementwise_in_float64(n, cluster):
+    """As the one-CTA forms: the model's d, e, V, T and no NaN (n 200: 7 tile rows, every rank's share non-empty at
+    C <= 4; up to 128 a cluster's other ranks hold no tile, and its sums are the one-CTA kernel's)."""
+    A = symmetric(2, n, seed=n, dtype=torch.float64)
+    scale = l1(A).max().item()
+    got, expected = tridiagonalize_kernel_order(A, symv="tiles", cluster=cluster), tridiagonalize_model(A)
+    for name, x, y, size in zip("deVT", got, expected, (scale, scale, 1.0, 1.0)):
+        assert bool(torch.isfinite(x).all()), f"{name}: an entry read before it was written"
+        assert (x - y).abs().max().item() <= FLOAT64_AGREEMENT * size, name
+
+
+def test_cluster_order_agrees_in_float32():
+    """A cluster reorders A22 v's sums (each rank's partial sums, then the ranks' in rank order) and nothing else, so
+    in float32 it is a reduction of A to rounding as the one-CTA forms are: similarity and orthogonality within 0.25
+    n eps and 0.1 n eps (measured 0.061-0.099 and 0.015-0.022 n eps over C = 2..16; one CTA 0.072 and 0.020, rows
+    0.091 and 0.015), the same spectrum as one CTA to the similarity bound. n = 260: 9 tile rows, so at C = 2 the
+    column classes' snake order wraps; the outputs must differ from one CTA's (else the test would not test the
+    order), as d and e do by up to 1e-2 of max|A| at n = 300 (forward-unstable, as tiles against rows)."""
+    n = 260
+    A = symmetric(2, n, seed=100 + n)
+    one_cta = tridiagonalize_kernel_order(A, symv="tiles")
+    reference = torch.linalg.eigvalsh(dense_tridiagonal(*one_cta[:2]))
+    bound = 2 * SIMILARITY_BOUND * n * EPS * l1(A.double())[:, None]
+    for cluster in CLUSTERS:
+        got = tridiagonalize_kernel_order(A, symv="tiles", cluster=cluster)
+        assert all(bool(torch.isfinite(x).all()) for x in got)
+        assert not torch.equal(got[0], one_cta[0]), cluster
+        similarity, orthogonality = max_errors(A, *got)
+        assert similarity <= 0.25 * n * EPS and orthogonality <= 0.1 * n * EPS, (cluster, similarity, orthogonality)
+        spectrum = torch.linalg.eigvalsh(dense_tridiagonal(*got[:2]))
+        assert bool(((spectrum - reference).abs() <= bound).all()), cluster
+
+
+@pytest.mark.parametrize("symv, cluster", [("rows", 2), ("tiles", 3), ("tiles", 32)])
+def test_a_cluster_the_kernel_does_not_take_is_refused(symv, cluster):
+    with pytest.raises(ValueError, match="cluster"):
+        tridiagonalize_kernel_order(symmetric(1, 5, seed=0), symv=symv, cluster=cluster)

@@ -24,6 +24,20 @@ PANEL_THREADS = 512
 # every benchmark shape, same similarity (H200, logs/device/20261202T1015Z-aa6375e-eigh_symv_rows_tiles.txt).
 SYMV = "tiles"
 SYMV_FORMS = {"rows": 0, "tiles": 1}            # tridiagonal_reduction.cu's `symv` argument
+# CTAs a matrix for the panel kernel, by n (a thread block cluster of 2, 4, 8 or 16 splitting the tiles form's A22 v,
+# n % 4 == 0; an n not listed: 1, one CTA). Keys are ints, or the strings a JSON object gives (scripts' --set
+# '{"CLUSTER": {"2048": 16}}'). Empty until measured on a GPU (tridiagonal_reduction.cu's outline).
+CLUSTER = {}
+CLUSTER_SIZES = (1, 2, 4, 8, 16)
+
+
+def cluster_for(n: int) -> int:
+    """CLUSTER's CTAs a matrix at n (1 where n is not listed); a size the kernel does not take is a ValueError."""
+    cluster = CLUSTER.get(n, CLUSTER.get(str(n), 1))
+    if cluster not in CLUSTER_SIZES or (cluster > 1 and (SYMV != "tiles" or n % 4)):
+        raise ValueError(f"CLUSTER {cluster!r} at n {n}: one of {CLUSTER_SIZES}, over 1 only with SYMV tiles and "
+                         "n % 4 == 0")
+    return cluster
 
 
 def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL, overwrite: bool = False):
@@ -44,7 +58,8 @@ def tridiagonalize_cuda(A: torch.Tensor, panel: int = PANEL, overwrite: bool = F
     T = torch.empty(b, reflectors, min(panel, reflectors), dtype=A.dtype, device=A.device)
     Vp = torch.empty(b, n, panel, dtype=A.dtype, device=A.device)     # the panel's V and W, row-major
     W = torch.empty(b, n, panel, dtype=A.dtype, device=A.device)
-    CUDA.call("eigh_tridiagonalize", trailing, d, e, V, T, Vp, W, b, n, PANEL_THREADS, SYMV_FORMS[SYMV])
+    CUDA.call("eigh_tridiagonalize", trailing, d, e, V, T, Vp, W, b, n, PANEL_THREADS, SYMV_FORMS[SYMV],
+              cluster_for(n))
     return d, e, V, T
 
 

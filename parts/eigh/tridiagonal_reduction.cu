@@ -37,6 +37,17 @@
 //     the two norms' reductions, v ready, A22 v ready, V^T v and W^T v summed, p^T v.
 //     The panel's V and W also go to Vp, W (n x 32 each, row-major): 128-byte aligned rows that the
 //     per-row dot products read as float4 and the matrix-vector loop reads one coalesced row a warp.
+//   eigh_reduce_panel with cluster C in {2, 4, 8, 16} (tiles, n % 4 == 0): grid = batch x C CTAs, a thread block
+//     cluster of C a matrix (cudaLaunchKernelEx; 16 with the non-portable opt-in), the same 11 n floats a CTA (97 KiB
+//     at n = 2048: two CTAs an SM, as one CTA's). Rank 0, the leader, runs steps 1, 2, 4, 5 and V^T v, W^T v as one
+//     CTA does; step 3's tiles are split over the cluster's 16 C warps as 4 Cr row groups x 4 Cc column classes
+//     (Cr = max(1, C / 4), Cc = C / Cr; rank ra Cc + rb holds groups 4 ra.. and classes 4 rb..), each rank reading v
+//     from its own copy of the leader's (distributed shared memory, after a cluster barrier) and leaving its 8
+//     partial vectors in its own shared memory; each other rank adds its partials per row (in the one-CTA order,
+//     those of the tile rows and columns it holds) into its s_y, and after a second cluster barrier the leader adds
+//     to its own sum the other ranks' in rank order 1..C-1 (loads of their shared memory, 8 in flight): two cluster
+//     barriers a column, deterministic, no atomics. The order of A22 v's sum changes with C (rank sums of partial
+//     sums): reduction_kernel_model.py replays it (`cluster`), tests/test_eigh_reduction_model.py checks it.
 //   eigh_update_trailing: grid = (lower-triangle 64 x 64 tiles, batch), 256 threads, 4 x 4 entries a
 //     thread, fp32 SIMT; a tile off the diagonal is also written, transposed through shared memory,
 //     to the upper triangle.
@@ -55,8 +66,15 @@
 //   (DRAM at 49% of its peak, long-scoreboard stalls 59%), against ~12 ms of bytes. Batching the panel's
 //   L2 loads of Vp and W rows changed nothing (43 ms). The update, its factors one float4 shared load
 //   each: 5.4 ms at 640 x 512 (13.6 with sixteen scalar loads an l). Levers to measure next: an L2
-//   prefetch of a warp's next tile (loads in flight without registers), barriers a column, a cluster of
-//   CTAs a matrix where the batch is small (8 x 2048: 8 CTAs on 132 SMs).
+//   prefetch of a warp's next tile (loads in flight without registers), barriers a column.
+//   Clusters (not yet measured on a GPU): where the batch is small one CTA a matrix leaves most SMs idle (8 x 2048:
+//   8 CTAs on 132 SMs, 195 ms of reduction for ~46 GB of tile loads, ~10 ms at HBM speed if spread); C CTAs a matrix
+//   spread step 3's loads over C SMs (the busiest warp's tiles, counted on CPU over every column: 1/10.2 of one CTA's
+//   at C = 16, n = 2048; 1/1.9 at C = 2, n = 1024), against two cluster barriers and the leader's C - 1 remote loads a
+//   row each column, and serial steps that stay on one SM.
+#include <climits>
+#include <cooperative_groups.h>
+
 #include "device_utils.cuh"
 
 namespace {
@@ -71,6 +89,8 @@ constexpr int kSymvRowsForm = 0, kSymvTilesForm = 1;   // eigh_reduce_panel's `s
 // vectors, where one a warp would take 16 (n = 2048 would then not fit two CTAs' shared memory).
 constexpr int kSymvGroups = 4, kSymvClasses = kPanelMaxWarps / kSymvGroups;
 constexpr int kSymvPartials = kSymvGroups + kSymvClasses;
+constexpr int kRemoteLoads = 8;                 // a cluster leader's loads of the other ranks' sums in flight
+constexpr int kClusterMax = 16;                 // CTAs a matrix (over 8: a non-portable cluster size)
 constexpr int kTile = 64;                        // the update's tile
 constexpr int kUpdateThreads = 256;              // 16 x 16, each 4 x 4 entries of a tile
 constexpr int kFinishThreads = 128;
@@ -163,6 +183,24 @@ __host__ __device__ constexpr int vector_stride(int n, bool tiles) {
 // triangle's tiles nearly balance.
 __device__ __forceinline__ int snake_member(int b, int m, int k) { return k * b + ((b & 1) ? k - 1 - m : m); }
 
+// The class among k whose snake order holds tile index t (snake_member's inverse).
+__device__ __forceinline__ int snake_owner(int t, int k) { return ((t / k) & 1) ? k - 1 - t % k : t % k; }
+
+// A CTA's share of step 3's tiles: its warps (g, q) are row group group0 + g of `groups` and column class class0 + q
+// of `classes`. One CTA: {0, 4, 0, 4}. A cluster of C CTAs: its 16 C warps as 4 Cr row groups x 4 Cc column classes,
+// Cr = max(1, C / 4), Cc = C / Cr, rank ra Cc + rb holding groups 4 ra.. and classes 4 rb..: the busiest warp's tiles,
+// summed over the columns of n = 2048 at C = 16, are 1.8x the mean's, 3.0x with the tile rows split by rank (Cr = C),
+// 1.14x on one CTA (counted on CPU).
+struct SymvShare {
+    int group0, groups, class0, classes;
+};
+
+__device__ __forceinline__ SymvShare symv_share(int rank, int cluster) {
+    const int row_ranks = max(1, cluster / 4), column_ranks = cluster / row_ranks;
+    return {kSymvGroups * (rank / column_ranks), kSymvGroups * row_ranks, kSymvClasses * (rank % column_ranks),
+            kSymvClasses * column_ranks};
+}
+
 // Quads s0 .. s0 + S - 1 of a lane's 8 in a tile: rows i0 + r + 4s, columns col .. col + 3, one pointer walked down
 // the rows; float4 loads where n % 4 == 0 (16-byte aligned then), else four scalars.
 // kEdge: the last tile row when 32 does not divide n. Its rows past n (a suffix of each lane's s) load as 0; its
@@ -221,21 +259,21 @@ __device__ __forceinline__ void symv_tile(const float* __restrict__ A, const flo
     if (!kDiagonal) col_sum = popkit::lanes_transpose_sum<4, 1>(cols, lane);   // over r (bits 0..1): column 4h + r = l
 }
 
-// The tiles of tile row t (from t0) that warp column class q takes (tile columns u <= t, snake order), summed: the
-// row sums returned (lane l: row i0 + l), the column sums of the tiles below the diagonal added to col_part.
+// The tiles of tile row t (from t0) that column class q of `classes` takes (tile columns u <= t, snake order), summed:
+// the row sums returned (lane l: row i0 + l), the column sums of the tiles below the diagonal added to col_part.
 template <bool kVec4, bool kEdge>
 __device__ __forceinline__ float symv_tile_row(const float* __restrict__ A, const float* s_v, float* col_part, int n,
-                                               int t0, int t, int q, int lane) {
+                                               int t0, int t, int q, int classes, int lane) {
     const int i0 = (t0 + t) * kSymvTile;
     float row_total = 0.f, row_sum, col_sum;
 #pragma unroll 1
-    for (int b = 0, u; (u = snake_member(b, q, kSymvClasses)) < t; ++b) {
+    for (int b = 0, u; (u = snake_member(b, q, classes)) < t; ++b) {
         const int j0 = (t0 + u) * kSymvTile;
         symv_tile<kVec4, kEdge, false>(A, s_v, n, i0, j0, lane, row_sum, col_sum);
         row_total += row_sum;
         col_part[j0 + lane] += col_sum;
     }
-    if (snake_member(t / kSymvClasses, q, kSymvClasses) == t) {     // the diagonal tile is this class's
+    if (snake_member(t / classes, q, classes) == t) {               // the diagonal tile is this class's
         symv_tile<kVec4, kEdge, true>(A, s_v, n, i0, i0, lane, row_sum, col_sum);
         row_total += row_sum;
     }
@@ -245,37 +283,75 @@ __device__ __forceinline__ float symv_tile_row(const float* __restrict__ A, cons
 // Step 3's A22 v in the tiles form: the 32 x 32 tiles on and below the diagonal of the trailing matrix (absolute tile
 // indices, from the one holding row c + 1), each read once. Rows and columns <= c of the first tile row and column
 // meet v's zeros in s_v (and stay out of the rows step 4 reads). Warp (g, q) takes the tiles of the tile rows of row
-// group g and the tile columns of column class q (snake orders), so every partial sum has one writer: the row sums of
-// a tile row go to part[q] (stored once: lane l owns row 32 I + l), the column sums to part[kSymvClasses + g]
-// (zeroed, then added to tile by tile: lane l owns column 32 J + l). Step 4 adds a row's 8 partial sums in a fixed
-// order: no atomics, the same sums every run.
+// group share.group0 + g and the tile columns of column class share.class0 + q (snake orders), so every partial sum
+// has one writer: the row sums of a tile row go to part[q] (stored once: lane l owns row 32 I + l), the column sums to
+// part[kSymvClasses + g] (zeroed, then added to tile by tile: lane l owns column 32 J + l). Step 4 adds a row's 8
+// partial sums in a fixed order: no atomics, the same sums every run. A CTA of a cluster writes only the tile rows of
+// its groups and the tile columns of its classes (cta_partials reads those).
 template <bool kVec4>
 __device__ __forceinline__ void symv_tiles(const float* __restrict__ A, const float* s_v, float* part, int ld, int n,
-                                           int c, int warp, int lane) {
+                                           int c, int warp, int lane, SymvShare share) {
     const int g = warp / kSymvClasses, q = warp % kSymvClasses;
+    const int group = share.group0 + g, cls = share.class0 + q;
     const int t0 = (c + 1) / kSymvTile, tiles = (n + kSymvTile - 1) / kSymvTile - t0;
     float* row_part = part + q * ld;
     float* col_part = part + (kSymvClasses + g) * ld;
-    for (int b = 0, u; (u = snake_member(b, q, kSymvClasses)) < tiles; ++b) col_part[(t0 + u) * kSymvTile + lane] = 0.f;
+    for (int b = 0, u; (u = snake_member(b, cls, share.classes)) < tiles; ++b)
+        col_part[(t0 + u) * kSymvTile + lane] = 0.f;
 #pragma unroll 1
-    for (int b = 0, t; (t = snake_member(b, g, kSymvGroups)) < tiles; ++b) {
+    for (int b = 0, t; (t = snake_member(b, group, share.groups)) < tiles; ++b) {
         const bool edge = (t0 + t + 1) * kSymvTile > n;
         row_part[(t0 + t) * kSymvTile + lane] =
-            edge ? symv_tile_row<kVec4, true>(A, s_v, col_part, n, t0, t, q, lane)
-                 : symv_tile_row<kVec4, false>(A, s_v, col_part, n, t0, t, q, lane);
+            edge ? symv_tile_row<kVec4, true>(A, s_v, col_part, n, t0, t, cls, share.classes, lane)
+                 : symv_tile_row<kVec4, false>(A, s_v, col_part, n, t0, t, cls, share.classes, lane);
     }
 }
 
+// Row i's sum of one cluster CTA's partial vectors: its row sums where it holds tile row i's group, then its column
+// sums where it holds tile column i's class, each in the one-CTA order (part 0..7); 0 where it holds neither.
+__device__ __forceinline__ float cta_partials(const float* part, int ld, int i, int t0, SymvShare share) {
+    const int t = i / kSymvTile - t0;
+    float total = 0.f;
+    if ((unsigned)(snake_owner(t, share.groups) - share.group0) < (unsigned)kSymvGroups)
+        for (int q = 0; q < kSymvClasses; ++q) total += part[q * ld + i];
+    if ((unsigned)(snake_owner(t, share.classes) - share.class0) < (unsigned)kSymvClasses)
+        for (int g = 0; g < kSymvGroups; ++g) total += part[(kSymvClasses + g) * ld + i];
+    return total;
+}
+
+// av + the CTA sums of ranks 1..cluster-1 at row i (s_sum: each rank's vector of them), in rank order; kRemoteLoads
+// loads of distributed shared memory in flight at once.
+__device__ __forceinline__ float add_cluster_sums(float av, float* s_sum, int i, int cluster) {
+    const cooperative_groups::cluster_group team = cooperative_groups::this_cluster();
+    for (int r0 = 1; r0 < cluster; r0 += kRemoteLoads) {
+        float x[kRemoteLoads];
+#pragma unroll
+        for (int u = 0; u < kRemoteLoads; ++u) x[u] = r0 + u < cluster ? team.map_shared_rank(s_sum, r0 + u)[i] : 0.f;
+#pragma unroll
+        for (int u = 0; u < kRemoteLoads; ++u)
+            if (r0 + u < cluster) av += x[u];
+    }
+    return av;
+}
+
 // Vp and W are written and read back inside the kernel: plain pointers, never the read-only path.
-template <bool kVec4, bool kTiles>
+// kCluster (the tiles form's float4 loads, n % 4 == 0: its scalar form spilled 28 bytes at 64 registers): a thread
+// block cluster of C CTAs a matrix (grid batch x C). Rank 0, the leader, runs every step as one CTA does; every rank
+// takes its SymvShare of step 3's tiles. Per column two cluster barriers: (A) v is in the leader's shared memory,
+// which the others copy; (B) each other rank's CTA sums (cta_partials) are in its s_y, which the leader adds in step
+// 4. The next column's (A), or the one after the loop, comes after the leader's last reads of them, so no rank
+// overwrites (or leaves) what the leader still reads. Every thread of every rank meets every cluster barrier: the
+// ranks' loops run the same nb columns, and only whole CTAs skip the leader's steps.
+template <bool kVec4, bool kTiles, bool kCluster>
 __global__ void __launch_bounds__(kPanelMaxThreads, 2)
 reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* __restrict__ e,
                     float* __restrict__ V, float* __restrict__ T, float* Vp, float* W, int n, int k, int nb) {
+    static_assert(!kCluster || (kTiles && kVec4), "a cluster splits the tiles form's float4 product");
     extern __shared__ float4 dynamic_smem[];
     const int ld = vector_stride(n, kTiles);
     float* s_col = reinterpret_cast<float*>(dynamic_smem);
     float* s_v = s_col + ld;
-    float* s_y = s_v + ld;
+    float* s_y = s_v + ld;                       // a cluster's other ranks: their CTA sums of A22 v
     float* s_sym = s_y + ld;                     // the tiles form's kSymvPartials partial vectors
     __shared__ float s_red[3][kPanelMaxWarps];
     __shared__ float s_part[kPanelMaxWarps][2 * kPanel];   // per warp: V^T v (lanes 0..31), W^T v (32..63)
@@ -286,7 +362,11 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
     // The tiles form always runs kPanelMaxThreads threads: a constant there divides by shifts and spares registers.
     const int threads = kTiles ? kPanelMaxThreads : blockDim.x, warps = threads >> 5;
     const int r = n - 2, p_cols = min(kPanel, r);
-    const size_t mat = blockIdx.x;
+    const int cluster = kCluster ? (int)cooperative_groups::this_cluster().num_blocks() : 1;
+    const int rank = kCluster ? (int)cooperative_groups::this_cluster().block_rank() : 0;
+    const bool leader = rank == 0;
+    const SymvShare share = kCluster ? symv_share(rank, cluster) : SymvShare{0, kSymvGroups, 0, kSymvClasses};
+    const size_t mat = kCluster ? blockIdx.x / cluster : blockIdx.x;
     A += mat * n * n;
     d += mat * n;
     e += mat * (n - 1);
@@ -302,54 +382,69 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
     for (int j = 0; j < nb; ++j) {
         const int c = k + j;
         const int first = tid + (c / threads) * threads;        // this thread's first row that may be >= c
-
-        // 1. Column c as the panel's earlier reflectors left it, rows c..n-1. W[c, j-1] is being written
-        //    by its owner since the last barrier: every thread has its value as p_c - coef_prev.
-        const float w_last = j > 0 ? w_entry(s_y[c], coef_prev, 1.f) : 0.f;
-        float tail_max = 0.f;
-        for (int i = first; i < n; i += threads) {
-            if (i < c) continue;
-            float x = A[(size_t)c * n + i];                     // row c = column c: A is exactly symmetric
-            if (j > 0) {
-                const float s1 = panel_dot(Vp + (size_t)i * kPanel, W + (size_t)c * kPanel, j, true, w_last);
-                const float s2 = panel_dot(W + (size_t)i * kPanel, Vp + (size_t)c * kPanel, j, false, 0.f);
-                x = (x - s1) - s2;
+        float w_last = 0.f, tau = 0.f;
+        if (leader) {
+            // 1. Column c as the panel's earlier reflectors left it, rows c..n-1. W[c, j-1] is being written
+            //    by its owner since the last barrier: every thread has its value as p_c - coef_prev.
+            w_last = j > 0 ? w_entry(s_y[c], coef_prev, 1.f) : 0.f;
+            float tail_max = 0.f;
+            for (int i = first; i < n; i += threads) {
+                if (i < c) continue;
+                float x = A[(size_t)c * n + i];                     // row c = column c: A is exactly symmetric
+                if (j > 0) {
+                    const float s1 = panel_dot(Vp + (size_t)i * kPanel, W + (size_t)c * kPanel, j, true, w_last);
+                    const float s2 = panel_dot(W + (size_t)i * kPanel, Vp + (size_t)c * kPanel, j, false, 0.f);
+                    x = (x - s1) - s2;
+                }
+                s_col[i] = x;
+                if (i >= c + 2) tail_max = fmaxf(tail_max, fabsf(x));
             }
-            s_col[i] = x;
-            if (i >= c + 2) tail_max = fmaxf(tail_max, fabsf(x));
-        }
 
-        // 2. The reflector of column c's rows c+1..: the tail's norm scaled by its largest entry.
-        const float largest = block_reduce<true>(tail_max, s_red[0]);
-        const bool reflect = largest > 0.f;
-        const float unit = reflect ? largest : 1.f;
-        float ssq = 0.f;
-        for (int i = first; i < n; i += threads) {
-            if (i < c + 2) continue;
-            const float y = s_col[i] / unit;
-            ssq = fmaf(y, y, ssq);
+            // 2. The reflector of column c's rows c+1..: the tail's norm scaled by its largest entry.
+            const float largest = block_reduce<true>(tail_max, s_red[0]);
+            const bool reflect = largest > 0.f;
+            const float unit = reflect ? largest : 1.f;
+            float ssq = 0.f;
+            for (int i = first; i < n; i += threads) {
+                if (i < c + 2) continue;
+                const float y = s_col[i] / unit;
+                ssq = fmaf(y, y, ssq);
+            }
+            ssq = block_reduce<false>(ssq, s_red[1]);
+            const float alpha = s_col[c + 1];
+            const float beta = -copysignf(hypotf(alpha, largest * sqrtf(ssq)), alpha);
+            const float denominator = reflect ? alpha - beta : 1.f;
+            tau = reflect ? (beta - alpha) / beta : 0.f;
+            for (int i = tid; i < n; i += threads) {
+                const float v = (i <= c) ? 0.f : (i == c + 1) ? 1.f : s_col[i] / denominator;
+                V[(size_t)i * r + c] = v;
+                if (kTiles || i > c) s_v[i] = v;                     // the tiles read the zeros up to row c too
+                if (i > c) Vp[(size_t)i * kPanel + j] = v;
+                if (i == c) d[c] = s_col[c];
+            }
+            if (tid == 0) e[c] = reflect ? beta : alpha;
         }
-        ssq = block_reduce<false>(ssq, s_red[1]);
-        const float alpha = s_col[c + 1];
-        const float beta = -copysignf(hypotf(alpha, largest * sqrtf(ssq)), alpha);
-        const float denominator = reflect ? alpha - beta : 1.f;
-        const float tau = reflect ? (beta - alpha) / beta : 0.f;
-        for (int i = tid; i < n; i += threads) {
-            const float v = (i <= c) ? 0.f : (i == c + 1) ? 1.f : s_col[i] / denominator;
-            V[(size_t)i * r + c] = v;
-            if (kTiles || i > c) s_v[i] = v;                     // the tiles read the zeros up to row c too
-            if (i > c) Vp[(size_t)i * kPanel + j] = v;
-            if (i == c) d[c] = s_col[c];
+        const int t0 = (c + 1) / kSymvTile;                         // the tile row (and column) of row c + 1
+        if constexpr (kCluster) {
+            cooperative_groups::this_cluster().sync();              // (A)
+            if (!leader) {                                          // v from the tile row of c + 1 on, and padding
+                const float4* from = reinterpret_cast<const float4*>(
+                    cooperative_groups::this_cluster().map_shared_rank(s_v, 0));
+                for (int q = t0 * kSymvTile / 4 + tid; q < ld / 4; q += threads)
+                    reinterpret_cast<float4*>(s_v)[q] = from[q];
+                __syncthreads();
+            }
+        } else {
+            __syncthreads();
         }
-        if (tid == 0) e[c] = reflect ? beta : alpha;
-        __syncthreads();
 
         // 3. A22 v (the hot loop), and V^T v, W^T v: in the rows form over the rows each warp has just multiplied,
         //    in the tiles form (partial sums left in s_sym) by a loop of their own.
         float vv = 0.f, wv = 0.f;                                // lane l: entry l of V^T v, W^T v
         if constexpr (kTiles) {
-            symv_tiles<kVec4>(A, s_v, s_sym, ld, n, c, warp, lane);
-            for (int i = c + 1 + warp; i < n; i += warps) panel_terms(Vp, W, s_v, i, j, lane, vv, wv);
+            symv_tiles<kVec4>(A, s_v, s_sym, ld, n, c, warp, lane, share);
+            if (leader)
+                for (int i = c + 1 + warp; i < n; i += warps) panel_terms(Vp, W, s_v, i, j, lane, vv, wv);
         } else {
             for (int i0 = c + 1 + warp * kSymvRows; i0 < n; i0 += warps * kSymvRows) {
                 int rows[kSymvRows];
@@ -371,15 +466,24 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
                 }
             }
         }
-        s_part[warp][lane] = vv;
-        s_part[warp][kPanel + lane] = wv;
+        if (leader) {
+            s_part[warp][lane] = vv;
+            s_part[warp][kPanel + lane] = wv;
+        }
         __syncthreads();
-        if (tid < 2 * kPanel) {
+        if (leader && tid < 2 * kPanel) {
             float total = 0.f;
             for (int w = 0; w < warps; ++w) total += s_part[w][tid];
             s_vw[tid] = total;
         }
-        __syncthreads();
+        if constexpr (kCluster) {
+            if (!leader)
+                for (int i = c + 1 + tid; i < n; i += threads) s_y[i] = cta_partials(s_sym, ld, i, t0, share);
+            cooperative_groups::this_cluster().sync();              // (B)
+            if (!leader) continue;
+        } else {
+            __syncthreads();
+        }
 
         // 4. p = tau (A22 v - V (W^T v) - W (V^T v)) per owned row, T's column j, then p^T v.
         float pv = 0.f;
@@ -388,7 +492,9 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
             const float s1 = panel_dot(Vp + (size_t)i * kPanel, s_vw + kPanel, j, false, 0.f);
             const float s2 = panel_dot(W + (size_t)i * kPanel, s_vw, j, false, 0.f);
             float av = kTiles ? 0.f : s_y[i];                   // (A22 v)_i: the rows form's, or the tiles' partial
-            if constexpr (kTiles)                                // sums added in a fixed order
+            if constexpr (kCluster)                              // sums added in a fixed order (a cluster: rank 0's,
+                av = add_cluster_sums(cta_partials(s_sym, ld, i, t0, share), s_y, i, cluster);   // then 1, 2, ..)
+            else if constexpr (kTiles)
                 for (int part = 0; part < kSymvPartials; ++part) av += s_sym[part * ld + i];
             const float p = tau * ((av - s1) - s2);
             s_y[i] = p;
@@ -407,7 +513,12 @@ reduce_panel_kernel(const float* __restrict__ A, float* __restrict__ d, float* _
         for (int i = first; i < n; i += threads)
             if (i > c) W[(size_t)i * kPanel + j] = w_entry(s_y[i], coef_prev, s_v[i]);
     }
-    __syncthreads();
+    if constexpr (kCluster) {
+        cooperative_groups::this_cluster().sync();                  // the leader's last reads of the others' s_y
+        if (!leader) return;
+    } else {
+        __syncthreads();
+    }
     for (int idx = tid; idx < nb * p_cols; idx += threads) {
         const int l = idx / p_cols, col = idx % p_cols;
         T[(size_t)(k + l) * p_cols + col] = (col < nb && l <= col) ? s_T[l][col] : 0.f;
@@ -503,19 +614,45 @@ __global__ void finish_last_block_kernel(const float* __restrict__ A, float* __r
 }
 
 bool valid_threads(int threads) { return threads >= 32 && threads <= kPanelMaxThreads && threads % 32 == 0; }
-// The rows form runs any `threads`; the tiles form's warp layout is fixed at kPanelMaxThreads.
-bool valid_symv(int symv, int threads) {
-    return symv == kSymvRowsForm || (symv == kSymvTilesForm && threads == kPanelMaxThreads);
+// The rows form runs any `threads`; the tiles form's warp layout is fixed at kPanelMaxThreads; a cluster (2, 4, 8 or
+// 16 CTAs a matrix) splits the tiles form only, where n % 4 == 0.
+bool valid_symv(int symv, int threads, int cluster, int n) {
+    const bool tiles = symv == kSymvTilesForm && threads == kPanelMaxThreads;
+    if (cluster == 1) return symv == kSymvRowsForm || tiles;
+    return tiles && n % 4 == 0 && cluster >= 2 && cluster <= kClusterMax && (cluster & (cluster - 1)) == 0;
 }
 
-// One instantiation of the panel kernel: its shared memory allowed (once per new maximum), then launched.
-template <bool kVec4, bool kTiles>
-cudaError_t launch_panel(int& granted, int smem, int batch, int threads, const float* A, float* d, float* e, float* V,
-                         float* T, float* Vp, float* W, int n, int k, int nb) {
-    const cudaError_t err = popkit::allow_dynamic_smem(reduce_panel_kernel<kVec4, kTiles>, smem, granted);
+// One instantiation of the panel kernel: its shared memory allowed (once per new maximum), then launched (a cluster
+// of `cluster` CTAs a matrix where kCluster).
+template <bool kVec4, bool kTiles, bool kCluster>
+cudaError_t launch_panel(int& granted, int smem, int batch, int threads, int cluster, const float* A, float* d,
+                         float* e, float* V, float* T, float* Vp, float* W, int n, int k, int nb) {
+    const auto kernel = reduce_panel_kernel<kVec4, kTiles, kCluster>;
+    cudaError_t err = popkit::allow_dynamic_smem(kernel, smem, granted);
     if (err != cudaSuccess) return err;
-    reduce_panel_kernel<kVec4, kTiles><<<batch, threads, smem>>>(A, d, e, V, T, Vp, W, n, k, nb);
-    return cudaGetLastError();
+    if constexpr (kCluster) {
+        static bool nonportable = false;          // 16 CTAs a cluster needs the opt-in (8 is the portable maximum)
+        if (cluster > 8 && !nonportable) {
+            err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+            if (err != cudaSuccess) return err;
+            nonportable = true;
+        }
+        cudaLaunchConfig_t config = {};           // the default queue, as <<<>>>
+        config.gridDim = dim3(batch * cluster);
+        config.blockDim = dim3(threads);
+        config.dynamicSmemBytes = smem;
+        cudaLaunchAttribute attribute = {};
+        attribute.id = cudaLaunchAttributeClusterDimension;
+        attribute.val.clusterDim.x = cluster;
+        attribute.val.clusterDim.y = attribute.val.clusterDim.z = 1;
+        config.attrs = &attribute;
+        config.numAttrs = 1;
+        err = cudaLaunchKernelEx(&config, kernel, A, d, e, V, T, Vp, W, n, k, nb);
+        return err != cudaSuccess ? err : cudaGetLastError();
+    } else {
+        kernel<<<batch, threads, smem>>>(A, d, e, V, T, Vp, W, n, k, nb);
+        return cudaGetLastError();
+    }
 }
 
 }  // namespace
@@ -523,24 +660,27 @@ cudaError_t launch_panel(int& granted, int smem, int batch, int threads, const f
 // Panel k..k+nb-1 (nb <= 32, k + nb <= n - 2) of every matrix: d, e, V at those columns, T's rows k..k+nb-1,
 // and the panel's V, W in Vp, W (batch x n x 32, row-major) for eigh_update_trailing. A is only read.
 // symv: the form of step 3's A22 v, 0 rows (the reference) or 1 tiles (the lower triangle's tiles, each read once).
+// cluster: CTAs a matrix, 1 (one CTA) or, in the tiles form with n % 4 == 0, 2, 4, 8 or 16 (a thread block cluster).
 POPKIT_EXPORT int eigh_reduce_panel(const float* A, float* d, float* e, float* V, float* T, float* Vp, float* W,
-                                    int batch, int n, int k, int nb, int threads, int symv) {
+                                    int batch, int n, int k, int nb, int threads, int symv, int cluster) {
     if (batch < 1 || n < 3 || k < 0 || nb < 1 || nb > kPanel || k + nb > n - 2 || !valid_threads(threads) ||
-        !valid_symv(symv, threads))
+        !valid_symv(symv, threads, cluster, n) || batch > INT_MAX / cluster)
         return (int)cudaErrorInvalidValue;
     const bool vec4 = n % 4 == 0, tiles = symv == kSymvTilesForm;
     // s_col, s_v, s_y, and the tiles form's 8 partial vectors, each padded to whole tiles there: (3 + 8) x 2048 floats
-    // (88 KiB) at n = 2048, 97 KiB a CTA with the static arrays, so two CTAs still fit an SM.
+    // (88 KiB) at n = 2048, 97 KiB a CTA with the static arrays, so two CTAs still fit an SM (a cluster's CTAs too:
+    // its other ranks use s_v, s_y and the partials of the same layout).
     const int vectors = 3 + (tiles ? kSymvPartials : 0);
     const int smem = vectors * vector_stride(n, tiles) * (int)sizeof(float);
-    static int granted[2][2] = {};                // [tiles][vec4]
-    int& allowed = granted[tiles][vec4];
-    const cudaError_t err =
-        tiles ? (vec4 ? launch_panel<true, true>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb)
-                      : launch_panel<false, true>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb))
-              : (vec4 ? launch_panel<true, false>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb)
-                      : launch_panel<false, false>(allowed, smem, batch, threads, A, d, e, V, T, Vp, W, n, k, nb));
-    return (int)err;
+    using Launch = cudaError_t (*)(int&, int, int, int, int, const float*, float*, float*, float*, float*, float*,
+                                   float*, int, int, int);
+    static constexpr Launch kLaunch[3][2] = {            // [rows, tiles, tiles in a cluster][vec4]
+        {launch_panel<false, false, false>, launch_panel<true, false, false>},
+        {launch_panel<false, true, false>, launch_panel<true, true, false>},
+        {nullptr, launch_panel<true, true, true>}};      // valid_symv: a cluster needs n % 4 == 0
+    static int granted[3][2] = {};
+    const int form = tiles + (cluster > 1);
+    return (int)kLaunch[form][vec4](granted[form][vec4], smem, batch, threads, cluster, A, d, e, V, T, Vp, W, n, k, nb);
 }
 
 // A[start:, start:] -= V W^T + W V^T with the panel's nb columns of Vp, W (eigh_reduce_panel's), both triangles.
@@ -554,14 +694,15 @@ POPKIT_EXPORT int eigh_update_trailing(float* A, const float* Vp, const float* W
 
 // The whole reduction of a batch (reduction_model.tridiagonalize_model with panel 32): A (batch x n x n,
 // overwritten), d (batch x n), e (batch x n-1), V (batch x n x n-2), T (batch x n-2 x min(32, n-2)),
-// Vp, W (batch x n x 32 workspace); panel CTAs of `threads` threads, step 3 in the form `symv` (eigh_reduce_panel's).
+// Vp, W (batch x n x 32 workspace); panel CTAs of `threads` threads, step 3 in the form `symv`, `cluster` CTAs a
+// matrix (eigh_reduce_panel's).
 POPKIT_EXPORT int eigh_tridiagonalize(float* A, float* d, float* e, float* V, float* T, float* Vp, float* W,
-                                      int batch, int n, int threads, int symv) {
-    if (batch < 1 || batch > 65535 || n < 1 || !valid_threads(threads) || !valid_symv(symv, threads))
+                                      int batch, int n, int threads, int symv, int cluster) {
+    if (batch < 1 || batch > 65535 || n < 1 || !valid_threads(threads) || !valid_symv(symv, threads, cluster, n))
         return (int)cudaErrorInvalidValue;
     for (int k = 0; k < n - 2; k += kPanel) {
         const int nb = min(kPanel, n - 2 - k);
-        int err = eigh_reduce_panel(A, d, e, V, T, Vp, W, batch, n, k, nb, threads, symv);
+        int err = eigh_reduce_panel(A, d, e, V, T, Vp, W, batch, n, k, nb, threads, symv, cluster);
         if (err == 0) err = eigh_update_trailing(A, Vp, W, batch, n, k + nb, nb);
         if (err != 0) return err;
     }
